@@ -1,0 +1,36 @@
+# leased — developer entry points. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+BUF_VERSION := v1.75.0
+BUF := $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+FUZZTIME ?= 60s
+
+.PHONY: help test test-short proto proto-lint build cluster bench fuzz vet fmt clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## the whole test suite (race detector on); starts PostgreSQL and Redis for the adapter tests
+	./scripts/test.sh
+
+proto: ## regenerate api/leasepb from api/proto (pinned buf and plugins, fetched as Go modules)
+	$(BUF) lint
+	$(BUF) generate
+
+build: ## build leased and leasectl into ./bin
+	$(GO) build -o bin/ ./cmd/...
+
+bench: ## run the Go benchmarks (see docs/benchmarks.md)
+	$(GO) test -run='^$$' -bench=. -benchmem ./fsm/ ./raftlog/
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	./scripts/fuzz.sh $(FUZZTIME)
+
+vet: ## go vet
+	$(GO) vet ./...
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+clean: ## remove build output and local cluster data
+	rm -rf bin data

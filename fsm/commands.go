@@ -1,0 +1,111 @@
+package fsm
+
+import "github.com/leased/leased/api/leasepb"
+
+func (f *FSM) acquire(index uint64, c *leasepb.AcquireCmd) Result {
+	if c.GetResource() == "" || c.GetHolder() == "" || c.GetTtlMs() <= 0 || c.GetLockDelayMs() < 0 {
+		return Result{Code: Invalid}
+	}
+	if cur, ok := f.lookup(c.Resource); ok {
+		if cur.holder.name == c.Holder && c.RequestId != "" && cur.requestID == c.RequestId {
+			// A retry of the intent that made this grant: answer with it, unchanged (decision 5).
+			return Result{Code: OK, Lease: cur.export(), Replayed: true}
+		}
+		return Result{Code: Held, Lease: cur.export()}
+	}
+	if d, ok := f.delays[c.Resource]; ok {
+		return Result{Code: LockDelayed, Delay: d.export(c.Resource)}
+	}
+	h := f.holders[c.Holder]
+	if c.HolderLimit > 0 && h != nil && h.leases.Len() >= int(c.HolderLimit) {
+		return Result{Code: HolderLimit}
+	}
+	if h == nil {
+		h = newHolder(c.Holder)
+		f.holders[c.Holder] = h
+	}
+	l := &lease{
+		resource:    c.Resource,
+		holder:      h,
+		token:       index,
+		ttlMs:       c.TtlMs,
+		lockDelayMs: c.LockDelayMs,
+		value:       c.Value,
+		requestID:   c.RequestId,
+		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader
+	}
+	f.insert(l)
+	f.highest = index
+	granted := l.export()
+	return Result{Code: OK, Lease: granted, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: index, Lease: granted}}}
+}
+
+func (f *FSM) release(index uint64, c *leasepb.ReleaseCmd) Result {
+	l, ok := f.current(c.GetResource(), c.GetToken())
+	if !ok {
+		return Result{Code: NotCurrent}
+	}
+	f.remove(l)
+	released := l.export()
+	return Result{Code: OK, Lease: released, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_RELEASED, Index: index, Lease: released}}}
+}
+
+func (f *FSM) expire(index uint64, c *leasepb.ExpireCmd) Result {
+	var events []Event
+	for _, ref := range c.GetLeases() {
+		l, ok := f.current(ref.GetResource(), ref.GetToken())
+		if !ok {
+			continue // already released, expired or replaced: a late expiry is harmless
+		}
+		f.remove(l)
+		if l.lockDelayMs > 0 {
+			f.delays[l.resource] = lockDelay{token: l.token, index: index, delayMs: l.lockDelayMs}
+		}
+		events = append(events, Event{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Index: index, Lease: l.export()})
+	}
+	return Result{Code: OK, Events: events}
+}
+
+func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
+	for _, cp := range c.GetLeases() {
+		l, ok := f.current(cp.GetResource(), cp.GetToken())
+		if !ok {
+			continue
+		}
+		l.set(flagCheckpointed, true)
+		l.set(flagRenewed, cp.GetRenewed())
+		l.remainingMs = max(cp.GetRemainingMs(), 0)
+	}
+	return Result{Code: OK}
+}
+
+func (f *FSM) renew(c *leasepb.RenewCmd) Result {
+	l, ok := f.current(c.GetResource(), c.GetToken())
+	if !ok {
+		return Result{Code: NotCurrent}
+	}
+	l.set(flagRenewed, true)
+	return Result{Code: OK, Lease: l.export()}
+}
+
+func (f *FSM) endLockDelay(c *leasepb.EndLockDelayCmd) Result {
+	for _, ref := range c.GetDelays() {
+		if d, ok := f.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {
+			delete(f.delays, ref.GetResource())
+		}
+	}
+	return Result{Code: OK}
+}
+
+func (f *FSM) insert(l *lease) {
+	f.byResource.ReplaceOrInsert(l)
+	l.holder.leases.ReplaceOrInsert(l)
+}
+
+func (f *FSM) remove(l *lease) {
+	f.byResource.Delete(l)
+	l.holder.leases.Delete(l)
+	if l.holder.leases.Len() == 0 {
+		delete(f.holders, l.holder.name)
+	}
+}

@@ -1,0 +1,51 @@
+package fsm
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// allowedImports is everything the state machine may use. Anything that could read a clock, draw a random
+// number, do I/O, start goroutines or log is absent on purpose: determinism is the FSM's contract.
+var allowedImports = map[string]bool{
+	"bytes": true, "encoding/binary": true, "errors": true, "fmt": true, "hash/crc32": true,
+	"slices": true, "strings": true,
+	"github.com/google/btree":              true,
+	"google.golang.org/protobuf/proto":     true,
+	"github.com/leased/leased/api/leasepb": true,
+}
+
+func TestFSMImportsOnlyDeterministicPackages(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if !allowedImports[path] {
+				t.Errorf("%s imports %q: the FSM must stay pure (no clock, randomness, I/O, goroutines or logging)", name, path)
+			}
+		}
+		if strings.Contains(string(src), "go func") {
+			t.Errorf("%s starts a goroutine", name)
+		}
+	}
+}

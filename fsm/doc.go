@@ -1,0 +1,33 @@
+// Package fsm is leased's lease state machine: the only arbiter of who holds what.
+//
+// # Basics
+//
+// Every node applies the same committed Raft log entries, in order, to its own FSM. Each entry carries one
+// leasepb.Command; Apply(index, command) changes the state and returns a Result, including the watch events
+// the entry caused. A grant's fencing token is the index of the entry that granted it, so tokens are unique
+// and strictly increasing in grant order.
+//
+// The commands are:
+//
+//   - Acquire grants a free resource (token = index). The same holder retrying with the same request id gets
+//     the existing grant back unchanged; anyone else gets a Held result naming the current grant.
+//   - Release ends a lease, but only if the token given is the resource's current grant.
+//   - Expire ends each listed lease whose token is still current; stale or duplicate expirations are no-ops.
+//     A lease acquired with a lock-delay leaves its resource in a delayed (ungrantable) state until an
+//     EndLockDelay command for that expiry.
+//   - Checkpoint records, per lease, the leader's remaining TTL (a duration) and whether the lease was renewed
+//     since the previous checkpoint. Renew marks a lease renewed durably (the first renewal of an idle lease).
+//
+// # Promises
+//
+// The FSM is pure and deterministic: it reads no clock, draws no random number, does no I/O, starts no
+// goroutine and never logs. The same entries in give the same state out, and equal states give byte-identical
+// snapshots (records are kept sorted, and protobuf marshalling is deterministic). A snapshot is versioned
+// and checksummed; Restore rejects garbage or truncated input with an error and never returns a half state.
+//
+// # Caveats
+//
+// An FSM is not safe for concurrent use: the server serialises Apply with reads (the apply goroutine owns it,
+// or a lock guards it). Results and Lease values returned to callers are copies, except Value slices, which
+// the caller must not modify.
+package fsm

@@ -1,0 +1,226 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/btree"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Sentinel errors. Apply returns them only for faults of the caller (the server), never for a command that
+// is merely refused: refusals are Result codes, because every node must apply them identically.
+var (
+	// ErrIndexNotIncreasing: entries must be applied in strictly increasing index order.
+	ErrIndexNotIncreasing = errors.New("fsm: index not increasing")
+	// ErrUnknownCommand: the entry holds no command this version knows. The node must stop rather than
+	// diverge from nodes that do know it.
+	ErrUnknownCommand = errors.New("fsm: unknown command")
+	// ErrDecode: the entry's bytes are not a Command.
+	ErrDecode = errors.New("fsm: cannot decode command")
+)
+
+// btreeDegree trades memory for depth; 32 keeps a million leases about four levels deep.
+const btreeDegree = 32
+
+// FSM is the lease state machine. The zero value is not usable; call New or Restore.
+type FSM struct {
+	applied uint64
+	// highest is the largest token ever granted (it survives the lease's end).
+	highest uint64
+	// byResource holds every live lease, ordered by resource: at most one per resource (I2).
+	byResource *btree.BTreeG[*lease]
+	// holders indexes the same leases by holder; each holder keeps its own leases ordered by resource.
+	holders map[string]*holder
+	delays  map[string]lockDelay
+}
+
+// New returns an empty state machine.
+func New() *FSM {
+	return &FSM{
+		byResource: btree.NewG(btreeDegree, lessByResource),
+		holders:    make(map[string]*holder),
+		delays:     make(map[string]lockDelay),
+	}
+}
+
+func lessByResource(a, b *lease) bool { return a.resource < b.resource }
+
+// ApplyEntry decodes one log entry's data and applies it. See Apply.
+func (f *FSM) ApplyEntry(index uint64, data []byte) (Result, error) {
+	cmd, err := DecodeCommand(data)
+	if err != nil {
+		return Result{}, err
+	}
+	return f.Apply(index, cmd)
+}
+
+// DecodeCommand parses a log entry's data.
+func DecodeCommand(data []byte) (*leasepb.Command, error) {
+	cmd := new(leasepb.Command)
+	if err := proto.Unmarshal(data, cmd); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	return cmd, nil
+}
+
+// EncodeCommand is the inverse of DecodeCommand.
+func EncodeCommand(cmd *leasepb.Command) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+}
+
+// Apply applies the command of the entry at index. Indexes must strictly increase; the error is non-nil
+// only for an out-of-order index or an unknown command, and then nothing changed.
+func (f *FSM) Apply(index uint64, cmd *leasepb.Command) (Result, error) {
+	if index <= f.applied {
+		return Result{}, fmt.Errorf("%w: got %d after %d", ErrIndexNotIncreasing, index, f.applied)
+	}
+	var res Result
+	switch op := cmd.GetOp().(type) {
+	case *leasepb.Command_Acquire:
+		res = f.acquire(index, op.Acquire)
+	case *leasepb.Command_Release:
+		res = f.release(index, op.Release)
+	case *leasepb.Command_Expire:
+		res = f.expire(index, op.Expire)
+	case *leasepb.Command_Checkpoint:
+		res = f.checkpoint(op.Checkpoint)
+	case *leasepb.Command_Renew:
+		res = f.renew(op.Renew)
+	case *leasepb.Command_EndLockDelay:
+		res = f.endLockDelay(op.EndLockDelay)
+	default:
+		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
+	}
+	f.applied = index
+	return res, nil
+}
+
+// Advance records that the entry at index carried no command (an empty entry of a new leader, or a
+// configuration change), so that AppliedIndex and snapshots reflect it.
+func (f *FSM) Advance(index uint64) error {
+	if index <= f.applied {
+		return fmt.Errorf("%w: got %d after %d", ErrIndexNotIncreasing, index, f.applied)
+	}
+	f.applied = index
+	return nil
+}
+
+// AppliedIndex is the index of the last entry applied.
+func (f *FSM) AppliedIndex() uint64 { return f.applied }
+
+// HighestToken is the largest token ever granted; every later grant's token is larger.
+func (f *FSM) HighestToken() uint64 { return f.highest }
+
+// Len is the number of live leases.
+func (f *FSM) Len() int { return f.byResource.Len() }
+
+// Get returns the live lease on resource.
+func (f *FSM) Get(resource string) (Lease, bool) {
+	l, ok := f.lookup(resource)
+	if !ok {
+		return Lease{}, false
+	}
+	return l.export(), true
+}
+
+// IsCurrent reports whether token is the current grant of resource.
+func (f *FSM) IsCurrent(resource string, token uint64) bool {
+	_, ok := f.current(resource, token)
+	return ok
+}
+
+// LockDelayOf returns the lock-delay a resource is in, if any.
+func (f *FSM) LockDelayOf(resource string) (LockDelay, bool) {
+	d, ok := f.delays[resource]
+	if !ok {
+		return LockDelay{}, false
+	}
+	return d.export(resource), true
+}
+
+// LockDelays returns every resource in its lock-delay, in resource order.
+func (f *FSM) LockDelays() []LockDelay {
+	out := make([]LockDelay, 0, len(f.delays))
+	for _, r := range sortedKeys(f.delays) {
+		out = append(out, f.delays[r].export(r))
+	}
+	return out
+}
+
+func (d lockDelay) export(resource string) LockDelay {
+	return LockDelay{Resource: resource, Token: d.token, Index: d.index, DelayMs: d.delayMs}
+}
+
+// List returns up to limit leases whose resource starts with prefix and sorts after the resource
+// after (empty: from the start), in resource order, and whether more follow.
+func (f *FSM) List(prefix, after string, limit int) ([]Lease, bool) {
+	start := prefix
+	if after != "" && after >= start {
+		// Begin strictly after the last resource of the previous page.
+		start = after + "\x00"
+	}
+	return collect(f.byResource, &lease{resource: start}, limit, func(l *lease) bool {
+		return strings.HasPrefix(l.resource, prefix)
+	})
+}
+
+// ListHolder is List for the leases of one holder, in resource order.
+func (f *FSM) ListHolder(holderName, after string, limit int) ([]Lease, bool) {
+	h, ok := f.holders[holderName]
+	if !ok {
+		return nil, false
+	}
+	pivot := &lease{}
+	if after != "" {
+		pivot.resource = after + "\x00"
+	}
+	return collect(h.leases, pivot, limit, func(*lease) bool { return true })
+}
+
+// HolderCount is the number of live leases of a holder.
+func (f *FSM) HolderCount(holderName string) int {
+	if h, ok := f.holders[holderName]; ok {
+		return h.leases.Len()
+	}
+	return 0
+}
+
+// Ascend calls fn for every live lease in resource order until fn returns false.
+func (f *FSM) Ascend(fn func(Lease) bool) {
+	f.byResource.Ascend(func(l *lease) bool { return fn(l.export()) })
+}
+
+// collect walks tree from pivot while match holds, gathering at most limit leases.
+func collect(tree *btree.BTreeG[*lease], pivot *lease, limit int, match func(*lease) bool) ([]Lease, bool) {
+	var out []Lease
+	more := false
+	tree.AscendGreaterOrEqual(pivot, func(l *lease) bool {
+		if !match(l) {
+			return false
+		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, l.export())
+		return true
+	})
+	return out, more
+}
+
+func (f *FSM) lookup(resource string) (*lease, bool) {
+	return f.byResource.Get(&lease{resource: resource})
+}
+
+// current returns the lease on resource if token is its current grant.
+func (f *FSM) current(resource string, token uint64) (*lease, bool) {
+	l, ok := f.lookup(resource)
+	if !ok || l.token != token {
+		return nil, false
+	}
+	return l, true
+}

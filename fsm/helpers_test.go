@@ -1,0 +1,88 @@
+package fsm
+
+import (
+	"testing"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Command builders keep the tests readable.
+
+func acq(resource, holder, requestID string) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+		Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID,
+	}}}
+}
+
+func acqWith(c *leasepb.AcquireCmd) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: c}}
+}
+
+func rel(resource string, token uint64) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Release{Release: &leasepb.ReleaseCmd{Resource: resource, Token: token}}}
+}
+
+func refs(pairs ...any) []*leasepb.LeaseRef {
+	var out []*leasepb.LeaseRef
+	for i := 0; i < len(pairs); i += 2 {
+		out = append(out, &leasepb.LeaseRef{Resource: pairs[i].(string), Token: uint64(pairs[i+1].(int))})
+	}
+	return out
+}
+
+func expire(pairs ...any) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs(pairs...)}}}
+}
+
+func endDelay(pairs ...any) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_EndLockDelay{EndLockDelay: &leasepb.EndLockDelayCmd{Delays: refs(pairs...)}}}
+}
+
+func renew(resource string, token uint64) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Resource: resource, Token: token}}}
+}
+
+func checkpoint(cps ...*leasepb.LeaseCheckpoint) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}}
+}
+
+// applier applies commands at consecutive indexes and fails the test on an Apply error.
+type applier struct {
+	t    testing.TB
+	f    *FSM
+	next uint64
+}
+
+func newApplier(t testing.TB) *applier { return &applier{t: t, f: New(), next: 1} }
+
+func (a *applier) apply(cmd *leasepb.Command) Result {
+	a.t.Helper()
+	res, err := a.f.Apply(a.next, cmd)
+	if err != nil {
+		a.t.Fatalf("apply at %d: %v", a.next, err)
+	}
+	a.next++
+	return res
+}
+
+func mustSnapshot(t testing.TB, f *FSM) []byte {
+	t.Helper()
+	b, err := f.Snapshot()
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return b
+}
+
+// sampleCommands has one command of every kind, for fuzz seeds.
+func sampleCommands() []*leasepb.Command {
+	return []*leasepb.Command{
+		acq("svc/leader", "node-9", "q"),
+		acqWith(&leasepb.AcquireCmd{Resource: "new", Holder: "h", TtlMs: 1, Value: []byte("v"), LockDelayMs: 10, HolderLimit: 1}),
+		rel("svc/leader", 1),
+		expire("cron/backup", 2, "svc/leader", 1),
+		checkpoint(&leasepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 7, Renewed: true}),
+		renew("cron/backup", 2),
+		endDelay("cron/vacuum", 3),
+	}
+}
