@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# services.sh — run a command with a throwaway PostgreSQL and Redis beside it.
+#
+# Usage: scripts/services.sh CMD [ARGS...]
+#   e.g. scripts/services.sh go test -race ./client/fence/...
+#
+# What it does:
+#   1. makes sure the PostgreSQL and Redis server binaries exist; when one is
+#      missing and we run as root it runs `apt-get update` once and then
+#      `apt-get install -y postgresql redis-server` (Debian 12 and later);
+#   2. starts a PostgreSQL (initdb in a temp dir, 127.0.0.1 only, random free
+#      port, unix socket in the temp dir; run as the `postgres` user when we
+#      are root, because postgres refuses to run as root) and a Redis
+#      (127.0.0.1, random free port, no persistence);
+#   3. waits, with a deadline, until both accept connections;
+#   4. exports LEASED_TEST_POSTGRES_DSN and LEASED_TEST_REDIS_ADDR and runs CMD;
+#   5. on any exit stops both servers and removes the temp dir, and exits
+#      with CMD's exit status.
+#
+# A service that cannot be installed or started is reported with a loud
+# warning and CMD runs without its variable: the tests then decide whether
+# that is a skip (developer machine) or a failure (CI=true).
+# A variable that is already set in the environment is kept as it is and the
+# matching service is not started, so nesting this script is harmless and a
+# developer can point the tests at a server of their own.
+#
+# Works non-interactively (no stdin), as root on a fresh Debian 12, and as an
+# ordinary user when the binaries are already installed.
+
+set -uo pipefail
+
+readonly START_TIMEOUT_SECONDS=60
+readonly PORT_ATTEMPTS=5
+
+log() { printf 'services.sh: %s\n' "$*" >&2; }
+
+warn() {
+	printf '\n' >&2
+	printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n' >&2
+	printf '!!! services.sh WARNING: %s\n' "$*" >&2
+	printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n' >&2
+}
+
+if [[ $# -eq 0 ]]; then
+	echo "usage: $0 CMD [ARGS...]" >&2
+	exit 2
+fi
+
+is_root() { [[ "$(id -u)" -eq 0 ]]; }
+
+# ---------------------------------------------------------------------------
+# Cleanup: registered before anything is started.
+
+WORKDIR=""
+REDIS_PID=""
+PG_DATA=""
+PG_BIN=""
+POLICY_RC_CREATED=""
+
+run_as_postgres() {
+	if is_root; then
+		if command -v runuser >/dev/null 2>&1; then
+			runuser -u postgres -- "$@"
+		else
+			# su needs one shell string; quote every argument.
+			su -s /bin/sh postgres -c "$(printf '%q ' "$@")"
+		fi
+	else
+		"$@"
+	fi
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	if [[ -n "$POLICY_RC_CREATED" ]]; then
+		rm -f /usr/sbin/policy-rc.d
+	fi
+	if [[ -n "$REDIS_PID" ]]; then
+		kill "$REDIS_PID" 2>/dev/null
+		wait "$REDIS_PID" 2>/dev/null
+	fi
+	if [[ -n "$PG_DATA" && -f "$PG_DATA/postmaster.pid" ]]; then
+		if ! run_as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1; then
+			local pid
+			pid="$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null)"
+			[[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null
+		fi
+	fi
+	if [[ -n "$WORKDIR" && -d "$WORKDIR" ]]; then
+		rm -rf "$WORKDIR"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+
+CMD_PID=""
+
+# on_signal forwards a terminating signal to CMD, waits for it, and exits
+# (which runs cleanup).
+on_signal() {
+	local code=$1
+	if [[ -n "$CMD_PID" ]]; then
+		kill -TERM "$CMD_PID" 2>/dev/null
+		wait "$CMD_PID" 2>/dev/null
+	fi
+	exit "$code"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+trap 'on_signal 129' HUP
+
+# ---------------------------------------------------------------------------
+# Installation.
+
+# find_pg_bin prints the directory holding initdb, postgres and pg_ctl,
+# preferring the newest /usr/lib/postgresql/<version>/bin.
+find_pg_bin() {
+	local dir
+	for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		if [[ -x "$dir/initdb" && -x "$dir/postgres" && -x "$dir/pg_ctl" ]]; then
+			echo "$dir"
+			return 0
+		fi
+	done
+	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+		dir="$(dirname "$(readlink -f "$(command -v initdb)")")"
+		if [[ -x "$dir/postgres" && -x "$dir/pg_ctl" ]]; then
+			echo "$dir"
+			return 0
+		fi
+	fi
+	return 1
+}
+
+have_redis() { command -v redis-server >/dev/null 2>&1; }
+
+# install_packages installs the given Debian packages, keeping apt from
+# starting the packaged system-wide services (we start our own).
+install_packages() {
+	if ! is_root; then
+		warn "not root: cannot install $* (install them yourself)"
+		return 1
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		warn "apt-get not found: cannot install $*"
+		return 1
+	fi
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		POLICY_RC_CREATED=1
+	fi
+	local apt=(apt-get -o DPkg::Lock::Timeout=300 -q)
+	local ok=1
+	log "installing $* with apt-get"
+	if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" update </dev/null >&2; then
+		ok=0
+	elif ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" </dev/null >&2; then
+		ok=0
+	fi
+	if [[ -n "$POLICY_RC_CREATED" ]]; then
+		rm -f /usr/sbin/policy-rc.d
+		POLICY_RC_CREATED=""
+	fi
+	[[ $ok -eq 1 ]]
+}
+
+ensure_binaries() {
+	local missing=()
+	[[ -n "${LEASED_TEST_POSTGRES_DSN:-}" ]] || find_pg_bin >/dev/null || missing+=(postgresql)
+	[[ -n "${LEASED_TEST_REDIS_ADDR:-}" ]] || have_redis || missing+=(redis-server)
+	if [[ ${#missing[@]} -gt 0 ]]; then
+		install_packages "${missing[@]}" || warn "could not install ${missing[*]}"
+	fi
+}
+
+# ---------------------------------------------------------------------------
+# Ports and readiness.
+
+# port_in_use reports whether something accepts TCP connections on the port.
+port_in_use() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port prints a random port in [20000, 60000) that nothing listens on.
+# The caller retries on a lost race (someone else took it before we bound).
+free_port() {
+	local port i
+	for i in $(seq 1 100); do
+		port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+		if ! port_in_use "$port"; then
+			echo "$port"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# wait_until CHECK PID: polls CHECK until it succeeds, the process PID dies or
+# the deadline passes.
+wait_until() {
+	local check=$1 pid=$2
+	local deadline=$((SECONDS + START_TIMEOUT_SECONDS))
+	while ((SECONDS < deadline)); do
+		if "$check"; then
+			return 0
+		fi
+		if ! kill -0 "$pid" 2>/dev/null; then
+			return 1
+		fi
+		sleep 0.1 # polling interval, not a wait for a condition
+	done
+	return 1
+}
+
+# ---------------------------------------------------------------------------
+# PostgreSQL.
+
+PG_PORT=""
+
+pg_ready() {
+	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres 2>/dev/null
+}
+
+start_postgres() {
+	PG_BIN="$(find_pg_bin)" || {
+		warn "PostgreSQL server binaries not found: LEASED_TEST_POSTGRES_DSN stays unset"
+		return 1
+	}
+	local dir="$WORKDIR/pg"
+	mkdir -p "$dir/sock"
+	if is_root; then
+		if ! id postgres >/dev/null 2>&1; then
+			warn "running as root but there is no 'postgres' user to run PostgreSQL as"
+			return 1
+		fi
+		chown -R postgres: "$dir"
+	fi
+	if ! run_as_postgres "$PG_BIN/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 \
+		--no-sync >"$dir/initdb.log" 2>&1; then
+		warn "initdb failed: $(tail -n 5 "$dir/initdb.log")"
+		return 1
+	fi
+	PG_DATA="$dir/data"
+	local attempt pid
+	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
+		PG_PORT="$(free_port)" || break
+		run_as_postgres "$PG_BIN/postgres" -D "$PG_DATA" -p "$PG_PORT" \
+			-c listen_addresses=127.0.0.1 -c unix_socket_directories="$dir/sock" \
+			-c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+			-c max_connections=200 >>"$dir/postgres.log" 2>&1 </dev/null &
+		pid=$!
+		if wait_until pg_ready "$pid"; then
+			export LEASED_TEST_POSTGRES_DSN="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+			log "PostgreSQL ready on 127.0.0.1:$PG_PORT"
+			return 0
+		fi
+		log "PostgreSQL did not start on port $PG_PORT (attempt $attempt)"
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+	done
+	warn "PostgreSQL did not start: $(tail -n 5 "$dir/postgres.log" 2>/dev/null)"
+	return 1
+}
+
+# ---------------------------------------------------------------------------
+# Redis.
+
+REDIS_PORT=""
+
+redis_ready() {
+	if command -v redis-cli >/dev/null 2>&1; then
+		[[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" == "PONG" ]]
+		return
+	fi
+	local reply
+	reply="$(
+		exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT" || exit 1
+		printf 'PING\r\n' >&3
+		IFS= read -r -t 1 line <&3 && printf '%s' "$line"
+	)" 2>/dev/null
+	[[ "$reply" == "+PONG"* ]]
+}
+
+start_redis() {
+	if ! have_redis; then
+		warn "redis-server not found: LEASED_TEST_REDIS_ADDR stays unset"
+		return 1
+	fi
+	local dir="$WORKDIR/redis"
+	mkdir -p "$dir"
+	local attempt
+	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
+		REDIS_PORT="$(free_port)" || break
+		redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$dir" \
+			--save '' --appendonly no --daemonize no --protected-mode yes \
+			--logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+		REDIS_PID=$!
+		if wait_until redis_ready "$REDIS_PID"; then
+			export LEASED_TEST_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
+			log "Redis ready on $LEASED_TEST_REDIS_ADDR"
+			return 0
+		fi
+		log "Redis did not start on port $REDIS_PORT (attempt $attempt)"
+		kill "$REDIS_PID" 2>/dev/null
+		wait "$REDIS_PID" 2>/dev/null
+		REDIS_PID=""
+	done
+	warn "Redis did not start: $(tail -n 5 "$dir/redis.log" 2>/dev/null)"
+	return 1
+}
+
+# ---------------------------------------------------------------------------
+
+main() {
+	WORKDIR="$(mktemp -d "${TMPDIR:-/tmp}/leased-services.XXXXXX")" || {
+		warn "cannot create a temp dir: running without services"
+		WORKDIR=""
+	}
+	if [[ -n "$WORKDIR" ]]; then
+		# The postgres user must be able to reach its data dir inside.
+		chmod 755 "$WORKDIR"
+		ensure_binaries
+		if [[ -n "${LEASED_TEST_POSTGRES_DSN:-}" ]]; then
+			log "using the LEASED_TEST_POSTGRES_DSN already set"
+		else
+			start_postgres || unset LEASED_TEST_POSTGRES_DSN
+		fi
+		if [[ -n "${LEASED_TEST_REDIS_ADDR:-}" ]]; then
+			log "using the LEASED_TEST_REDIS_ADDR already set"
+		else
+			start_redis || unset LEASED_TEST_REDIS_ADDR
+		fi
+	fi
+	# CMD runs in the background (stdin passed through) so that a signal to
+	# this script is handled at once, forwarded to CMD, and followed by cleanup.
+	"$@" <&0 &
+	CMD_PID=$!
+	wait "$CMD_PID"
+	local rc=$?
+	CMD_PID=""
+	return "$rc"
+}
+
+main "$@"
