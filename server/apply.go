@@ -1,0 +1,113 @@
+package server
+
+import (
+	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// applyEntries applies committed entries in order: commands to the FSM, configuration changes to raft and
+// the transport. After each command, whoever cares about its result hears of it: the proposer waiting for
+// it, the lessor, the blocking-acquire queue and watchers.
+func (n *node) applyEntries(ents []*raftpb.Entry) error {
+	for _, e := range ents {
+		if e.GetIndex() <= n.applied.Load() {
+			continue // already in the state (replayed after a snapshot restore)
+		}
+		var err error
+		switch e.GetType() {
+		case raftpb.EntryType_EntryNormal:
+			err = n.applyNormal(e)
+		case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
+			err = n.applyConfChange(e)
+		default:
+			err = fmt.Errorf("entry %d has unknown type %v", e.GetIndex(), e.GetType())
+		}
+		if err != nil {
+			return err
+		}
+		n.applied.Store(e.GetIndex())
+		n.appliedWait.notify(e.GetIndex())
+	}
+	return nil
+}
+
+func (n *node) applyNormal(e *raftpb.Entry) error {
+	index := e.GetIndex()
+	if len(e.GetData()) == 0 { // a new leader's empty entry
+		n.fsmMu.Lock()
+		err := n.sm.Advance(index)
+		n.fsmMu.Unlock()
+		return err
+	}
+	cmd, err := fsm.DecodeCommand(e.GetData())
+	if err != nil {
+		return fmt.Errorf("entry %d: %w", index, err)
+	}
+	n.fsmMu.Lock()
+	res, err := n.sm.Apply(index, cmd)
+	n.fsmMu.Unlock()
+	if err != nil {
+		// An unknown command means this binary is older than the cluster: stop rather than diverge.
+		return fmt.Errorf("apply entry %d: %w", index, err)
+	}
+	now := n.clock.Now()
+	n.lessor.applied(now, index, cmd, res)
+	n.watch.publish(index, res.Events)
+	n.queue.applied(res.Events, cmd)
+	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
+	return nil
+}
+
+func (n *node) applyConfChange(e *raftpb.Entry) error {
+	var cc raftpb.ConfChangeI
+	if e.GetType() == raftpb.EntryType_EntryConfChange {
+		v1 := new(raftpb.ConfChange)
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
+		}
+		cc = v1
+	} else {
+		v2 := new(raftpb.ConfChangeV2)
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
+		}
+		cc = v2
+	}
+	n.confState = n.raft.ApplyConfChange(cc)
+	for _, change := range cc.AsV2().GetChanges() {
+		n.applyMemberChange(change, cc.AsV2().GetContext())
+	}
+	n.fsmMu.Lock()
+	err := n.sm.Advance(e.GetIndex())
+	n.fsmMu.Unlock()
+	return err
+}
+
+// applyMemberChange keeps the member table and the transport's peers in step with the raft configuration.
+func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte) {
+	id := change.GetNodeId()
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	if change.GetType() == raftpb.ConfChangeType_ConfChangeRemoveNode {
+		delete(n.members, id)
+		if id != n.id {
+			n.transport.RemovePeer(id)
+		}
+		return
+	}
+	m := new(leasepb.Member)
+	if err := proto.Unmarshal(context, m); err != nil || m.GetId() != id {
+		n.log.Warn("conf change without member details", "id", id, "err", err)
+		m = &leasepb.Member{Id: id}
+	}
+	m.IsLearner = change.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode
+	n.members[id] = m
+	if id != n.id && m.GetPeerAddr() != "" {
+		n.transport.AddPeer(id, m.GetPeerAddr())
+	}
+}

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Sentinel errors. Code inside the server wraps them with %w; toStatus maps them to gRPC codes with
+// errors.Is, so wrapped errors still map.
+var (
+	ErrNotLeader     = errors.New("not the leader")
+	ErrNoLeader      = errors.New("no leader")
+	ErrStopped       = errors.New("server stopped")
+	ErrTimeout       = errors.New("timed out")
+	ErrInvalid       = errors.New("invalid argument")
+	ErrHeld          = errors.New("resource held")
+	ErrLockDelayed   = errors.New("resource in lock-delay")
+	ErrNotCurrent    = errors.New("token is not the current grant")
+	ErrNotFound      = errors.New("no lease on resource")
+	ErrHolderLimit   = errors.New("holder lease limit reached")
+	ErrCompacted     = errors.New("watch history compacted")
+	ErrUnimplemented = errors.New("not implemented yet")
+)
+
+// fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest.
+type fieldError struct {
+	field, reason string
+}
+
+func (e *fieldError) Error() string       { return fmt.Sprintf("%s: %s", e.field, e.reason) }
+func (e *fieldError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &fieldError{field: field, reason: fmt.Sprintf(format, args...)}
+}
+
+// heldError carries the current grant for FailedPrecondition details.
+type heldError struct {
+	detail *leasepb.LeaseHeld
+}
+
+func (e *heldError) Error() string {
+	if e.detail.LockDelayed {
+		return fmt.Sprintf("resource %q is in its lock-delay for %dms", e.detail.Resource, e.detail.RemainingMs)
+	}
+	return fmt.Sprintf("resource %q is held by %q with token %d", e.detail.Resource, e.detail.Holder, e.detail.Token)
+}
+
+func (e *heldError) Is(target error) bool {
+	return target == ErrHeld || (e.detail.LockDelayed && target == ErrLockDelayed)
+}
+
+// compactedError carries the oldest index a Watch can start from.
+type compactedError struct{ oldest uint64 }
+
+func (e *compactedError) Error() string {
+	return fmt.Sprintf("events before index %d are no longer retained", e.oldest)
+}
+func (e *compactedError) Is(target error) bool { return target == ErrCompacted }
+
+// leaderHint is what the node knows of the leader, attached to Unavailable answers.
+type leaderHint struct {
+	id   uint64
+	addr string
+}
+
+// toStatus turns an error into a gRPC status with details a program can act on.
+func toStatus(err error, hint leaderHint) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var (
+		fe *fieldError
+		he *heldError
+		ce *compactedError
+	)
+	switch {
+	case errors.As(err, &fe):
+		return withDetails(codes.InvalidArgument, err, &errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: fe.reason}}})
+	case errors.As(err, &he):
+		return withDetails(codes.FailedPrecondition, err, he.detail)
+	case errors.As(err, &ce):
+		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
+	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrHolderLimit):
+		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "leases per holder", Description: err.Error()}}})
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
+		return withDetails(codes.Unavailable, err, &leasepb.LeaderHint{LeaderId: hint.id, LeaderAddr: hint.addr})
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, ErrUnimplemented):
+		return status.Error(codes.Unimplemented, err.Error())
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}
+
+func withDetails(code codes.Code, err error, details ...protoadapt.MessageV1) error {
+	st := status.New(code, err.Error())
+	if d, derr := st.WithDetails(details...); derr == nil {
+		st = d
+	}
+	return st.Err()
+}

@@ -1,0 +1,39 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+	"strings"
+)
+
+// Identity: a cluster's id is a hash of its founding members (names and peer addresses), so every founding
+// node computes the same id from the same --initial-cluster; a node's raft id is a hash of its name within
+// that cluster. Neither is ever zero (raft reserves 0 for "none").
+
+func clusterID(initial map[string]string) uint64 {
+	names := make([]string, 0, len(initial))
+	for name := range initial {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		b.WriteString(name + "=" + initial[name] + ",")
+	}
+	return hashID("cluster:" + b.String())
+}
+
+func memberID(cluster uint64, name string) uint64 {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], cluster)
+	return hashID("member:" + string(buf[:]) + name)
+}
+
+func hashID(s string) uint64 {
+	sum := sha256.Sum256([]byte(s))
+	if id := binary.BigEndian.Uint64(sum[:8]); id != 0 {
+		return id
+	}
+	return 1
+}

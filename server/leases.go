@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// The lease operations, as the leader runs them. The gRPC layer (service.go) validates requests, forwards
+// writes from followers to the leader, and maps errors to status codes.
+
+// acquire proposes a grant and, with wait, queues FIFO until the resource frees.
+func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+	if !n.isLeader() {
+		return nil, n.notLeaderErr()
+	}
+	if !req.GetWait() {
+		return n.acquireOnce(ctx, req)
+	}
+	w := n.queue.enqueue(req.GetResource())
+	defer n.queue.leave(req.GetResource(), w)
+	for {
+		head, err := n.queue.head(req.GetResource(), w)
+		if err != nil {
+			return nil, err
+		}
+		if head {
+			resp, err := n.acquireOnce(ctx, req)
+			if !errors.Is(err, ErrHeld) {
+				return resp, err
+			}
+		}
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.stopped:
+			return nil, ErrStopped
+		}
+	}
+}
+
+func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+		Resource:    req.GetResource(),
+		Holder:      req.GetHolder(),
+		TtlMs:       req.GetTtlMs(),
+		Value:       req.GetValue(),
+		RequestId:   req.GetRequestId(),
+		LockDelayMs: req.GetLockDelayMs(),
+		HolderLimit: uint32(n.cfg.Limits.MaxLeasesPerHolder),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	now := n.clock.Now()
+	switch res.Code {
+	case fsm.OK:
+		lease := res.Lease.Proto()
+		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, now).Milliseconds()
+		return &leasepb.AcquireResponse{Lease: lease, Replayed: res.Replayed}, nil
+	case fsm.Held:
+		return nil, &heldError{detail: &leasepb.LeaseHeld{
+			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token,
+			RemainingMs: n.lessor.remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
+		}}
+	case fsm.LockDelayed:
+		return nil, &heldError{detail: &leasepb.LeaseHeld{
+			Resource: res.Delay.Resource, LockDelayed: true,
+			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
+		}}
+	case fsm.HolderLimit:
+		return nil, ErrHolderLimit
+	default:
+		return nil, invalid("request", "the state machine refused it (%v)", res.Code)
+	}
+}
+
+// renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of a
+// lease marked idle is made durable first, through a Renew entry.
+func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
+	results := make([]*leasepb.KeepAliveResult, len(refs))
+	for i, ref := range refs {
+		results[i] = &leasepb.KeepAliveResult{Resource: ref.GetResource(), Token: ref.GetToken()}
+		r, err := n.lessor.checkRenew(ref.GetResource(), ref.GetToken())
+		if errors.Is(err, ErrNotCurrent) {
+			results[i].Gone = true
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.idle {
+			if err := n.renewDurably(ctx, ref); err != nil {
+				if !errors.Is(err, ErrNotCurrent) {
+					return nil, err
+				}
+				results[i].Gone = true
+			}
+		}
+	}
+	if err := n.confirmLeadership(ctx); err != nil {
+		return nil, err
+	}
+	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
+	for _, res := range results {
+		if res.Gone {
+			continue
+		}
+		ttl, err := n.lessor.renew(res.Resource, res.Token, at)
+		if err != nil {
+			if errors.Is(err, ErrNotCurrent) {
+				res.Gone = true
+				continue
+			}
+			return nil, err
+		}
+		res.TtlMs = ttl.Milliseconds()
+	}
+	return results, nil
+}
+
+func (n *node) renewDurably(ctx context.Context, ref *leasepb.LeaseRef) error {
+	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{
+		Resource: ref.GetResource(), Token: ref.GetToken(),
+	}}})
+	if err != nil {
+		return err
+	}
+	if res.Code != fsm.OK {
+		return ErrNotCurrent
+	}
+	return nil
+}
+
+func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
+	if !n.isLeader() {
+		return nil, n.notLeaderErr()
+	}
+	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Release{Release: &leasepb.ReleaseCmd{
+		Resource: req.GetResource(), Token: req.GetToken(),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Code != fsm.OK {
+		return nil, ErrNotCurrent
+	}
+	return &leasepb.ReleaseResponse{}, nil
+}
+
+// read runs fn against a linearizable (default) or serializable view of the state machine.
+func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)) error {
+	if !serializable {
+		if err := n.linearizable(ctx); err != nil {
+			return err
+		}
+	}
+	n.readFSM(fn)
+	return nil
+}
+
+func (n *node) get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetResponse, error) {
+	var (
+		lease fsm.Lease
+		ok    bool
+	)
+	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) { lease, ok = sm.Get(req.GetResource()) }); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrNotFound
+	}
+	out := lease.Proto()
+	out.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
+	return &leasepb.GetResponse{Lease: out}, nil
+}
+
+func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	var (
+		leases []fsm.Lease
+		more   bool
+	)
+	err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+		if req.GetHolder() != "" {
+			leases, more = sm.ListHolder(req.GetHolder(), req.GetPageToken(), limit)
+			leases = filterPrefix(leases, req.GetPrefix())
+		} else {
+			leases, more = sm.List(req.GetPrefix(), req.GetPageToken(), limit)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &leasepb.ListResponse{Leases: make([]*leasepb.Lease, 0, len(leases))}
+	now := n.clock.Now()
+	for _, l := range leases {
+		p := l.Proto()
+		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		resp.Leases = append(resp.Leases, p)
+	}
+	if more && len(leases) > 0 {
+		resp.NextPageToken = leases[len(leases)-1].Resource
+	}
+	return resp, nil
+}
+
+func filterPrefix(leases []fsm.Lease, prefix string) []fsm.Lease {
+	if prefix == "" {
+		return leases
+	}
+	out := leases[:0]
+	for _, l := range leases {
+		if len(l.Resource) >= len(prefix) && l.Resource[:len(prefix)] == prefix {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest) (*leasepb.ValidateTokenResponse, error) {
+	var cur uint64
+	err := n.read(ctx, false, func(sm *fsm.FSM) {
+		if l, ok := sm.Get(req.GetResource()); ok {
+			cur = l.Token
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &leasepb.ValidateTokenResponse{Current: cur != 0 && cur == req.GetToken(), CurrentToken: cur}, nil
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+func code(err error) codes.Code { return status.Code(err) }
+
+func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	f := c.follower()
+
+	// A write that reaches a follower is forwarded to the leader.
+	got, err := c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "alice", TtlMs: 5000, RequestId: "r1", Value: []byte("10.0.0.1")})
+	if err != nil {
+		t.Fatalf("acquire via follower: %v", err)
+	}
+	tok := got.GetLease().GetToken()
+	if tok == 0 || got.GetHeader().GetLeaderId() == 0 {
+		t.Fatalf("acquire = %v", got)
+	}
+	// Every node answers a linearizable Get with the grant.
+	for i := range c.nodes {
+		g, err := c.leases(i).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"})
+		if err != nil || g.GetLease().GetToken() != tok || g.GetLease().GetHolder() != "alice" || string(g.GetLease().GetValue()) != "10.0.0.1" {
+			t.Fatalf("get on n%d = %v, %v", i+1, g, err)
+		}
+	}
+	// Someone else is refused with the holder in the details.
+	_, err = c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b1"})
+	if code(err) != codes.FailedPrecondition {
+		t.Fatalf("second holder: %v, want FailedPrecondition", err)
+	}
+	var held *leasepb.LeaseHeld
+	for _, d := range status.Convert(err).Details() {
+		if h, ok := d.(*leasepb.LeaseHeld); ok {
+			held = h
+		}
+	}
+	if held.GetHolder() != "alice" || held.GetToken() != tok {
+		t.Fatalf("held details = %v", held)
+	}
+	// Renew through a follower, then release; a second release is NotFound.
+	r, err := c.leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok})
+	if err != nil || r.GetTtlMs() != 5000 {
+		t.Fatalf("renew = %v, %v", r, err)
+	}
+	if _, err := c.leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if _, err := c.leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
+		t.Fatalf("second release: %v, want NotFound", err)
+	}
+	if _, err := c.leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
+		t.Fatalf("renew after release: %v, want NotFound", err)
+	}
+	if _, err := c.leases(0).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"}); code(err) != codes.NotFound {
+		t.Fatalf("get after release: %v, want NotFound", err)
+	}
+	again, err := c.leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b2"})
+	if err != nil || again.GetLease().GetToken() <= tok {
+		t.Fatalf("re-acquire = %v, %v; want a token above %d", again, err, tok)
+	}
+}
+
+func TestAcquireRetryWithSameRequestIDReturnsSameToken(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	req := &leasepb.AcquireRequest{Resource: "jobs/cron", Holder: "host-1:42", TtlMs: 5000, RequestId: "idem-1"}
+	first, err := c.leases(0).Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.nodes {
+		retry, err := c.leases(i).Acquire(ctx, req)
+		if err != nil || retry.GetLease().GetToken() != first.GetLease().GetToken() || !retry.GetReplayed() {
+			t.Fatalf("retry via n%d = %v, %v", i+1, retry, err)
+		}
+	}
+}
+
+func TestExpiredLeaseIsRegrantedWithLargerToken(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	first, err := c.leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "dead", TtlMs: 300, RequestId: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody renews: the leader expires it; a watcher sees the expiry.
+	eventually(t, 5*time.Second, "expiry", func() bool {
+		_, err := c.leases(1).Get(ctx, &leasepb.GetRequest{Resource: "r"})
+		return code(err) == codes.NotFound
+	})
+	next, err := c.leases(2).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "alive", TtlMs: 5000, RequestId: "b"})
+	if err != nil || next.GetLease().GetToken() <= first.GetLease().GetToken() {
+		t.Fatalf("re-grant = %v, %v", next, err)
+	}
+	// A late renewal of the expired token is refused.
+	if _, err := c.leases(0).Renew(ctx, &leasepb.RenewRequest{Resource: "r", Token: first.GetLease().GetToken()}); code(err) != codes.NotFound {
+		t.Fatalf("late renewal: %v", err)
+	}
+}
+
+func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := ctxT(t)
+	f := c.follower()
+	var refs []*leasepb.LeaseRef
+	for _, r := range []string{"a", "b", "c"} {
+		got, err := c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: 400, RequestId: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, &leasepb.LeaseRef{Resource: r, Token: got.GetLease().GetToken()})
+	}
+	stream, err := c.leases(f).KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for seq := uint64(1); time.Since(start) < 1500*time.Millisecond; seq++ {
+		if err := stream.Send(&leasepb.KeepAliveRequest{Seq: seq, Leases: refs}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetSeq() != seq || len(resp.GetResults()) != 3 {
+			t.Fatalf("keepalive response %v", resp)
+		}
+		for _, r := range resp.GetResults() {
+			if r.GetGone() || r.GetTtlMs() != 400 {
+				t.Fatalf("lease lost while renewed: %v", r)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // the renewal interval, not a wait for a condition
+	}
+	// A released lease reports gone on the stream.
+	if _, err := c.leases(0).Release(ctx, &leasepb.ReleaseRequest{Resource: "b", Token: refs[1].Token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&leasepb.KeepAliveRequest{Seq: 99, Leases: refs}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || !resp.GetResults()[1].GetGone() || resp.GetResults()[0].GetGone() {
+		t.Fatalf("after release: %v, %v", resp, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v", err)
+	}
+}
+
+func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	ctx := ctxT(t)
+	cl := c.leases(0)
+	long := string(make([]byte, 300))
+	bad := []*leasepb.AcquireRequest{
+		{Resource: "", Holder: "h", TtlMs: 1000},
+		{Resource: "a b", Holder: "h", TtlMs: 1000},
+		{Resource: "/a", Holder: "h", TtlMs: 1000},
+		{Resource: "a//b", Holder: "h", TtlMs: 1000},
+		{Resource: long, Holder: "h", TtlMs: 1000},
+		{Resource: "r", Holder: "", TtlMs: 1000},
+		{Resource: "r", Holder: "h h", TtlMs: 1000},
+		{Resource: "r", Holder: "h", TtlMs: 10},
+		{Resource: "r", Holder: "h", TtlMs: 10_000_000},
+		{Resource: "r", Holder: "h", TtlMs: 1000, Value: make([]byte, 5000)},
+		{Resource: "r", Holder: "h", TtlMs: 1000, LockDelayMs: -1},
+		{Resource: "r", Holder: "h", TtlMs: 1000, RequestId: string(make([]byte, 100))},
+	}
+	before := c.nodes[0].AppliedIndex()
+	for _, req := range bad {
+		if _, err := cl.Acquire(ctx, req); code(err) != codes.InvalidArgument {
+			t.Errorf("acquire %v: %v, want InvalidArgument", req, err)
+		}
+	}
+	if _, err := cl.Renew(ctx, &leasepb.RenewRequest{Resource: "r", Token: 0}); code(err) != codes.InvalidArgument {
+		t.Errorf("renew token 0: %v", err)
+	}
+	if _, err := cl.List(ctx, &leasepb.ListRequest{Limit: 5000}); code(err) != codes.InvalidArgument {
+		t.Errorf("list limit: %v", err)
+	}
+	if after := c.nodes[0].AppliedIndex(); after != before {
+		t.Fatalf("bad input moved the applied index from %d to %d", before, after)
+	}
+}

@@ -1,0 +1,380 @@
+package server
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// lessor keeps each live lease's deadline on this node's monotonic clock (decision 3). Every node tracks
+// the leases as they apply, with the time it applied each lease's last checkpoint, so that it can take over;
+// only the leader acts: it expires leases whose deadline passed, checkpoints leases that went idle, ends
+// lock-delays, and resets deadlines on renewal (decision 4: in memory, no log entry, after a ReadIndex).
+//
+// The bound on a dead holder's lease under leadership churn: a new leader gives a full TTL only to leases
+// the log says were renewed since their last checkpoint, and its own first checkpoint (CheckpointInterval
+// after it takes over) marks every lease not renewed since as idle with its remaining TTL, which later
+// leaders honour. So a lease whose holder died is expired within TTL + CheckpointInterval + election timeout.
+type lessor struct {
+	mu       sync.Mutex
+	interval time.Duration // checkpoint interval
+	retry    time.Duration // re-propose an expiry not applied within this
+	batch    int
+	out      chan<- *leasepb.Command
+
+	leader         bool
+	leases         map[string]*leaseTimer
+	deadlines      timerHeap
+	delays         map[string]*delayTimer
+	lastCheckpoint time.Time
+}
+
+// leaseTimer is the lessor's view of one lease.
+type leaseTimer struct {
+	resource string
+	token    uint64
+	ttl      time.Duration
+	// deadline is when the lease expires, valid while this node leads.
+	deadline time.Time
+	// renewed: renewed since the leader's last checkpoint (leader only).
+	renewed bool
+	// idle mirrors the FSM: checkpointed as not renewed, so the next renewal must be made durable.
+	idle bool
+	// checkpointAt is when this node applied the lease's last checkpoint; checkpointRemaining its TTL then.
+	checkpointAt        time.Time
+	checkpointRemaining time.Duration
+	// expiring is set once an Expire was proposed: renewals are refused from then on.
+	expiring bool
+	heapIdx  int
+}
+
+type delayTimer struct {
+	token    uint64
+	end      time.Time
+	proposed time.Time
+}
+
+func newLessor(cfg Config, out chan<- *leasepb.Command) *lessor {
+	return &lessor{
+		interval: cfg.CheckpointInterval,
+		retry:    2 * cfg.ElectionTimeout(),
+		batch:    cfg.ExpiryBatch,
+		out:      out,
+		leases:   make(map[string]*leaseTimer),
+		delays:   make(map[string]*delayTimer),
+	}
+}
+
+// reset rebuilds the lessor from a state machine (at start, or after restoring a snapshot). Checkpoint
+// times are unknown, so they count from now: later, never earlier, than the old leader's deadlines.
+func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leases = make(map[string]*leaseTimer, sm.Len())
+	l.deadlines = l.deadlines[:0]
+	sm.Ascend(func(ls fsm.Lease) bool {
+		t := &leaseTimer{
+			resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
+			idle:         ls.Checkpointed && !ls.Renewed,
+			checkpointAt: now, checkpointRemaining: ms(ls.RemainingMs),
+		}
+		l.leases[ls.Resource] = t
+		return true
+	})
+	l.delays = make(map[string]*delayTimer)
+	for _, d := range sm.LockDelays() {
+		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
+	}
+	if l.leader {
+		l.startDeadlines(now)
+	}
+}
+
+// promote makes this node's lessor active after it became leader.
+func (l *lessor) promote(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leader = true
+	l.startDeadlines(now)
+}
+
+// startDeadlines sets every deadline as a new leader must: a full TTL for leases that may have been
+// renewed, the checkpointed remainder (from when this node applied the checkpoint) for idle ones.
+func (l *lessor) startDeadlines(now time.Time) {
+	l.deadlines = l.deadlines[:0]
+	for _, t := range l.leases {
+		if t.idle {
+			t.deadline = t.checkpointAt.Add(t.checkpointRemaining)
+		} else {
+			t.deadline = now.Add(t.ttl)
+		}
+		t.renewed, t.expiring = false, false
+		t.heapIdx = len(l.deadlines)
+		l.deadlines = append(l.deadlines, t)
+	}
+	heap.Init(&l.deadlines)
+	l.lastCheckpoint = now
+	for _, d := range l.delays {
+		d.proposed = time.Time{}
+	}
+}
+
+func (l *lessor) demote() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leader = false
+	l.deadlines = l.deadlines[:0]
+}
+
+// extend pushes every deadline back by a stall of the leader's loop.
+func (l *lessor) extend(gap time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leader {
+		return
+	}
+	for _, t := range l.leases {
+		t.deadline = t.deadline.Add(gap) // a uniform shift keeps the heap ordered
+	}
+	for _, d := range l.delays {
+		d.end = d.end.Add(gap)
+	}
+}
+
+// applied updates the lessor with one applied command and its result. Called by the Ready loop.
+func (l *lessor) applied(now time.Time, index uint64, cmd *leasepb.Command, res fsm.Result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range res.Events {
+		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
+			l.add(now, e.Lease)
+		} else {
+			l.remove(e.Lease.Resource, e.Lease.Token)
+		}
+		if e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED && e.Lease.LockDelayMs > 0 {
+			l.delays[e.Lease.Resource] = &delayTimer{token: e.Lease.Token, end: now.Add(ms(e.Lease.LockDelayMs))}
+		}
+	}
+	switch op := cmd.GetOp().(type) {
+	case *leasepb.Command_Checkpoint:
+		for _, cp := range op.Checkpoint.GetLeases() {
+			if t := l.current(cp.GetResource(), cp.GetToken()); t != nil {
+				t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.GetRemainingMs()), !cp.GetRenewed()
+			}
+		}
+	case *leasepb.Command_Renew:
+		if t := l.current(op.Renew.GetResource(), op.Renew.GetToken()); t != nil && res.Code == fsm.OK {
+			// A durable renewal is a renewal: the next checkpoint must not mark the lease idle again
+			// before the renewing call resets its deadline.
+			t.idle, t.renewed = false, true
+		}
+	case *leasepb.Command_EndLockDelay:
+		for _, ref := range op.EndLockDelay.GetDelays() {
+			if d, ok := l.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {
+				delete(l.delays, ref.GetResource())
+			}
+		}
+	}
+}
+
+func (l *lessor) add(now time.Time, ls fsm.Lease) {
+	t := &leaseTimer{
+		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
+		deadline: now.Add(ms(ls.TTLMs)), renewed: true,
+		checkpointAt: now, checkpointRemaining: ms(ls.TTLMs), heapIdx: -1,
+	}
+	l.leases[ls.Resource] = t
+	if l.leader {
+		heap.Push(&l.deadlines, t)
+	}
+}
+
+func (l *lessor) remove(resource string, token uint64) {
+	t := l.current(resource, token)
+	if t == nil {
+		return
+	}
+	delete(l.leases, resource)
+	if l.leader && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
+		heap.Remove(&l.deadlines, t.heapIdx)
+	}
+}
+
+func (l *lessor) current(resource string, token uint64) *leaseTimer {
+	if t, ok := l.leases[resource]; ok && t.token == token {
+		return t
+	}
+	return nil
+}
+
+// tick does the leader's periodic work: propose expirations, checkpoints and lock-delay ends.
+func (l *lessor) tick(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leader {
+		return
+	}
+	l.expireDue(now)
+	l.endDelays(now)
+	if now.Sub(l.lastCheckpoint) >= l.interval {
+		l.checkpoint(now)
+		l.lastCheckpoint = now
+	}
+}
+
+func (l *lessor) expireDue(now time.Time) {
+	var refs []*leasepb.LeaseRef
+	for len(l.deadlines) > 0 && !l.deadlines[0].deadline.After(now) {
+		t := l.deadlines[0]
+		t.expiring = true
+		// Keep it queued in case the proposal is lost; it is removed when the expiry applies.
+		t.deadline = now.Add(l.retry)
+		heap.Fix(&l.deadlines, 0)
+		refs = append(refs, &leasepb.LeaseRef{Resource: t.resource, Token: t.token})
+		if len(refs) == l.batch {
+			l.send(&leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs}}})
+			refs = nil
+		}
+	}
+	if len(refs) > 0 {
+		l.send(&leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs}}})
+	}
+}
+
+func (l *lessor) endDelays(now time.Time) {
+	var refs []*leasepb.LeaseRef
+	for resource, d := range l.delays {
+		if d.end.After(now) || (!d.proposed.IsZero() && now.Sub(d.proposed) < l.retry) {
+			continue
+		}
+		d.proposed = now
+		refs = append(refs, &leasepb.LeaseRef{Resource: resource, Token: d.token})
+	}
+	if len(refs) > 0 {
+		l.send(&leasepb.Command{Op: &leasepb.Command_EndLockDelay{EndLockDelay: &leasepb.EndLockDelayCmd{Delays: refs}}})
+	}
+}
+
+// checkpoint records, for every lease not renewed since the previous checkpoint and not yet idle in the
+// log, its remaining TTL. Leases renewed since need no entry: the log already says "renewed", which is
+// still true; idle leases need none either: their checkpointed remainder still holds.
+func (l *lessor) checkpoint(now time.Time) {
+	var cps []*leasepb.LeaseCheckpoint
+	for _, t := range l.leases {
+		if t.renewed || t.idle || t.expiring {
+			t.renewed = false
+			continue
+		}
+		cps = append(cps, &leasepb.LeaseCheckpoint{
+			Resource: t.resource, Token: t.token, RemainingMs: max(t.deadline.Sub(now), 0).Milliseconds(),
+		})
+		if len(cps) == l.batch {
+			l.send(&leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}})
+			cps = nil
+		}
+	}
+	if len(cps) > 0 {
+		l.send(&leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}})
+	}
+}
+
+// send hands a command to the proposer without blocking the Ready loop; a dropped expiry is retried
+// after l.retry, a dropped checkpoint at the next interval.
+func (l *lessor) send(cmd *leasepb.Command) {
+	select {
+	case l.out <- cmd:
+	default:
+	}
+}
+
+// renewal is the outcome of checking a renewal request against the lessor.
+type renewal struct {
+	ttl  time.Duration
+	idle bool // the first renewal of an idle lease: make it durable (a Renew entry) before acknowledging
+}
+
+// checkRenew reports whether (resource, token) can be renewed by this leader.
+func (l *lessor) checkRenew(resource string, token uint64) (renewal, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leader {
+		return renewal{}, ErrNotLeader
+	}
+	t := l.current(resource, token)
+	if t == nil || t.expiring {
+		return renewal{}, ErrNotCurrent
+	}
+	return renewal{ttl: t.ttl, idle: t.idle}, nil
+}
+
+// renew resets the deadline of (resource, token) to at + TTL. The caller has confirmed leadership after
+// the request arrived, and at is no earlier than that confirmation.
+func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leader {
+		return 0, ErrNotLeader
+	}
+	t := l.current(resource, token)
+	if t == nil || t.expiring {
+		return 0, ErrNotCurrent
+	}
+	if t.idle {
+		return 0, ErrNotCurrent // an idle lease is renewed only through the log; the caller raced a checkpoint
+	}
+	if d := at.Add(t.ttl); d.After(t.deadline) {
+		t.deadline = d
+		heap.Fix(&l.deadlines, t.heapIdx)
+	}
+	t.renewed = true
+	return t.ttl, nil
+}
+
+// remaining is the leader's view of the time left on a lease (0 when unknown or not leader).
+func (l *lessor) remaining(resource string, token uint64, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.current(resource, token)
+	if !l.leader || t == nil {
+		return 0
+	}
+	return max(t.deadline.Sub(now), 0)
+}
+
+// delayRemaining is the time left on a resource's lock-delay, as this node counts it.
+func (l *lessor) delayRemaining(resource string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := l.delays[resource]; ok {
+		return max(d.end.Sub(now), 0)
+	}
+	return 0
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// timerHeap orders leases by deadline (container/heap).
+type timerHeap []*leaseTimer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*leaseTimer)
+	t.heapIdx = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	t.heapIdx = -1
+	*h = old[:len(old)-1]
+	return t
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// lessorSim drives the lessors of several nodes over one shared log, with a manual clock: whatever the
+// current leader's lessor proposes is committed and applied on every node, as raft would.
+type lessorSim struct {
+	t       *testing.T
+	clock   *ManualClock
+	sm      *fsm.FSM
+	index   uint64
+	out     chan *leasepb.Command
+	lessors []*lessor
+	leader  int // -1: none
+	expired map[string]time.Time
+}
+
+func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
+	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan *leasepb.Command, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	for range nodes {
+		s.lessors = append(s.lessors, newLessor(cfg, s.out))
+	}
+	return s
+}
+
+func (s *lessorSim) apply(cmd *leasepb.Command) fsm.Result {
+	s.index++
+	res, err := s.sm.Apply(s.index, cmd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	now := s.clock.Now()
+	for _, l := range s.lessors {
+		l.applied(now, s.index, cmd, res)
+	}
+	for _, e := range res.Events {
+		if e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED {
+			s.expired[e.Lease.Resource] = now
+		}
+	}
+	return res
+}
+
+// step advances the clock by d in ticks of tick, letting the leader's lessor work and its proposals apply.
+func (s *lessorSim) step(d, tick time.Duration) {
+	for end := s.clock.Now().Add(d); s.clock.Now().Before(end); {
+		s.clock.Advance(tick)
+		if s.leader >= 0 {
+			s.lessors[s.leader].tick(s.clock.Now())
+		}
+		for len(s.out) > 0 {
+			s.apply(<-s.out)
+		}
+	}
+}
+
+func (s *lessorSim) elect(i int) {
+	if s.leader >= 0 {
+		s.lessors[s.leader].demote()
+	}
+	s.leader = i
+	s.lessors[i].promote(s.clock.Now())
+}
+
+func (s *lessorSim) renew(resource string, token uint64) bool {
+	l := s.lessors[s.leader]
+	r, err := l.checkRenew(resource, token)
+	if err != nil {
+		return false
+	}
+	if r.idle {
+		if res := s.apply(renew(resource, token)); res.Code != fsm.OK {
+			return false
+		}
+	}
+	_, err = l.renew(resource, token, s.clock.Now())
+	return err == nil
+}
+
+func renew(resource string, token uint64) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Resource: resource, Token: token}}}
+}
+
+func acquireCmd(resource string, ttl time.Duration) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+		Resource: resource, Holder: "h-" + resource, TtlMs: ttl.Milliseconds(),
+	}}}
+}
+
+// TestDeadHolderExpiresDespiteLeadershipChurn is decision 3's bound: with leadership moving every TTL/2,
+// a lease whose holder died is expired within TTL + checkpoint interval + election timeout, while a lease
+// that keeps being renewed is never expired.
+func TestDeadHolderExpiresDespiteLeadershipChurn(t *testing.T) {
+	const (
+		ttl      = 10 * time.Second
+		interval = time.Second
+		tick     = 100 * time.Millisecond
+	)
+	cfg := TestConfig()
+	cfg.CheckpointInterval = interval
+	cfg.TickInterval, cfg.ElectionTicks = tick, 10
+	election := cfg.ElectionTimeout()
+	s := newLessorSim(t, 3, cfg)
+	s.elect(0)
+	dead := s.apply(acquireCmd("dead", ttl)).Lease.Token
+	alive := s.apply(acquireCmd("alive", ttl)).Lease.Token
+
+	var died time.Time
+	for round := 0; round < 12; round++ {
+		// Each leader serves TTL/2, renewing "alive" every second (and "dead" until it dies at round 2).
+		for elapsed := time.Duration(0); elapsed < ttl/2; elapsed += time.Second {
+			if !s.renew("alive", alive) {
+				t.Fatalf("round %d: the renewed lease was lost", round)
+			}
+			if round < 2 {
+				if !s.renew("dead", dead) {
+					t.Fatalf("round %d: dead's lease lost while its holder lived", round)
+				}
+				died = s.clock.Now()
+			}
+			s.step(time.Second, tick)
+		}
+		// Leadership moves: an election timeout without a leader, then the next node takes over.
+		s.lessors[s.leader].demote()
+		s.leader = -1
+		s.step(election, tick)
+		s.elect((round + 1) % 3)
+	}
+	at, ok := s.expired["dead"]
+	if !ok {
+		t.Fatal("the dead holder's lease was never expired: leadership churn made it immortal")
+	}
+	bound := ttl + interval + election
+	if took := at.Sub(died); took > bound+tick {
+		t.Fatalf("expired %v after the last renewal, bound is %v", took, bound)
+	}
+	if _, lost := s.expired["alive"]; lost {
+		t.Fatal("a renewed lease was expired")
+	}
+}
+
+// TestNewLeaderNeverShortensRenewedLease: a lease renewed just before a leader change gets a full TTL
+// from the new leader, even though its last checkpoint recorded less.
+func TestNewLeaderNeverShortensRenewedLease(t *testing.T) {
+	cfg := TestConfig()
+	cfg.CheckpointInterval = time.Second
+	s := newLessorSim(t, 2, cfg)
+	s.elect(0)
+	tok := s.apply(acquireCmd("r", 4*time.Second)).Lease.Token
+	s.step(1500*time.Millisecond, 100*time.Millisecond) // a checkpoint marks it idle with ~3s left
+	if !s.renew("r", tok) {
+		t.Fatal("renew failed")
+	}
+	renewedAt := s.clock.Now()
+	s.elect(1)
+	s.step(3900*time.Millisecond, 100*time.Millisecond)
+	if _, gone := s.expired["r"]; gone {
+		t.Fatalf("expired %v after a renewal with a 4s TTL", s.expired["r"].Sub(renewedAt))
+	}
+	s.step(2*time.Second, 100*time.Millisecond)
+	if _, gone := s.expired["r"]; !gone {
+		t.Fatal("never expired")
+	}
+}
+
+// TestStalledLeaderDoesNotMassExpire: a gap in the leader's ticks extends every deadline by the gap.
+func TestStalledLeaderDoesNotMassExpire(t *testing.T) {
+	cfg := TestConfig()
+	s := newLessorSim(t, 1, cfg)
+	s.elect(0)
+	for i := range 100 {
+		s.apply(acquireCmd(string(rune('a'+i%26))+string(rune('a'+i/26)), 2*time.Second))
+	}
+	s.step(time.Second, 10*time.Millisecond)
+	// The loop stalls for 10s: the node notices the gap and extends deadlines before the next tick.
+	s.clock.Advance(10 * time.Second)
+	s.lessors[0].extend(10 * time.Second)
+	s.step(500*time.Millisecond, 10*time.Millisecond)
+	if len(s.expired) != 0 {
+		t.Fatalf("%d leases expired right after a stall", len(s.expired))
+	}
+	s.step(time.Second, 10*time.Millisecond)
+	if len(s.expired) != 100 {
+		t.Fatalf("%d of 100 leases expired after their (extended) TTL", len(s.expired))
+	}
+}
+
+// TestLockDelayKeepsResourceUngrantable: after an expiry with a lock-delay, the resource is refused until
+// the leader ends the delay.
+func TestLockDelayEndsAfterDelay(t *testing.T) {
+	cfg := TestConfig()
+	s := newLessorSim(t, 1, cfg)
+	s.elect(0)
+	s.apply(&leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 500, LockDelayMs: 2000}}})
+	s.step(time.Second, 10*time.Millisecond)
+	if _, ok := s.sm.LockDelayOf("r"); !ok {
+		t.Fatal("no lock-delay after expiry")
+	}
+	if res := s.apply(acquireCmd("r", time.Second)); res.Code != fsm.LockDelayed {
+		t.Fatalf("acquire during the delay = %v", res.Code)
+	}
+	s.step(1400*time.Millisecond, 10*time.Millisecond)
+	if _, ok := s.sm.LockDelayOf("r"); !ok {
+		t.Fatal("lock-delay ended early")
+	}
+	s.step(time.Second, 10*time.Millisecond)
+	if _, ok := s.sm.LockDelayOf("r"); ok {
+		t.Fatal("lock-delay never ended")
+	}
+}

@@ -1,0 +1,321 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/raftlog"
+)
+
+// peerTransport is what the node needs of the peer transport (server/transport implements it).
+type peerTransport interface {
+	Send(msgs []*raftpb.Message)
+	AddPeer(id uint64, addr string)
+	RemovePeer(id uint64)
+	PeerClient(id uint64) (leasepb.RaftClient, bool)
+}
+
+// node owns the raft node, the state machine and everything that reacts to applied entries. One goroutine
+// (run) owns the raft Ready loop; gRPC handlers talk to it through proposals, ReadIndex and the FSM lock.
+type node struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     Clock
+	id        uint64
+	clusterID uint64
+	storage   *raftlog.Storage
+	raft      raft.Node
+	transport peerTransport
+
+	// fsmMu guards sm: the Ready loop writes under it, reads take it shared.
+	fsmMu sync.RWMutex
+	sm    *fsm.FSM
+
+	applied     atomic.Uint64
+	appliedWait *indexWaiter
+	proposals   *proposalWaiter
+	reads       *readIndexer
+	lessor      *lessor
+	queue       *waitQueue
+	watch       *watchHub
+
+	// status, updated by the Ready loop.
+	leader    atomic.Uint64
+	term      atomic.Uint64
+	commit    atomic.Uint64
+	role      atomic.Int32
+	confState *raftpb.ConfState
+	snapIndex uint64
+
+	membersMu sync.RWMutex
+	members   map[uint64]*leasepb.Member
+
+	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3).
+	lastTick time.Time
+	ticks    atomic.Uint64 // for tests that wait for the loop to have run
+	stopped  chan struct{}
+	done     chan struct{}
+	fatalErr atomic.Pointer[error]
+}
+
+// run is the Ready loop: tick, persist, send, apply, advance. It returns when stop is closed or on a
+// fatal error (a failed disk write: nothing unpersisted may be acted on).
+func (n *node) run(stop <-chan struct{}) {
+	defer close(n.done)
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	n.lastTick = n.clock.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ticker.C:
+			n.tick()
+		case rd := <-n.raft.Ready():
+			if err := n.handleReady(rd); err != nil {
+				n.fail(err)
+				return
+			}
+			n.raft.Advance()
+		}
+	}
+}
+
+// tick advances raft's logical clock and the lessor. A gap much longer than the tick means this loop
+// could not run (a blocked disk, a paused process): the lessor extends every deadline by it, so clients
+// are not punished for the server's stall.
+func (n *node) tick() {
+	now := n.clock.Now()
+	if gap := now.Sub(n.lastTick) - n.cfg.TickInterval; gap > stallThreshold(n.cfg.TickInterval) {
+		n.log.Warn("ready loop stalled; extending lease deadlines", "stall", gap)
+		n.lessor.extend(gap)
+	}
+	n.lastTick = now
+	n.ticks.Add(1)
+	n.raft.Tick()
+	n.lessor.tick(now)
+}
+
+func stallThreshold(tick time.Duration) time.Duration {
+	return max(4*tick, 50*time.Millisecond)
+}
+
+func (n *node) fail(err error) {
+	n.log.Error("node stopping after a fatal error", "err", err)
+	n.fatalErr.Store(&err)
+}
+
+func (n *node) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		n.updateSoftState(rd.SoftState)
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		n.term.Store(rd.HardState.GetTerm())
+		n.commit.Store(rd.HardState.GetCommit())
+	}
+	var snap *raftpb.Snapshot
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		snap = rd.Snapshot
+	}
+	// Durability before acting (decision 8): one bbolt transaction for the whole Ready.
+	if err := n.storage.Save(rd.HardState, rd.Entries, snap); err != nil {
+		return fmt.Errorf("persist ready: %w", err)
+	}
+	n.transport.Send(rd.Messages)
+	if snap != nil {
+		if err := n.restoreSnapshot(snap); err != nil {
+			return err
+		}
+	}
+	if err := n.applyEntries(rd.CommittedEntries); err != nil {
+		return err
+	}
+	for _, rs := range rd.ReadStates {
+		n.reads.deliver(rs)
+	}
+	return n.maybeSnapshot()
+}
+
+func (n *node) updateSoftState(ss *raft.SoftState) {
+	wasLeader := n.isLeader()
+	n.leader.Store(ss.Lead)
+	n.role.Store(int32(ss.RaftState))
+	isLeader := ss.RaftState == raft.StateLeader
+	switch {
+	case isLeader && !wasLeader:
+		n.log.Info("became leader", "term", n.raft.Status().Term)
+		n.lessor.promote(n.clock.Now())
+	case !isLeader && wasLeader:
+		n.log.Info("lost leadership", "leader", ss.Lead)
+		n.lessor.demote()
+		n.queue.failAll(ErrNotLeader)
+	}
+}
+
+func (n *node) isLeader() bool { return raft.StateType(n.role.Load()) == raft.StateLeader }
+
+// restoreSnapshot replaces the state machine with a snapshot received from the leader.
+func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
+	sm, err := fsm.Restore(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("restore snapshot at %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	n.fsmMu.Lock()
+	n.sm = sm
+	n.fsmMu.Unlock()
+	n.confState = snap.GetMetadata().GetConfState()
+	n.snapIndex = snap.GetMetadata().GetIndex()
+	n.applied.Store(n.snapIndex)
+	n.lessor.reset(sm, n.clock.Now())
+	n.watch.reset(n.snapIndex + 1)
+	n.appliedWait.notify(n.snapIndex)
+	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
+	return nil
+}
+
+// maybeSnapshot snapshots the state machine and compacts the log every SnapshotEntries entries.
+func (n *node) maybeSnapshot() error {
+	applied := n.applied.Load()
+	if applied-n.snapIndex < n.cfg.SnapshotEntries {
+		return nil
+	}
+	n.fsmMu.RLock()
+	data, err := n.sm.Snapshot()
+	n.fsmMu.RUnlock()
+	if err != nil {
+		return err
+	}
+	if _, err := n.storage.CreateSnapshot(applied, n.confState, data); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			return nil
+		}
+		return fmt.Errorf("create snapshot at %d: %w", applied, err)
+	}
+	n.snapIndex = applied
+	if applied > n.cfg.SnapshotCatchUp {
+		if err := n.storage.Compact(applied - n.cfg.SnapshotCatchUp); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("compact log at %d: %w", applied-n.cfg.SnapshotCatchUp, err)
+		}
+	}
+	n.log.Debug("snapshot taken", "index", applied, "bytes", len(data))
+	return nil
+}
+
+// propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
+// index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
+func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (fsm.Result, uint64, error) {
+	if err := n.stoppedErr(); err != nil {
+		return fsm.Result{}, 0, err
+	}
+	id, ch := n.proposals.register()
+	defer n.proposals.cancel(id)
+	cmd.ProposalId = id
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	if err != nil {
+		return fsm.Result{}, 0, fmt.Errorf("encode command: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	if err := n.raft.Propose(ctx, data); err != nil {
+		return fsm.Result{}, 0, n.proposeErr(ctx, err)
+	}
+	select {
+	case out := <-ch:
+		return out.result, out.index, nil
+	case <-ctx.Done():
+		return fsm.Result{}, 0, n.proposeErr(ctx, ctx.Err())
+	case <-n.stopped:
+		return fsm.Result{}, 0, ErrStopped
+	}
+}
+
+func (n *node) proposeErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrProposalDropped):
+		return fmt.Errorf("proposal dropped: %w", ErrNoLeader)
+	case errors.Is(err, raft.ErrStopped):
+		return ErrStopped
+	case ctx.Err() != nil && n.leader.Load() == raft.None:
+		return fmt.Errorf("waiting for a leader: %w", ErrNoLeader)
+	case ctx.Err() != nil:
+		return fmt.Errorf("proposal not applied in time: %w", ErrTimeout)
+	}
+	return err
+}
+
+// proposeAsync appends cmd without waiting; the lessor uses it for expirations and checkpoints, whose
+// effects it observes when they apply.
+func (n *node) proposeAsync(cmd *leasepb.Command) {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	if err != nil {
+		n.log.Error("encode lessor command", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ProposalTimeout)
+	defer cancel()
+	if err := n.raft.Propose(ctx, data); err != nil {
+		n.log.Debug("lessor proposal not accepted", "err", err)
+	}
+}
+
+// linearizable waits until this node's state reflects every write committed before the call (ReadIndex).
+func (n *node) linearizable(ctx context.Context) error {
+	idx, err := n.reads.readIndex(ctx)
+	if err != nil {
+		return err
+	}
+	return n.appliedWait.wait(ctx, idx, n.stopped)
+}
+
+// confirmLeadership returns nil only if this node was the leader, in the same term, both before and after
+// a quorum acknowledged its leadership (decision 4), and its state reflects everything committed before.
+func (n *node) confirmLeadership(ctx context.Context) error {
+	term := n.term.Load()
+	if !n.isLeader() {
+		return n.notLeaderErr()
+	}
+	if err := n.linearizable(ctx); err != nil {
+		return err
+	}
+	if !n.isLeader() || n.term.Load() != term {
+		return n.notLeaderErr()
+	}
+	return nil
+}
+
+func (n *node) notLeaderErr() error {
+	if n.leader.Load() == raft.None {
+		return ErrNoLeader
+	}
+	return ErrNotLeader
+}
+
+func (n *node) stoppedErr() error {
+	if p := n.fatalErr.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrStopped, *p)
+	}
+	select {
+	case <-n.stopped:
+		return ErrStopped
+	default:
+		return nil
+	}
+}
+
+// readFSM runs fn with the state machine locked for reading.
+func (n *node) readFSM(fn func(sm *fsm.FSM)) {
+	n.fsmMu.RLock()
+	defer n.fsmMu.RUnlock()
+	fn(n.sm)
+}

@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// readIndexer batches ReadIndex requests: every caller waiting when a round starts shares it, so a burst
+// of renewals or linearizable reads costs one heartbeat round to a quorum (decisions 4 and 6).
+type readIndexer struct {
+	raft    raft.Node
+	timeout time.Duration
+
+	mu      sync.Mutex
+	pending []chan readOutcome
+	rounds  map[uint64]chan uint64 // round id -> its read state's index
+	nextID  uint64
+	kick    chan struct{}
+}
+
+type readOutcome struct {
+	index uint64
+	err   error
+}
+
+func newReadIndexer(r raft.Node, timeout time.Duration) *readIndexer {
+	return &readIndexer{raft: r, timeout: timeout, rounds: make(map[uint64]chan uint64), kick: make(chan struct{}, 1)}
+}
+
+// readIndex returns a commit index that was current when the call was made, confirmed by a quorum.
+func (r *readIndexer) readIndex(ctx context.Context) (uint64, error) {
+	ch := make(chan readOutcome, 1)
+	r.mu.Lock()
+	r.pending = append(r.pending, ch)
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case out := <-ch:
+		return out.index, out.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// run serves rounds until stop closes. One round at a time: requests that arrive during a round wait
+// for the next, which starts as soon as the current one ends.
+func (r *readIndexer) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			r.failPending(ErrStopped)
+			return
+		case <-r.kick:
+		}
+		r.mu.Lock()
+		batch := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		idx, err := r.round(stop)
+		for _, ch := range batch {
+			ch <- readOutcome{index: idx, err: err}
+		}
+	}
+}
+
+func (r *readIndexer) round(stop <-chan struct{}) (uint64, error) {
+	r.mu.Lock()
+	r.nextID++
+	id := r.nextID
+	result := make(chan uint64, 1)
+	r.rounds[id] = result
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.rounds, id)
+		r.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], id)
+	if err := r.raft.ReadIndex(ctx, rctx[:]); err != nil {
+		return 0, ErrNoLeader
+	}
+	select {
+	case idx := <-result:
+		return idx, nil
+	case <-ctx.Done():
+		// No quorum answered in time: no leader, or this node is cut off.
+		return 0, ErrNoLeader
+	case <-stop:
+		return 0, ErrStopped
+	}
+}
+
+// deliver hands a ReadState from the Ready loop to the round waiting for it.
+func (r *readIndexer) deliver(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	id := binary.BigEndian.Uint64(rs.RequestCtx)
+	r.mu.Lock()
+	ch, ok := r.rounds[id]
+	r.mu.Unlock()
+	if ok {
+		select {
+		case ch <- rs.Index:
+		default:
+		}
+	}
+}
+
+func (r *readIndexer) failPending(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ch := range r.pending {
+		ch <- readOutcome{err: err}
+	}
+	r.pending = nil
+}

@@ -1,0 +1,350 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/transport"
+)
+
+// Server is one leased node: raft, the lease state machine, the lessor, and the gRPC services on the
+// client and peer addresses. Create it with New, then Start it; Close stops it.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	node      *node
+	transport *transport.Transport
+	clientSrv *grpc.Server
+	peerSrv   *grpc.Server
+	clientLis net.Listener
+	peerLis   net.Listener
+	lessorOut chan *leasepb.Command
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Listeners lets tests (and socket activation) hand in listeners bound in advance, so that every node's
+// address is known before any node starts. When nil, New listens on the configured addresses.
+type Listeners struct {
+	Client, Peer net.Listener
+}
+
+// New opens the data dir, restores state and prepares the services. It starts nothing.
+func New(cfg Config, lis Listeners) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.InitialCluster) == 0 {
+		return nil, errors.New("initial cluster is required: it gives the cluster id and every peer's address")
+	}
+	id := raftlog.Identity{ClusterID: clusterID(cfg.InitialCluster)}
+	id.NodeID = memberID(id.ClusterID, cfg.Name)
+	if err := checkDataDir(cfg.DataDir, id); err != nil {
+		return nil, err
+	}
+	storage, err := raftlog.Open(cfg.DataDir, id)
+	if err != nil {
+		return nil, err
+	}
+	s, err := build(cfg, id, storage, lis)
+	if err != nil {
+		_ = storage.Close()
+		closeListeners(lis)
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkDataDir refuses a data dir that belongs to another cluster or node, with a message that says so.
+func checkDataDir(dir string, want raftlog.Identity) error {
+	have, ok, err := raftlog.ReadIdentity(dir)
+	if err != nil || !ok {
+		return err
+	}
+	if have != want {
+		return fmt.Errorf("data dir %s belongs to %v, but this node is %v (another --name or --initial-cluster?): "+
+			"use the original flags, or a new data dir for a new member", dir, have, want)
+	}
+	return nil
+}
+
+func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listeners) (*Server, error) {
+	snap, err := storage.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	sm, snapIndex := fsm.New(), snap.GetMetadata().GetIndex()
+	if snapIndex > 0 {
+		if sm, err = fsm.Restore(snap.GetData()); err != nil {
+			return nil, fmt.Errorf("restore snapshot at %d from %s: %w", snapIndex, storage.Path(), err)
+		}
+	}
+	out := make(chan *leasepb.Command, 4096)
+	n := &node{
+		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock,
+		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
+		appliedWait: newIndexWaiter(snapIndex),
+		proposals:   newProposalWaiter(),
+		lessor:      newLessor(cfg, out),
+		queue:       newWaitQueue(),
+		watch:       newWatchHub(cfg.WatchHistory, snapIndex+1),
+		confState:   snap.GetMetadata().GetConfState(),
+		snapIndex:   snapIndex,
+		members:     make(map[uint64]*leasepb.Member),
+		stopped:     make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	n.applied.Store(snapIndex)
+	n.lessor.reset(sm, cfg.Clock.Now())
+	if err := bindListeners(&cfg, &lis); err != nil {
+		return nil, err
+	}
+	n.cfg = cfg
+	tr, err := transport.New(transport.Config{
+		ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
+		Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.transport = tr
+	peers := n.initialMembers()
+	n.raft = startRaft(n, storage, snapIndex, peers)
+	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout())
+	s := &Server{
+		cfg: cfg, log: n.log, node: n, transport: tr, lessorOut: out,
+		clientLis: lis.Client, peerLis: lis.Peer, stop: make(chan struct{}),
+	}
+	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
+	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: n})
+	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: n})
+	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
+	tr.Register(s.peerSrv)
+	return s, nil
+}
+
+func bindListeners(cfg *Config, lis *Listeners) error {
+	var err error
+	if lis.Client == nil {
+		if lis.Client, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
+			return fmt.Errorf("listen for clients: %w", err)
+		}
+	}
+	if lis.Peer == nil {
+		if lis.Peer, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
+			_ = lis.Client.Close()
+			return fmt.Errorf("listen for peers: %w", err)
+		}
+	}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	return nil
+}
+
+func closeListeners(lis Listeners) {
+	for _, l := range []net.Listener{lis.Client, lis.Peer} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// initialMembers registers the founding members with the transport and returns them as raft peers.
+// The member table is rebuilt from the configuration at every start: membership changes, which would
+// need it persisted, arrive in a later issue.
+func (n *node) initialMembers() []raft.Peer {
+	var peers []raft.Peer
+	for name, addr := range n.cfg.InitialCluster {
+		m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: addr}
+		if name == n.cfg.Name {
+			m.ClientAddr = n.cfg.ClientAddr
+		} else {
+			n.transport.AddPeer(m.Id, addr)
+		}
+		n.members[m.Id] = m
+		ctx, _ := proto.Marshal(&leasepb.Member{Id: m.Id, Name: name, PeerAddr: addr})
+		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
+	}
+	return peers
+}
+
+func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.Peer) raft.Node {
+	c := &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              n.cfg.ElectionTicks,
+		HeartbeatTick:             n.cfg.HeartbeatTicks,
+		Storage:                   storage,
+		Applied:                   applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  16 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    newRaftLogger(n.log),
+	}
+	last, _ := storage.LastIndex()
+	hs, _, _ := storage.InitialState()
+	if last == 0 && raft.IsEmptyHardState(hs) {
+		return raft.StartNode(c, peers)
+	}
+	return raft.RestartNode(c)
+}
+
+// Start serves clients and peers and runs the node until Close.
+func (s *Server) Start() {
+	s.spawn(func() { s.node.run(s.stop) })
+	s.spawn(func() { s.node.reads.run(s.stop) })
+	s.spawn(s.proposeLessorCommands)
+	s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
+	s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
+	s.log.Info("node started", "id", fmt.Sprintf("%x", s.node.id), "cluster", fmt.Sprintf("%x", s.node.clusterID),
+		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr)
+}
+
+func (s *Server) spawn(fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+}
+
+// proposeLessorCommands feeds the lessor's expirations and checkpoints to raft, off the Ready loop.
+func (s *Server) proposeLessorCommands() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case cmd := <-s.lessorOut:
+			s.node.proposeAsync(cmd)
+		}
+	}
+}
+
+// Done is closed when the node's raft loop has ended (Close, or a fatal error such as a failed disk).
+func (s *Server) Done() <-chan struct{} { return s.node.done }
+
+// Err is the fatal error that stopped the node, if any.
+func (s *Server) Err() error {
+	if p := s.node.fatalErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close stops the node: it stops taking requests, hands leadership to a follower if it leads, stops raft
+// and closes the data dir. It waits for every goroutine the server started.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.shutdown() })
+	return s.closeErr
+}
+
+func (s *Server) shutdown() error {
+	s.node.watch.closeAll()
+	stopGRPC(s.clientSrv, 2*time.Second)
+	s.transferLeadership()
+	close(s.node.stopped)
+	close(s.stop)
+	s.node.raft.Stop()
+	s.peerSrv.Stop()
+	s.wg.Wait()
+	err := s.transport.Close()
+	return errors.Join(err, s.node.storage.Close())
+}
+
+// stopGRPC drains in-flight calls for a while, then cuts long-lived streams (KeepAlive never ends by itself).
+func stopGRPC(srv *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		srv.Stop()
+		<-done
+	}
+}
+
+// transferLeadership hands leadership to the most caught-up follower and waits, briefly, for it to take
+// over, so that clients see a fast failover rather than an election timeout.
+func (s *Server) transferLeadership() {
+	n := s.node
+	if !n.isLeader() {
+		return
+	}
+	st := n.raft.Status()
+	var target, best uint64
+	for id, pr := range st.Progress {
+		if id != n.id && pr.Match >= best && !pr.IsLearner {
+			target, best = id, pr.Match
+		}
+	}
+	if target == 0 {
+		return
+	}
+	n.log.Info("transferring leadership before shutdown", "to", fmt.Sprintf("%x", target))
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ElectionTimeout())
+	defer cancel()
+	n.raft.TransferLeadership(ctx, n.id, target)
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for n.isLeader() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// ClientAddr is the address the Leases and Cluster services listen on.
+func (s *Server) ClientAddr() string { return s.cfg.ClientAddr }
+
+// PeerAddr is the address raft traffic listens on.
+func (s *Server) PeerAddr() string { return s.cfg.PeerAddr }
+
+// ID is the node's raft id.
+func (s *Server) ID() uint64 { return s.node.id }
+
+// IsLeader reports whether this node currently leads.
+func (s *Server) IsLeader() bool { return s.node.isLeader() }
+
+// Leader is the raft id of the leader this node knows of (0: none).
+func (s *Server) Leader() uint64 { return s.node.leader.Load() }
+
+// AppliedIndex is the index of the last entry applied to this node's state machine.
+func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
+
+// raftAdapter lets the transport hand messages and delivery reports to raft.
+type raftAdapter struct{ n *node }
+
+func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error { return a.n.raft.Step(ctx, m) }
+func (a raftAdapter) ReportUnreachable(id uint64)                          { a.n.raft.ReportUnreachable(id) }
+func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {
+	a.n.raft.ReportSnapshot(id, st)
+}

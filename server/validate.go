@@ -1,0 +1,131 @@
+package server
+
+import (
+	"strings"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Request validation at the edge: every limit is checked before anything is proposed, and a bad request
+// changes nothing. The limits are documented in api/proto/leased/v1/leases.proto and docs/api.md.
+
+func (l Limits) resource(field, r string) error {
+	switch {
+	case r == "":
+		return invalid(field, "must not be empty")
+	case len(r) > l.MaxResourceBytes:
+		return invalid(field, "is %d bytes, the limit is %d", len(r), l.MaxResourceBytes)
+	case strings.HasPrefix(r, "/") || strings.HasSuffix(r, "/") || strings.Contains(r, "//"):
+		return invalid(field, "%q must not start or end with '/' or contain '//'", r)
+	}
+	for i := 0; i < len(r); i++ {
+		if !resourceByte(r[i]) {
+			return invalid(field, "%q has a character outside [A-Za-z0-9] and \"/_-.:@=+\" at byte %d", r, i)
+		}
+	}
+	return nil
+}
+
+func resourceByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_-.:@=+", c) >= 0
+}
+
+// prefix validates a List/Watch prefix: like a resource, but may be empty or end with '/'.
+func (l Limits) prefix(field, p string) error {
+	if p == "" {
+		return nil
+	}
+	return l.resource(field, strings.TrimSuffix(p, "/"))
+}
+
+// printable checks a holder or request id: printable ASCII without spaces.
+func printable(field, s string, maxBytes int, required bool) error {
+	switch {
+	case s == "" && required:
+		return invalid(field, "must not be empty")
+	case len(s) > maxBytes:
+		return invalid(field, "is %d bytes, the limit is %d", len(s), maxBytes)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return invalid(field, "has a non-printable or space character at byte %d", i)
+		}
+	}
+	return nil
+}
+
+func token(field string, t uint64) error {
+	if t == 0 {
+		return invalid(field, "must be a fencing token (> 0)")
+	}
+	return nil
+}
+
+func (l Limits) acquire(r *leasepb.AcquireRequest) error {
+	if err := l.resource("resource", r.GetResource()); err != nil {
+		return err
+	}
+	if err := printable("holder", r.GetHolder(), l.MaxHolderBytes, true); err != nil {
+		return err
+	}
+	if err := printable("request_id", r.GetRequestId(), l.MaxRequestIDBytes, false); err != nil {
+		return err
+	}
+	ttl := time.Duration(r.GetTtlMs()) * time.Millisecond
+	if ttl < l.MinTTL || ttl > l.MaxTTL {
+		return invalid("ttl_ms", "%d is outside %d..%d", r.GetTtlMs(), l.MinTTL.Milliseconds(), l.MaxTTL.Milliseconds())
+	}
+	if len(r.GetValue()) > l.MaxValueBytes {
+		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
+	}
+	if d := r.GetLockDelayMs(); d < 0 || time.Duration(d)*time.Millisecond > l.MaxLockDelay {
+		return invalid("lock_delay_ms", "%d is outside 0..%d", d, l.MaxLockDelay.Milliseconds())
+	}
+	return nil
+}
+
+func (l Limits) leaseRef(resource string, tok uint64) error {
+	if err := l.resource("resource", resource); err != nil {
+		return err
+	}
+	return token("token", tok)
+}
+
+func (l Limits) keepAlive(r *leasepb.KeepAliveRequest) error {
+	if n := len(r.GetLeases()); n > l.MaxKeepAliveLeases {
+		return invalid("leases", "renews %d leases, the limit is %d", n, l.MaxKeepAliveLeases)
+	}
+	for _, ref := range r.GetLeases() {
+		if err := l.leaseRef(ref.GetResource(), ref.GetToken()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l Limits) list(r *leasepb.ListRequest) error {
+	if err := l.prefix("prefix", r.GetPrefix()); err != nil {
+		return err
+	}
+	if err := printable("holder", r.GetHolder(), l.MaxHolderBytes, false); err != nil {
+		return err
+	}
+	if r.GetLimit() > uint32(l.MaxListLimit) {
+		return invalid("limit", "%d is above the page limit %d", r.GetLimit(), l.MaxListLimit)
+	}
+	if pt := r.GetPageToken(); pt != "" {
+		return l.resource("page_token", pt)
+	}
+	return nil
+}
+
+func (l Limits) watch(r *leasepb.WatchRequest) error {
+	if r.GetResource() != "" && r.GetPrefix() != "" {
+		return invalid("prefix", "give either resource or prefix, not both")
+	}
+	if r.GetResource() != "" {
+		return l.resource("resource", r.GetResource())
+	}
+	return l.prefix("prefix", r.GetPrefix())
+}

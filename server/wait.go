@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+
+	"github.com/leased/leased/fsm"
+)
+
+// proposalOutcome is what the proposer of an entry learns when it applies.
+type proposalOutcome struct {
+	index  uint64
+	result fsm.Result
+}
+
+// proposalWaiter matches applied entries to the goroutines that proposed them, by proposal id. Ids start
+// at a random base per process so that ids of other nodes and earlier runs do not collide.
+type proposalWaiter struct {
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan proposalOutcome
+}
+
+func newProposalWaiter() *proposalWaiter {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &proposalWaiter{next: binary.BigEndian.Uint64(b[:]) | 1, waiting: make(map[uint64]chan proposalOutcome)}
+}
+
+func (w *proposalWaiter) register() (uint64, <-chan proposalOutcome) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	if w.next == 0 {
+		w.next = 1
+	}
+	ch := make(chan proposalOutcome, 1)
+	w.waiting[w.next] = ch
+	return w.next, ch
+}
+
+func (w *proposalWaiter) cancel(id uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.waiting, id)
+}
+
+func (w *proposalWaiter) deliver(id uint64, out proposalOutcome) {
+	if id == 0 {
+		return
+	}
+	w.mu.Lock()
+	ch, ok := w.waiting[id]
+	delete(w.waiting, id)
+	w.mu.Unlock()
+	if ok {
+		ch <- out // buffered: never blocks the apply loop
+	}
+}
+
+// indexWaiter lets goroutines wait until the applied index reaches a value.
+type indexWaiter struct {
+	mu      sync.Mutex
+	current uint64
+	waiters map[uint64][]chan struct{}
+}
+
+func newIndexWaiter(start uint64) *indexWaiter {
+	return &indexWaiter{current: start, waiters: make(map[uint64][]chan struct{})}
+}
+
+func (w *indexWaiter) notify(index uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if index <= w.current {
+		return
+	}
+	w.current = index
+	for i, chs := range w.waiters {
+		if i <= index {
+			for _, ch := range chs {
+				close(ch)
+			}
+			delete(w.waiters, i)
+		}
+	}
+}
+
+func (w *indexWaiter) wait(ctx context.Context, index uint64, stopped <-chan struct{}) error {
+	w.mu.Lock()
+	if index <= w.current {
+		w.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	w.waiters[index] = append(w.waiters[index], ch)
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stopped:
+		return ErrStopped
+	}
+}

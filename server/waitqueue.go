@@ -1,0 +1,106 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// waitQueue holds blocking acquires, FIFO per resource, on the leader. Only the head of a resource's queue
+// tries to acquire; it is woken when the resource frees (a release, an expiry, the end of a lock-delay) or
+// when the waiter ahead of it leaves. Losing leadership fails every waiter with Unavailable, and the client
+// retries on the new leader with the same request id.
+type waitQueue struct {
+	mu     sync.Mutex
+	queues map[string][]*waiter
+}
+
+type waiter struct {
+	wake chan struct{} // capacity 1: a wake-up is never lost and never blocks the apply loop
+	err  error         // set, under the queue's lock, when the waiter is failed
+}
+
+func newWaitQueue() *waitQueue { return &waitQueue{queues: make(map[string][]*waiter)} }
+
+// enqueue appends a waiter for resource.
+func (q *waitQueue) enqueue(resource string) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := &waiter{wake: make(chan struct{}, 1)}
+	q.queues[resource] = append(q.queues[resource], w)
+	return w
+}
+
+// head reports whether w may try to acquire now, or the error it was failed with.
+func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.err != nil {
+		return false, w.err
+	}
+	ws := q.queues[resource]
+	return len(ws) > 0 && ws[0] == w, nil
+}
+
+// leave removes w (granted, cancelled or failed) and wakes the next waiter, which is now the head.
+func (q *waitQueue) leave(resource string, w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[resource]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(q.queues, resource)
+		return
+	}
+	q.queues[resource] = ws
+	notify(ws[0])
+}
+
+// applied wakes the head waiter of every resource the command freed.
+func (q *waitQueue) applied(events []fsm.Event, cmd *leasepb.Command) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.queues) == 0 {
+		return
+	}
+	for _, e := range events {
+		if e.Type != leasepb.EventType_EVENT_TYPE_GRANTED {
+			q.wakeHead(e.Lease.Resource)
+		}
+	}
+	for _, ref := range cmd.GetEndLockDelay().GetDelays() {
+		q.wakeHead(ref.GetResource())
+	}
+}
+
+func (q *waitQueue) wakeHead(resource string) {
+	if ws := q.queues[resource]; len(ws) > 0 {
+		notify(ws[0])
+	}
+}
+
+// failAll fails every waiter, e.g. when this node stops leading.
+func (q *waitQueue) failAll(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for r, ws := range q.queues {
+		for _, w := range ws {
+			w.err = err
+			notify(w)
+		}
+		delete(q.queues, r)
+	}
+}
+
+func notify(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
