@@ -35,7 +35,7 @@ type fieldError struct {
 	field, reason string
 }
 
-func (e *fieldError) Error() string       { return fmt.Sprintf("%s: %s", e.field, e.reason) }
+func (e *fieldError) Error() string        { return fmt.Sprintf("%s: %s", e.field, e.reason) }
 func (e *fieldError) Is(target error) bool { return target == ErrInvalid }
 
 func invalid(field, format string, args ...any) error {

@@ -15,16 +15,22 @@ func newRaftLogger(l *slog.Logger) *raftLogger { return &raftLogger{log: l.With(
 
 func (r *raftLogger) emit(level slog.Level, msg string) { r.log.Log(context.Background(), level, msg) }
 
-func (r *raftLogger) Debug(v ...any)                 { r.emit(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r *raftLogger) Debugf(format string, v ...any) { r.emit(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r *raftLogger) Info(v ...any)                  { r.emit(slog.LevelDebug, fmt.Sprint(v...)) }
-func (r *raftLogger) Infof(format string, v ...any)  { r.emit(slog.LevelDebug, fmt.Sprintf(format, v...)) }
-func (r *raftLogger) Warning(v ...any)               { r.emit(slog.LevelWarn, fmt.Sprint(v...)) }
+func (r *raftLogger) Debug(v ...any) { r.emit(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r *raftLogger) Debugf(format string, v ...any) {
+	r.emit(slog.LevelDebug, fmt.Sprintf(format, v...))
+}
+func (r *raftLogger) Info(v ...any) { r.emit(slog.LevelDebug, fmt.Sprint(v...)) }
+func (r *raftLogger) Infof(format string, v ...any) {
+	r.emit(slog.LevelDebug, fmt.Sprintf(format, v...))
+}
+func (r *raftLogger) Warning(v ...any) { r.emit(slog.LevelWarn, fmt.Sprint(v...)) }
 func (r *raftLogger) Warningf(format string, v ...any) {
 	r.emit(slog.LevelWarn, fmt.Sprintf(format, v...))
 }
-func (r *raftLogger) Error(v ...any)                 { r.emit(slog.LevelError, fmt.Sprint(v...)) }
-func (r *raftLogger) Errorf(format string, v ...any) { r.emit(slog.LevelError, fmt.Sprintf(format, v...)) }
+func (r *raftLogger) Error(v ...any) { r.emit(slog.LevelError, fmt.Sprint(v...)) }
+func (r *raftLogger) Errorf(format string, v ...any) {
+	r.emit(slog.LevelError, fmt.Sprintf(format, v...))
+}
 
 // Fatal and Panic mean raft found its invariants broken; like raft's default logger, stop the process.
 func (r *raftLogger) Fatal(v ...any) { r.emit(slog.LevelError, fmt.Sprint(v...)); os.Exit(1) }

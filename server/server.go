@@ -343,8 +343,10 @@ func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
 // raftAdapter lets the transport hand messages and delivery reports to raft.
 type raftAdapter struct{ n *node }
 
-func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error { return a.n.raft.Step(ctx, m) }
-func (a raftAdapter) ReportUnreachable(id uint64)                          { a.n.raft.ReportUnreachable(id) }
+func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
+	return a.n.raft.Step(ctx, m)
+}
+func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {
 	a.n.raft.ReportSnapshot(id, st)
 }
