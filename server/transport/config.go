@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Raft is what the transport needs of the local raft node. The server's node implements it.
+//
+// Concurrency: every method is called from transport goroutines, never from the goroutine that calls
+// Send. Process is called by one goroutine per inbound stream, so calls from different peers run
+// concurrently with each other and with the report methods; calls for one inbound stream are sequential,
+// in the order the peer sent the messages. ReportUnreachable and ReportSnapshot are called from a single
+// reporting goroutine, one call at a time. Implementations must not call back into the Transport's
+// AddPeer, UpdatePeer, RemovePeer or Close from these methods (Send is fine).
+type Raft interface {
+	// Process hands one message received from a peer to raft (typically node.Step). It may block to
+	// apply backpressure to the sending peer; ctx is cancelled when the stream ends or the transport
+	// closes. An error is logged and the message dropped; the stream goes on.
+	Process(ctx context.Context, m *raftpb.Message) error
+	// ReportUnreachable tells raft that recent messages to peer id were dropped or failed, so the
+	// leader stops pipelining to it and probes instead. Reports are coalesced: one call may stand for
+	// many dropped messages.
+	ReportUnreachable(id uint64)
+	// ReportSnapshot tells raft whether a MsgSnap to peer id was sent (SnapshotFinish) or dropped
+	// (SnapshotFailure). Every MsgSnap handed to Send before Close gets exactly one report.
+	ReportSnapshot(id uint64, status raft.SnapshotStatus)
+}
+
+// ForwardFunc runs a follower's forwarded client request on this node; see Config.Forward.
+type ForwardFunc func(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error)
+
+// Config configures a Transport. Zero durations and sizes take the defaults listed on each field.
+type Config struct {
+	// ClusterID is stamped on every outgoing batch; inbound batches and Forward requests that carry a
+	// different cluster id are rejected with FailedPrecondition.
+	ClusterID uint64
+	// LocalID is this node's raft id (non-zero). Inbound batches addressed to another id are rejected.
+	LocalID uint64
+	// Raft receives inbound messages and delivery reports. Required.
+	Raft Raft
+	// Forward serves the Raft.Forward RPC. Nil answers Unimplemented. Requests whose cluster id is not
+	// ClusterID are rejected before Forward is called.
+	Forward ForwardFunc
+	// Logger receives the transport's logs; nil discards them.
+	Logger *slog.Logger
+	// DialOptions are appended to the transport's own options (insecure credentials, message size limits
+	// and a reconnect backoff matching BackoffMin/BackoffMax), so they can override them, e.g. with
+	// grpc.WithTransportCredentials for TLS.
+	DialOptions []grpc.DialOption
+	// QueueSize is how many messages wait per peer before Send starts dropping. Default 4096.
+	QueueSize int
+	// MaxBatchBytes and MaxBatchMessages cap one RaftBatch. A single message larger than MaxBatchBytes
+	// still travels, alone. Defaults 4 MiB and 1024.
+	MaxBatchBytes    int
+	MaxBatchMessages int
+	// BackoffMin and BackoffMax bound the jittered exponential delay between reconnect attempts to a
+	// peer. Defaults 50ms and 2s.
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// DialTimeout bounds one attempt to connect to a peer (TCP and, with TLS, the handshake). Messages
+	// queued meanwhile wait, or are dropped once the queue is full. Default 5s.
+	DialTimeout time.Duration
+	// MaxMsgBytes is the largest gRPC message sent or received; raft snapshots travel inside MsgSnap, so
+	// it bounds the snapshot size. A message that cannot fit is dropped (and reported). Default 256 MiB.
+	// The receiving grpc.Server must accept it too: create it with ServerOptions.
+	MaxMsgBytes int
+	// Filter, when set, is asked about every outgoing message in Send; a message for which it returns
+	// false is dropped as if the network lost it (a MsgSnap is reported as SnapshotFailure). It is a fault
+	// hook for tests that cut links between in-process nodes. It runs inside Send, so it must be fast, safe
+	// for concurrent use, and must not call the Transport.
+	Filter func(m *raftpb.Message) bool
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultQueueSize        = 4096
+	DefaultMaxBatchBytes    = 4 << 20
+	DefaultMaxBatchMessages = 1024
+	DefaultBackoffMin       = 50 * time.Millisecond
+	DefaultBackoffMax       = 2 * time.Second
+	DefaultMaxMsgBytes      = 256 << 20
+	DefaultDialTimeout      = 5 * time.Second
+)
+
+// batchOverhead is room left in MaxMsgBytes for the RaftBatch framing around one message: three
+// uint64 fields plus a length-prefixed bytes field.
+const batchOverhead = 64
+
+// Validate reports the first problem with c, after defaults are applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.LocalID == 0:
+		return errors.New("local id must be non-zero")
+	case c.Raft == nil:
+		return errors.New("raft is required")
+	case c.QueueSize < 1:
+		return fmt.Errorf("queue size %d must be positive", c.QueueSize)
+	case c.MaxBatchMessages < 1:
+		return fmt.Errorf("max batch messages %d must be positive", c.MaxBatchMessages)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("max batch bytes %d must be positive", c.MaxBatchBytes)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("backoff range [%v, %v] is invalid", c.BackoffMin, c.BackoffMax)
+	case c.DialTimeout <= 0:
+		return fmt.Errorf("dial timeout %v must be positive", c.DialTimeout)
+	case c.MaxMsgBytes <= batchOverhead:
+		return fmt.Errorf("max message bytes %d is too small", c.MaxMsgBytes)
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field that has a default set to it. Negative values are left
+// alone so Validate can reject them.
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = DefaultQueueSize
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.MaxBatchMessages == 0 {
+		c.MaxBatchMessages = DefaultMaxBatchMessages
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = DefaultBackoffMin
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffMin)
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.MaxMsgBytes == 0 {
+		c.MaxMsgBytes = DefaultMaxMsgBytes
+	}
+	return c
+}

@@ -1,0 +1,372 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// raftStream is the client side of one Raft.Stream call.
+type raftStream = grpc.ClientStreamingClient[leasepb.RaftBatch, leasepb.RaftStreamEnd]
+
+// peer owns the link to one remote node: a bounded queue that Send fills without blocking, and one
+// goroutine (run) that drains it into a single long-lived stream, reconnecting with backoff. The
+// goroutine is started by the Transport and stopped by stop, which the Transport calls on RemovePeer,
+// UpdatePeer and Close.
+type peer struct {
+	t      *Transport
+	id     uint64
+	addr   string
+	conn   *grpc.ClientConn
+	client leasepb.RaftClient
+	queue  chan *raftpb.Message
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+
+	// Owned by run.
+	pending  *raftpb.Message // taken from the queue but left out of the previous batch (too big)
+	failures int             // consecutive failed attempts; drives the backoff and the log level
+	opened   bool            // a stream was opened before, so the next one is a reconnect
+}
+
+func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
+	conn, err := grpc.NewClient(addr, t.dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("create client for %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	return &peer{
+		t:      t,
+		id:     id,
+		addr:   addr,
+		conn:   conn,
+		client: leasepb.NewRaftClient(conn),
+		queue:  make(chan *raftpb.Message, t.cfg.QueueSize),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}, nil
+}
+
+func (p *peer) start() { go p.run() }
+
+// stop ends run, waits for it and closes the connection. Messages still queued are dropped and reported.
+func (p *peer) stop() {
+	p.cancel()
+	<-p.done
+	_ = p.conn.Close()
+}
+
+// discard releases a peer whose goroutine was never started.
+func (p *peer) discard() {
+	p.cancel()
+	_ = p.conn.Close()
+}
+
+func (p *peer) logger() *slog.Logger {
+	return p.t.log.With(slog.Uint64("peer", p.id), slog.String("addr", p.addr))
+}
+
+// run sends queued messages until the peer is stopped. The stream is opened lazily, when there is
+// something to send, so idle peers cost no connection attempts.
+func (p *peer) run() {
+	defer close(p.done)
+	var l *link
+	defer func() {
+		if l != nil {
+			l.close()
+		}
+		p.dropQueued()
+	}()
+
+	for {
+		first, ok := p.next()
+		if !ok {
+			return
+		}
+		if l != nil && l.broken() {
+			// The peer ended the stream (a rejection, a restart) or the connection dropped while we were
+			// idle. Treat it as a failed send so a peer that keeps refusing us gets backoff, not a tight
+			// reconnect loop.
+			err := l.close()
+			l = nil
+			p.fail([]*raftpb.Message{first}, fmt.Errorf("stream ended: %w", err))
+			if !p.backoff() {
+				return
+			}
+			continue
+		}
+		if l == nil {
+			var err error
+			if l, err = p.open(); err != nil {
+				p.fail([]*raftpb.Message{first}, fmt.Errorf("open stream: %w", err))
+				if !p.backoff() {
+					return
+				}
+				continue
+			}
+		}
+		batch, msgs, err := p.collect(first)
+		if err != nil {
+			// A message that cannot travel at all says nothing about the link; keep the stream, whose
+			// buffers may still hold batches that were written but not yet flushed.
+			p.logger().Warn("dropping unsendable raft message", slog.Any("err", err))
+			p.lose(msgs)
+			continue
+		}
+		if err := l.stream.Send(batch); err != nil {
+			if errors.Is(err, io.EOF) {
+				// gRPC reports a stream the peer already ended as io.EOF; the status says why.
+				err = l.close()
+			} else {
+				l.close()
+			}
+			l = nil
+			p.fail(msgs, fmt.Errorf("send batch: %w", err))
+			if !p.backoff() {
+				return
+			}
+			continue
+		}
+		p.sent(l, msgs)
+	}
+}
+
+// link is one open stream to the peer, with a goroutine that waits for its end. The client side of a
+// client-streaming call otherwise learns that the peer ended it (a rejection, a restart) only from the
+// next Send, which would lose that batch.
+type link struct {
+	stream raftStream
+	opened time.Time
+	cancel context.CancelFunc
+	ended  chan struct{} // closed when the watcher's RecvMsg returns
+	err    error         // how the stream ended; read only after ended is closed
+}
+
+// open starts a stream to the peer and its watcher goroutine, which link.close stops and waits for.
+func (p *peer) open() (*link, error) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	s, err := p.client.Stream(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if p.opened {
+		p.t.stats.reconnects.Add(1)
+	}
+	p.opened = true
+	l := &link{stream: s, opened: time.Now(), cancel: cancel, ended: make(chan struct{})}
+	go func() {
+		defer close(l.ended)
+		// The peer answers a Stream only when it ends it, so this returns at the stream's end: the peer's
+		// status, or Canceled once close cancels the stream. gRPC allows it alongside Send.
+		l.err = s.RecvMsg(new(leasepb.RaftStreamEnd))
+		if l.err == nil {
+			l.err = errors.New("peer closed the stream")
+		}
+	}()
+	return l, nil
+}
+
+// broken reports whether the stream has already ended.
+func (l *link) broken() bool {
+	select {
+	case <-l.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends the stream, waits for the watcher and returns how the stream ended.
+func (l *link) close() error {
+	l.cancel()
+	<-l.ended
+	return l.err
+}
+
+// next returns the next message to send, blocking until there is one or the peer is stopped.
+func (p *peer) next() (*raftpb.Message, bool) {
+	if m := p.pending; m != nil {
+		p.pending = nil
+		return m, true
+	}
+	select {
+	case m := <-p.queue:
+		return m, true
+	case <-p.ctx.Done():
+		return nil, false
+	}
+}
+
+// collect builds one batch starting with first and adding whatever is already queued, within the batch
+// limits. It never waits for more messages: batching comes from messages that piled up while the
+// previous batch was on the wire, so an idle link adds no latency. msgs are the messages in the batch;
+// on error (a message too large to send at all, or one that cannot be encoded) they are the ones lost.
+func (p *peer) collect(first *raftpb.Message) (*leasepb.RaftBatch, []*raftpb.Message, error) {
+	cfg := &p.t.cfg
+	// A batch must also fit in one gRPC message, whatever MaxBatchBytes says.
+	limit := min(cfg.MaxBatchBytes, cfg.MaxMsgBytes-batchOverhead)
+	msgs := []*raftpb.Message{first}
+	size := proto.Size(first)
+	if wireSize(size) > cfg.MaxMsgBytes-batchOverhead {
+		return nil, msgs, fmt.Errorf("%v of %d bytes exceeds the %d byte message limit",
+			first.GetType(), size, cfg.MaxMsgBytes)
+	}
+	total, wire := size, wireSize(size)
+fill:
+	for len(msgs) < cfg.MaxBatchMessages && wire < limit {
+		select {
+		case m := <-p.queue:
+			n := proto.Size(m)
+			if wire+wireSize(n) > limit {
+				// Keep it for the next batch rather than reorder or overflow this one.
+				p.pending = m
+				break fill
+			}
+			msgs = append(msgs, m)
+			total += n
+			wire += wireSize(n)
+		default:
+			break fill
+		}
+	}
+
+	// One allocation for every message's encoding. It is not reused after Send: gRPC allows stats
+	// handlers to read a sent message lazily.
+	buf := make([]byte, 0, total)
+	batch := &leasepb.RaftBatch{
+		ClusterId: cfg.ClusterID,
+		From:      cfg.LocalID,
+		To:        p.id,
+		Messages:  make([][]byte, len(msgs)),
+	}
+	opts := proto.MarshalOptions{UseCachedSize: true} // proto.Size above filled the cache
+	for i, m := range msgs {
+		start := len(buf)
+		var err error
+		buf, err = opts.MarshalAppend(buf, m)
+		if err != nil {
+			return nil, msgs, fmt.Errorf("marshal %v: %w", m.GetType(), err)
+		}
+		batch.Messages[i] = buf[start:len(buf):len(buf)]
+	}
+	return batch, msgs, nil
+}
+
+// wireSize is the room a message of n bytes takes in RaftBatch.messages: tag, length and payload.
+func wireSize(n int) int {
+	return 1 + protowire.SizeBytes(n)
+}
+
+// sent records a successful write of msgs on l.
+func (p *peer) sent(l *link, msgs []*raftpb.Message) {
+	// A write is not proof that the peer accepts the stream (it may reject it a moment later), so the
+	// backoff resets only once a stream has stayed up for a full BackoffMax.
+	if p.failures > 0 && time.Since(l.opened) >= p.t.cfg.BackoffMax {
+		p.logger().Info("peer reachable again", slog.Int("failed_attempts", p.failures))
+		p.failures = 0
+	}
+	p.t.stats.batches.Add(1)
+	p.t.stats.sent.Add(uint64(len(msgs)))
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			p.t.reports.reportSnapshot(p.id, raft.SnapshotFinish)
+		}
+	}
+}
+
+// fail records that msgs were lost because of err.
+func (p *peer) fail(msgs []*raftpb.Message, err error) {
+	if p.ctx.Err() != nil {
+		// Stopping, not failing: the messages are still lost and reported, but not logged as an error.
+		p.lose(msgs)
+		return
+	}
+	p.failures++
+	p.t.stats.sendFailures.Add(1)
+	log := p.logger()
+	if p.failures == 1 {
+		log.Warn("peer unreachable", slog.Any("err", err))
+	} else {
+		log.Debug("peer still unreachable", slog.Int("failed_attempts", p.failures), slog.Any("err", err))
+	}
+	p.lose(msgs)
+}
+
+// lose counts msgs as dropped and reports them to raft.
+func (p *peer) lose(msgs []*raftpb.Message) {
+	p.t.stats.dropped.Add(uint64(len(msgs)))
+	p.t.reports.reportUnreachable(p.id)
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			p.t.reports.reportSnapshot(p.id, raft.SnapshotFailure)
+		}
+	}
+}
+
+// backoff waits before the next attempt, dropping (and reporting) whatever is queued meanwhile: raft
+// is better served by prompt unreachable reports than by a backlog of stale messages replayed after
+// the peer returns. It reports false if the peer was stopped.
+func (p *peer) backoff() bool {
+	timer := time.NewTimer(backoffDelay(p.t.cfg.BackoffMin, p.t.cfg.BackoffMax, p.failures))
+	defer timer.Stop()
+	if p.pending != nil {
+		p.lose([]*raftpb.Message{p.pending})
+		p.pending = nil
+	}
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-p.ctx.Done():
+			return false
+		case m := <-p.queue:
+			p.lose([]*raftpb.Message{m})
+		}
+	}
+}
+
+// dropQueued drops and reports everything left in the queue once the peer is stopped. The peer is
+// already out of the Transport's map, so nothing can be queued after this.
+func (p *peer) dropQueued() {
+	if p.pending != nil {
+		p.lose([]*raftpb.Message{p.pending})
+		p.pending = nil
+	}
+	for {
+		select {
+		case m := <-p.queue:
+			p.lose([]*raftpb.Message{m})
+		default:
+			return
+		}
+	}
+}
+
+// backoffDelay is the wait before retry number failures (1 for the first): exponential from lo, capped
+// at hi, drawn uniformly from [d/2, d] so peers that failed together do not retry in lockstep.
+func backoffDelay(lo, hi time.Duration, failures int) time.Duration {
+	d := hi
+	if shift := failures - 1; shift >= 0 && shift < 32 {
+		if e := lo << shift; e > 0 && e < hi {
+			d = e
+		}
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Register registers the transport's Raft service (Stream, and Forward through Config.Forward) on s.
+// Create s with ServerOptions so it accepts messages as large as the peers send.
+func (t *Transport) Register(s grpc.ServiceRegistrar) {
+	leasepb.RegisterRaftServer(s, t.Service())
+}
+
+// Service returns the transport's implementation of the Raft service, for servers that register it
+// themselves.
+func (t *Transport) Service() leasepb.RaftServer {
+	return &service{t: t}
+}
+
+// ServerOptions returns the grpc.Server options the peer server needs: a receive limit of
+// Config.MaxMsgBytes, since raft snapshots travel inside single messages.
+func (t *Transport) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes)}
+}
+
+// service is the server side of the Raft service. It is a separate type so the Transport's own method
+// set stays about sending.
+type service struct {
+	leasepb.UnimplementedRaftServer
+	t *Transport
+}
+
+var errTransportClosed = status.Error(codes.Unavailable, "raft transport is closed")
+
+// Stream receives batches from one peer and hands their messages to Raft.Process in order.
+//
+// Receiving runs on a goroutine of its own so the handler can end the stream when the transport
+// closes even while the peer is silent: a blocked Recv cannot be interrupted, but returning from the
+// handler makes gRPC abort the stream, which releases Recv. Without this, grpc.Server.GracefulStop
+// would wait forever for peers that keep their streams open.
+func (s *service) Stream(srv grpc.ClientStreamingServer[leasepb.RaftBatch, leasepb.RaftStreamEnd]) error {
+	t := s.t
+	t.mu.RLock()
+	if t.closed {
+		t.mu.RUnlock()
+		return errTransportClosed
+	}
+	t.wg.Add(1)
+	t.mu.RUnlock()
+
+	ctx, cancel := context.WithCancel(srv.Context())
+	defer cancel()
+	defer context.AfterFunc(t.ctx, cancel)()
+
+	batches := make(chan *leasepb.RaftBatch)
+	recvErr := make(chan error, 1)
+	go func() {
+		defer t.wg.Done()
+		for {
+			b, err := srv.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	for {
+		select {
+		case b := <-batches:
+			if err := s.deliver(ctx, b); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return srv.SendAndClose(&leasepb.RaftStreamEnd{})
+			}
+			return err
+		case <-ctx.Done():
+			if t.ctx.Err() != nil {
+				return errTransportClosed
+			}
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// deliver checks one batch and hands its messages to raft. An error ends the stream.
+func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
+	t := s.t
+	if b.GetClusterId() != t.cfg.ClusterID {
+		t.stats.rejected.Add(1)
+		t.log.Warn("rejecting raft stream from another cluster", slog.Uint64("peer", b.GetFrom()),
+			slog.Uint64("cluster", b.GetClusterId()), slog.Uint64("want_cluster", t.cfg.ClusterID))
+		return status.Errorf(codes.FailedPrecondition,
+			"cluster id mismatch: batch is for cluster %d, this node (raft id %d) is in cluster %d",
+			b.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
+	}
+	if b.GetTo() != t.cfg.LocalID {
+		t.stats.rejected.Add(1)
+		t.log.Warn("rejecting raft stream for another node", slog.Uint64("peer", b.GetFrom()),
+			slog.Uint64("to", b.GetTo()))
+		return status.Errorf(codes.FailedPrecondition,
+			"recipient mismatch: batch is for raft id %d, this node is raft id %d", b.GetTo(), t.cfg.LocalID)
+	}
+	for i, raw := range b.GetMessages() {
+		m := &raftpb.Message{}
+		if err := proto.Unmarshal(raw, m); err != nil {
+			t.stats.rejected.Add(1)
+			return status.Errorf(codes.InvalidArgument, "message %d of batch from %d: %v", i, b.GetFrom(), err)
+		}
+		if m.GetFrom() != b.GetFrom() || m.GetTo() != b.GetTo() {
+			t.stats.rejected.Add(1)
+			return status.Errorf(codes.InvalidArgument,
+				"message %d of batch from %d to %d is addressed from %d to %d",
+				i, b.GetFrom(), b.GetTo(), m.GetFrom(), m.GetTo())
+		}
+		t.stats.received.Add(1)
+		if err := t.cfg.Raft.Process(ctx, m); err != nil {
+			if ctx.Err() != nil {
+				if t.ctx.Err() != nil {
+					return errTransportClosed
+				}
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			// Raft tolerates a lost message; one it refused is no reason to drop the stream.
+			t.stats.processErrors.Add(1)
+			t.log.Debug("raft refused message", slog.Uint64("peer", m.GetFrom()),
+				slog.String("type", m.GetType().String()), slog.Any("err", err))
+		}
+	}
+	return nil
+}
+
+// Forward checks the cluster id and hands the request to Config.Forward.
+func (s *service) Forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	t := s.t
+	if req.GetClusterId() != t.cfg.ClusterID {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"cluster id mismatch: request is for cluster %d, this node (raft id %d) is in cluster %d",
+			req.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
+	}
+	if t.cfg.Forward == nil {
+		return nil, status.Error(codes.Unimplemented, "this node does not accept forwarded requests")
+	}
+	return t.cfg.Forward(ctx, req)
+}

@@ -1,0 +1,224 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Transport sends raft messages to peers and receives theirs. Create it with New; all methods are safe
+// for concurrent use.
+type Transport struct {
+	cfg      Config
+	log      *slog.Logger
+	dialOpts []grpc.DialOption
+	stats    counters
+	reports  *reporter
+
+	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine and ends every
+	// inbound stream.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards peers and closed. Send holds it shared while it enqueues, so a peer that was removed
+	// from the map under the exclusive lock can never receive another message.
+	mu     sync.RWMutex
+	peers  map[uint64]*peer
+	closed bool
+
+	// wg counts inbound receive goroutines. Peer goroutines are waited for through their own done
+	// channels; the reporter through reports.done.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New returns a Transport with no peers. It starts one goroutine (the reporter); Close stops it.
+func New(cfg Config) (*Transport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("transport config: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Transport{
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("component", "transport"), slog.Uint64("local", cfg.LocalID)),
+		reports: newReporter(cfg.Raft),
+		ctx:     ctx,
+		cancel:  cancel,
+		peers:   make(map[uint64]*peer),
+	}
+	bc := backoff.DefaultConfig
+	bc.BaseDelay, bc.MaxDelay = cfg.BackoffMin, cfg.BackoffMax
+	t.dialOpts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// gRPC keeps its own reconnect backoff per connection (up to two minutes by default); without
+		// this a peer that comes back would stay unreachable long after our own backoff retried.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: cfg.DialTimeout}),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallSendMsgSize(cfg.MaxMsgBytes),
+			grpc.MaxCallRecvMsgSize(cfg.MaxMsgBytes),
+		),
+	}, cfg.DialOptions...)
+	go t.reports.run()
+	return t, nil
+}
+
+// AddPeer starts sending to peer id at addr (host:port). It adds the peer, or, if id is already known
+// at another address, behaves like UpdatePeer. No connection is made until there is a message to send.
+// Adding the local id, id 0 or any peer after Close does nothing.
+func (t *Transport) AddPeer(id uint64, addr string) {
+	t.setPeer(id, addr, true)
+}
+
+// UpdatePeer moves a known peer to a new address: the old connection is closed and messages still
+// queued for it are dropped (and reported). It does nothing if the address is unchanged or the peer is
+// unknown.
+func (t *Transport) UpdatePeer(id uint64, addr string) {
+	t.setPeer(id, addr, false)
+}
+
+func (t *Transport) setPeer(id uint64, addr string, add bool) {
+	if id == 0 || id == t.cfg.LocalID {
+		t.log.Warn("ignoring peer with invalid id", slog.Uint64("peer", id), slog.String("addr", addr))
+		return
+	}
+	t.mu.RLock()
+	old, known := t.peers[id]
+	closed := t.closed
+	t.mu.RUnlock()
+	if closed || (!known && !add) || (known && old.addr == addr) {
+		return
+	}
+	// Dial outside the lock: grpc.NewClient does no I/O, but there is no reason to stall Send on it.
+	p, err := newPeer(t, id, addr)
+	if err != nil {
+		t.log.Error("cannot create peer client", slog.Uint64("peer", id), slog.String("addr", addr),
+			slog.Any("err", err))
+		return
+	}
+
+	t.mu.Lock()
+	if t.closed || t.peers[id] != old {
+		// Close or a concurrent AddPeer/UpdatePeer/RemovePeer won the race; theirs stands.
+		t.mu.Unlock()
+		p.discard()
+		return
+	}
+	t.peers[id] = p
+	p.start()
+	t.mu.Unlock()
+
+	if old != nil {
+		old.stop()
+		t.log.Info("peer address updated", slog.Uint64("peer", id), slog.String("from", old.addr),
+			slog.String("to", addr))
+	} else {
+		t.log.Info("peer added", slog.Uint64("peer", id), slog.String("addr", addr))
+	}
+}
+
+// RemovePeer stops sending to peer id, closes its connection and drops (and reports) the messages
+// still queued for it. It returns when the peer's goroutine has exited.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		p.stop()
+		t.log.Info("peer removed", slog.Uint64("peer", id))
+	}
+}
+
+// Send queues msgs for their peers and returns without waiting for the network. Messages to one peer
+// are sent in the order given. A message is dropped when its peer is unknown, its queue is full, or
+// Config.Filter rejects it; raft is then told through ReportUnreachable (and ReportSnapshot with
+// SnapshotFailure for a MsgSnap), later, from another goroutine. Send takes ownership of msgs: the
+// caller must not modify them afterwards (raft does not). After Close, Send drops everything silently.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		t.stats.dropped.Add(uint64(len(msgs)))
+		return
+	}
+	for _, m := range msgs {
+		if f := t.cfg.Filter; f != nil && !f(m) {
+			t.stats.filtered.Add(1)
+			if m.GetType() == raftpb.MsgSnap {
+				t.reports.reportSnapshot(m.GetTo(), raft.SnapshotFailure)
+			}
+			continue
+		}
+		p := t.peers[m.GetTo()]
+		if p == nil {
+			t.drop(m)
+			continue
+		}
+		select {
+		case p.queue <- m:
+		default:
+			t.drop(m)
+		}
+	}
+}
+
+// drop counts m as dropped and tells raft, without blocking.
+func (t *Transport) drop(m *raftpb.Message) {
+	t.stats.dropped.Add(1)
+	t.reports.reportUnreachable(m.GetTo())
+	if m.GetType() == raftpb.MsgSnap {
+		t.reports.reportSnapshot(m.GetTo(), raft.SnapshotFailure)
+	}
+}
+
+// PeerClient returns a Raft service client on the connection to peer id, so the server can call
+// Forward on the leader without a second connection. The client stops working (Canceled) once the peer
+// is updated or removed; callers should fetch a fresh one per request.
+func (t *Transport) PeerClient(id uint64) (leasepb.RaftClient, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	p := t.peers[id]
+	if p == nil {
+		return nil, false
+	}
+	return p.client, true
+}
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() Stats {
+	return t.stats.snapshot()
+}
+
+// Close stops every goroutine the transport started and waits for them: peer senders exit and close
+// their connections, inbound streams end with Unavailable, and pending reports are delivered to raft.
+// It does not stop the grpc.Server the service is registered on. Close is idempotent and always
+// returns nil.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		peers := t.peers
+		t.peers = nil
+		t.mu.Unlock()
+
+		t.cancel()
+		for _, p := range peers {
+			p.stop()
+		}
+		t.wg.Wait()
+		// Only now can nobody record a report any more; the reporter delivers the last ones and exits.
+		close(t.reports.stop)
+		<-t.reports.done
+	})
+	return nil
+}
