@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testCluster is an in-process cluster of real nodes talking gRPC on loopback.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	mu      sync.Mutex // guards nodes and clients, which restarts replace while workers use them
 	cfgs    []Config
 	nodes   []*Server
@@ -28,6 +28,11 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, size int, mutate func(*Config)) *testCluster {
+	t.Helper()
+	return newTestClusterTB(t, size, mutate)
+}
+
+func newTestClusterTB(t testing.TB, size int, mutate func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: make([]*Server, size), clients: make([]*grpc.ClientConn, size)}
 	initial := map[string]string{}
@@ -72,7 +77,7 @@ func (c *testCluster) waitSettled() {
 	})
 }
 
-func listen(t *testing.T, addr string) net.Listener {
+func listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -212,7 +217,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -1,0 +1,81 @@
+package client
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Leader election on top of leases: the leader is whoever holds the election's resource, and its lease
+// value says who it is (an address or an id). The fencing token doubles as the leader's epoch: a larger
+// token is a later leader.
+
+// Campaign blocks until this process leads the election named resource (FIFO among candidates), then
+// returns the lease that makes it leader. Leadership ends when the lease's Done closes; resign with
+// Release. value identifies the leader to observers.
+func (c *Client) Campaign(ctx context.Context, resource string, value []byte, opts ...AcquireOption) (*Lease, error) {
+	return c.Acquire(ctx, resource, append([]AcquireOption{WithValue(value)}, append(opts, WithWait())...)...)
+}
+
+// LeaderInfo is who leads an election.
+type LeaderInfo struct {
+	Holder string
+	Value  []byte
+	// Token is the leader's fencing token: its epoch.
+	Token uint64
+}
+
+// Leader returns the current leader of the election, or an error wrapping ErrNotFound when there is none.
+func (c *Client) Leader(ctx context.Context, resource string) (LeaderInfo, error) {
+	info, err := c.Get(ctx, resource)
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	return LeaderInfo{Holder: info.Holder, Value: info.Value, Token: info.Token}, nil
+}
+
+// Observe calls fn with the election's leader now and at every change: the new leader, or a zero
+// LeaderInfo while there is none. It returns when ctx ends or fn returns an error.
+func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInfo) error) error {
+	// Read the current state, then watch from the index that state reflects, so no change is missed.
+	from, err := c.observeStart(ctx, resource, fn)
+	if err != nil {
+		return err
+	}
+	return c.Watch(ctx, WatchOptions{Resource: resource, FromIndex: from}, func(e Event) error {
+		if e.Type == Granted {
+			return fn(LeaderInfo{Holder: e.Lease.Holder, Value: e.Lease.Value, Token: e.Lease.Token})
+		}
+		return fn(LeaderInfo{})
+	})
+}
+
+func (c *Client) observeStart(ctx context.Context, resource string, fn func(LeaderInfo) error) (uint64, error) {
+	info, idx, err := c.getAt(ctx, resource)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return idx + 1, fn(LeaderInfo{})
+	case err != nil:
+		return 0, err
+	}
+	return idx + 1, fn(LeaderInfo{Holder: info.Holder, Value: info.Value, Token: info.Token})
+}
+
+// getAt reads the lease on resource together with the applied index the answer reflects (a List page of
+// one, since a Get that finds nothing carries no header).
+func (c *Client) getAt(ctx context.Context, resource string) (Info, uint64, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
+		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: resource, Limit: 1})
+	})
+	if err != nil {
+		return Info{}, 0, err
+	}
+	idx := resp.GetHeader().GetAppliedIndex()
+	if ls := resp.GetLeases(); len(ls) == 1 && ls[0].GetResource() == resource {
+		return infoOf(ls[0]), idx, nil
+	}
+	return Info{}, idx, ErrNotFound
+}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Sentinel errors. Every error the client returns for a server answer wraps one of these, so callers can
+// use errors.Is.
+var (
+	// ErrHeld: the resource is held by someone else (or is in its lock-delay). See *HeldError.
+	ErrHeld = errors.New("leased: resource held")
+	// ErrNotFound: no lease on the resource, or the token is no longer its current grant.
+	ErrNotFound = errors.New("leased: not found")
+	// ErrInvalid: the request broke a documented limit; nothing changed.
+	ErrInvalid = errors.New("leased: invalid argument")
+	// ErrUnavailable: no leader could be reached within the call's deadline and retry budget.
+	ErrUnavailable = errors.New("leased: cluster unavailable")
+	// ErrLimit: a per-holder or per-node limit was reached.
+	ErrLimit = errors.New("leased: limit reached")
+	// ErrCompacted: a Watch asked for events older than the server keeps. See *CompactedError.
+	ErrCompacted = errors.New("leased: watch history compacted")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("leased: client closed")
+
+	// Why a Lease ended (Lease.Err).
+
+	// ErrReleased: Release was called.
+	ErrReleased = errors.New("leased: lease released")
+	// ErrExpired: the cluster says the lease is gone (expired, or released elsewhere).
+	ErrExpired = errors.New("leased: lease expired")
+	// ErrLostContact: no renewal succeeded in time; the lease may still exist on the cluster, but it can no
+	// longer be trusted.
+	ErrLostContact = errors.New("leased: lost contact with the cluster")
+	// ErrTooLate: Fenced refused to start because too little of the lease remained.
+	ErrTooLate = errors.New("leased: too little of the lease remains")
+)
+
+// HeldError says who holds a resource.
+type HeldError struct {
+	Resource string
+	Holder   string
+	Token    uint64
+	// Remaining is the leader's view of the time left on the lease (or on the lock-delay).
+	RemainingMs int64
+	LockDelayed bool
+}
+
+func (e *HeldError) Error() string {
+	if e.LockDelayed {
+		return fmt.Sprintf("leased: %q is in its lock-delay (%d ms left)", e.Resource, e.RemainingMs)
+	}
+	return fmt.Sprintf("leased: %q is held by %q (token %d, %d ms left)", e.Resource, e.Holder, e.Token, e.RemainingMs)
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// CompactedError names the oldest index a Watch can start from.
+type CompactedError struct{ OldestIndex uint64 }
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("leased: events before index %d are no longer retained", e.OldestIndex)
+}
+
+// Is makes errors.Is(err, ErrCompacted) true.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
+
+// fromStatus maps a gRPC error to the client's errors, keeping the server's message.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.FailedPrecondition:
+		for _, d := range st.Details() {
+			if h, ok := d.(*leasepb.LeaseHeld); ok {
+				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Token: h.GetToken(),
+					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed()}
+			}
+		}
+		return fmt.Errorf("%w: %s", ErrHeld, msg)
+	case codes.NotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", ErrInvalid, msg)
+	case codes.ResourceExhausted:
+		return fmt.Errorf("%w: %s", ErrLimit, msg)
+	case codes.OutOfRange:
+		for _, d := range st.Details() {
+			if w, ok := d.(*leasepb.WatchCompacted); ok {
+				return &CompactedError{OldestIndex: w.GetOldestIndex()}
+			}
+		}
+		return fmt.Errorf("%w: %s", ErrCompacted, msg)
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, msg)
+	case codes.Canceled:
+		return fmt.Errorf("%w: %s", context.Canceled, msg)
+	}
+	return err
+}
+
+// retryable reports whether a call may be retried elsewhere: the cluster had no leader, or the node was
+// unreachable or shutting down. Writes are retried only because they are idempotent (Acquire carries its
+// request id; Renew and Release name a token).
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	}
+	return false
+}
+
+// leaderHint extracts the leader's address from an Unavailable status, if the server knew it.
+func leaderHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*leasepb.LeaderHint); ok {
+			return h.GetLeaderAddr()
+		}
+	}
+	return ""
+}

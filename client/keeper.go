@@ -1,0 +1,243 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// keeper renews every lease of a client over one KeepAlive stream. It sends all held leases in one message
+// about every TTL/3 (of the shortest TTL held), remembers when each message was sent, and extends each
+// lease's validity from that send time when the answer arrives. When the stream breaks it reconnects (to the
+// leader the answers name, or the next endpoint) with backoff; leases whose validity runs out meanwhile end
+// with ErrLostContact on their own watchdog.
+type keeper struct {
+	c *Client
+
+	mu      sync.Mutex
+	leases  map[leaseKey]*Lease
+	sent    map[uint64]time.Time // seq -> send time, for answers still expected
+	seq     uint64
+	started bool
+	closed  bool
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type leaseKey struct {
+	resource string
+	token    uint64
+}
+
+// minRenewInterval keeps a client with very short TTLs from flooding the cluster.
+const minRenewInterval = 50 * time.Millisecond
+
+func newKeeper(c *Client) *keeper {
+	return &keeper{
+		c: c, leases: make(map[leaseKey]*Lease), sent: make(map[uint64]time.Time),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func (k *keeper) add(l *Lease) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrClosed
+	}
+	k.leases[leaseKey{l.resource, l.token}] = l
+	if !k.started {
+		k.started = true
+		go k.run()
+	}
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (k *keeper) remove(l *Lease) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.leases, leaseKey{l.resource, l.token})
+}
+
+// close stops renewing and ends every held lease with ErrClosed.
+func (k *keeper) close() {
+	k.mu.Lock()
+	k.closed = true
+	started := k.started
+	held := make([]*Lease, 0, len(k.leases))
+	for _, l := range k.leases {
+		held = append(held, l)
+	}
+	k.leases = map[leaseKey]*Lease{}
+	k.mu.Unlock()
+	close(k.stop)
+	if started {
+		<-k.done
+	}
+	for _, l := range held {
+		l.end(ErrClosed)
+	}
+}
+
+// run owns the stream: connect, renew on a schedule, reconnect on failure, until stop.
+func (k *keeper) run() {
+	defer close(k.done)
+	for attempt := 0; ; attempt++ {
+		if k.session() {
+			attempt = 0
+		}
+		select {
+		case <-k.stop:
+			return
+		default:
+		}
+		if err := sleepStop(k.stop, backoff(attempt)); err != nil {
+			return
+		}
+	}
+}
+
+// session runs one KeepAlive stream until it fails or the keeper stops; it reports whether any answer
+// arrived (a healthy session resets the backoff).
+func (k *keeper) session() bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := k.c.target()
+	conn, err := k.c.conn(addr)
+	if err != nil {
+		return false
+	}
+	stream, err := leasepb.NewLeasesClient(conn).KeepAlive(ctx)
+	if err != nil {
+		k.c.moveOn(addr, leaderHint(err))
+		return false
+	}
+	answered := make(chan struct{}, 1)
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- k.receive(stream, answered) }()
+	healthy := false
+	for {
+		if err := stream.Send(k.nextRequest()); err != nil {
+			cancel()
+			<-recvErr
+			return healthy
+		}
+		timer := time.NewTimer(k.interval())
+	wait:
+		for {
+			select {
+			case <-k.stop:
+				timer.Stop()
+				cancel()
+				<-recvErr
+				return healthy
+			case err := <-recvErr:
+				timer.Stop()
+				k.c.moveOn(addr, leaderHint(err))
+				return healthy
+			case <-answered:
+				healthy = true
+			case <-timer.C:
+				break wait
+			case <-k.wake:
+				timer.Stop()
+				break wait
+			}
+		}
+	}
+}
+
+// receive reads answers until the stream ends.
+func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered chan<- struct{}) error {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		k.c.follow(resp.GetHeader())
+		k.handle(resp)
+		select {
+		case answered <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nextRequest builds a renewal of every held lease and records when it is sent.
+func (k *keeper) nextRequest() *leasepb.KeepAliveRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seq++
+	req := &leasepb.KeepAliveRequest{Seq: k.seq, Leases: make([]*leasepb.LeaseRef, 0, len(k.leases))}
+	for key := range k.leases {
+		req.Leases = append(req.Leases, &leasepb.LeaseRef{Resource: key.resource, Token: key.token})
+	}
+	k.sent[k.seq] = k.c.clock.Now()
+	// Answers come in order; anything far older than the newest request will not come any more.
+	for seq := range k.sent {
+		if seq+64 < k.seq {
+			delete(k.sent, seq)
+		}
+	}
+	return req
+}
+
+// handle applies one answer: extend each lease from the request's send time, or end it if it is gone.
+func (k *keeper) handle(resp *leasepb.KeepAliveResponse) {
+	k.mu.Lock()
+	sentAt, ok := k.sent[resp.GetSeq()]
+	delete(k.sent, resp.GetSeq())
+	k.mu.Unlock()
+	if !ok {
+		return
+	}
+	for _, r := range resp.GetResults() {
+		k.mu.Lock()
+		l := k.leases[leaseKey{r.GetResource(), r.GetToken()}]
+		if l != nil && r.GetGone() {
+			delete(k.leases, leaseKey{r.GetResource(), r.GetToken()})
+		}
+		k.mu.Unlock()
+		switch {
+		case l == nil:
+		case r.GetGone():
+			l.end(ErrExpired)
+		default:
+			l.extend(sentAt, time.Duration(r.GetTtlMs())*time.Millisecond)
+		}
+	}
+}
+
+// interval is a third of the shortest TTL held.
+func (k *keeper) interval() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	shortest := time.Duration(0)
+	for _, l := range k.leases {
+		if shortest == 0 || l.ttl < shortest {
+			shortest = l.ttl
+		}
+	}
+	if shortest == 0 {
+		return time.Second
+	}
+	return max(shortest/3, minRenewInterval)
+}
+
+func sleepStop(stop <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-stop:
+		return ErrClosed
+	}
+}

@@ -1,0 +1,262 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Lease is a lease this client holds and keeps alive. Its validity is counted conservatively on this
+// machine's clock from when the last successful renewal was *sent*, less the clock-drift margin, so Done
+// closes before the cluster can grant the resource to anyone else. Fencing (Fenced, client/fence) covers
+// pauses longer than the configured drift allows for.
+type Lease struct {
+	c        *Client
+	resource string
+	holder   string
+	token    uint64
+	ttl      time.Duration
+	value    []byte
+	margin   time.Duration // Fenced refuses to start with less than this left
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu         sync.Mutex
+	validUntil time.Time
+	timer      Timer
+	err        error
+}
+
+// Token is the fencing token: pass it to every write the lease protects.
+func (l *Lease) Token() uint64 { return l.token }
+
+// Resource is the leased resource's name.
+func (l *Lease) Resource() string { return l.resource }
+
+// Holder is the holder name the lease was granted to.
+func (l *Lease) Holder() string { return l.holder }
+
+// TTL is the lease's time to live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Value is the payload stored with the lease.
+func (l *Lease) Value() []byte { return l.value }
+
+// Done is closed once the lease can no longer be trusted: released, expired, lost contact, or the client
+// closed. Err says which.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when Done closes; context.Cause(l.Context()) is Err().
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease is held, then ErrReleased, ErrExpired, ErrLostContact or ErrClosed.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Remaining is how long the lease can still be trusted, measured conservatively: from when its last
+// successful renewal was sent, less the drift margin. Zero once it ended.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0
+	}
+	return max(l.validUntil.Sub(l.c.clock.Now()), 0)
+}
+
+// Fenced runs fn with the lease's token, unless less than the lease's safety margin remains (ErrTooLate) or
+// the lease has ended (its Err). fn's context is cancelled when the lease ends. The write fn makes must
+// still be fenced by the resource (client/fence): a pause inside fn can outlast the lease.
+func (l *Lease) Fenced(ctx context.Context, fn func(ctx context.Context, token uint64) error) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if left := l.Remaining(); left < l.margin {
+		return fmt.Errorf("%w: %v left, the safety margin is %v", ErrTooLate, left, l.margin)
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	defer stop()
+	return fn(fctx, l.token)
+}
+
+// Release stops renewing the lease and releases it on the cluster (best effort: if the cluster cannot be
+// reached, the lease simply expires after its TTL). Done closes with ErrReleased.
+func (l *Lease) Release(ctx context.Context) error {
+	l.c.keeper.remove(l)
+	l.end(ErrReleased)
+	_, err := call(ctx, l.c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ReleaseResponse, error) {
+		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: l.resource, Token: l.token})
+	})
+	return err
+}
+
+// extend moves the validity window after a renewal sent at sentAt was acknowledged with ttl.
+func (l *Lease) extend(sentAt time.Time, ttl time.Duration) {
+	until := l.c.validUntil(sentAt, ttl)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || !until.After(l.validUntil) {
+		return
+	}
+	l.validUntil = until
+	l.armLocked()
+}
+
+// armLocked (re)starts the watchdog that ends the lease when its validity runs out.
+func (l *Lease) armLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	until := l.validUntil
+	l.timer = l.c.clock.AfterFunc(until.Sub(l.c.clock.Now()), func() { l.checkValidity() })
+}
+
+func (l *Lease) checkValidity() {
+	l.mu.Lock()
+	expired := l.err == nil && !l.c.clock.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	if expired {
+		l.c.keeper.remove(l)
+		l.end(ErrLostContact)
+	}
+}
+
+// end marks the lease untrustworthy, once.
+func (l *Lease) end(why error) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = why
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.cancel(why)
+}
+
+// validUntil is the conservative end of a validity window that started when a request was sent.
+func (c *Client) validUntil(sentAt time.Time, ttl time.Duration) time.Time {
+	margin := time.Duration(float64(ttl)*c.cfg.ClockDrift) + c.cfg.MinDriftMargin
+	return sentAt.Add(ttl - margin)
+}
+
+// AcquireOption configures Acquire.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct {
+	ttl, lockDelay, margin time.Duration
+	value                  []byte
+	holder, requestID      string
+	wait                   bool
+}
+
+// WithTTL sets the lease's TTL (default 10s).
+func WithTTL(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.ttl = d } }
+
+// WithValue stores a payload with the lease (at most 4 KiB), e.g. a leader's address.
+func WithValue(v []byte) AcquireOption { return func(o *acquireOptions) { o.value = v } }
+
+// WithHolder overrides the client's holder name for this lease.
+func WithHolder(h string) AcquireOption { return func(o *acquireOptions) { o.holder = h } }
+
+// WithWait blocks until the resource is granted (FIFO among waiters) or ctx ends.
+func WithWait() AcquireOption { return func(o *acquireOptions) { o.wait = true } }
+
+// WithRequestID sets the idempotency key. By default each Acquire call draws a random one and reuses it for
+// every retry of that call, so an ambiguous timeout never yields two grants or a false "held".
+func WithRequestID(id string) AcquireOption { return func(o *acquireOptions) { o.requestID = id } }
+
+// WithLockDelay keeps the resource ungrantable for d after an involuntary loss (expiry).
+func WithLockDelay(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.lockDelay = d } }
+
+// WithSafetyMargin is the least remaining validity Fenced requires before starting (default TTL/10).
+func WithSafetyMargin(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.margin = d } }
+
+// Acquire takes a lease on resource and keeps it alive until Release, loss, or Close. If the resource is
+// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given.
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
+	o := acquireOptions{ttl: 10 * time.Second, holder: c.cfg.Holder}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = newRequestID()
+	}
+	if o.margin == 0 {
+		o.margin = o.ttl / 10
+	}
+	req := &leasepb.AcquireRequest{
+		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
+		RequestId: o.requestID, Wait: o.wait, LockDelayMs: o.lockDelay.Milliseconds(),
+	}
+	if o.wait {
+		// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
+			defer cancel()
+		}
+	}
+	sentAt := c.clock.Now() // before the first attempt: the grant cannot be older than this
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
+		return leasepb.NewLeasesClient(conn).Acquire(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.follow(resp.GetHeader())
+	if o.wait {
+		// The grant happened when the resource freed, at a moment this client cannot know; a renewal
+		// sent now starts a validity window that is certainly no longer than the cluster's.
+		if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
+			return nil, err
+		}
+	}
+	return c.hold(resp.GetLease(), sentAt, o.margin)
+}
+
+// renewNow renews a lease synchronously and returns when the renewal was sent.
+func (c *Client) renewNow(ctx context.Context, pl *leasepb.Lease) (time.Time, error) {
+	sentAt := c.clock.Now()
+	_, err := c.Renew(ctx, pl.GetResource(), pl.GetToken())
+	return sentAt, err
+}
+
+// hold starts keeping a granted lease alive.
+func (c *Client) hold(pl *leasepb.Lease, sentAt time.Time, margin time.Duration) (*Lease, error) {
+	l := &Lease{
+		c: c, resource: pl.GetResource(), holder: pl.GetHolder(), token: pl.GetToken(),
+		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	l.validUntil = c.validUntil(sentAt, l.ttl)
+	l.armLocked()
+	l.mu.Unlock()
+	if err := c.keeper.add(l); err != nil {
+		l.end(err)
+		return nil, err
+	}
+	return l, nil
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// The latency benchmarks run against an in-process 3-node cluster on loopback, calling the leader.
+// Run: go test -run '^$' -bench 'Acquire|Renew' -benchtime 3s ./server/
+
+func BenchmarkAcquire(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			c := newBenchCluster(b)
+			cl := c.leases(c.waitLeader())
+			var seq atomic.Int64
+			runCallers(b, callers, func(ctx context.Context) error {
+				i := seq.Add(1)
+				_, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("b/%d", i), Holder: "bench", TtlMs: 60_000, RequestId: fmt.Sprint(i)})
+				return err
+			})
+		})
+	}
+}
+
+func BenchmarkRenew(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			c := newBenchCluster(b)
+			cl := c.leases(c.waitLeader())
+			ctx := context.Background()
+			refs := make([]*leasepb.RenewRequest, callers)
+			for i := range refs {
+				resp, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("r/%d", i), Holder: fmt.Sprintf("h%d", i), TtlMs: 60_000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				refs[i] = &leasepb.RenewRequest{Resource: resp.GetLease().GetResource(), Token: resp.GetLease().GetToken()}
+			}
+			var seq atomic.Int64
+			runCallers(b, callers, func(ctx context.Context) error {
+				_, err := cl.Renew(ctx, refs[int(seq.Add(1))%callers])
+				return err
+			})
+		})
+	}
+}
+
+func newBenchCluster(b *testing.B) *testCluster {
+	return newTestClusterTB(b, 3, func(cfg *Config) { cfg.TickInterval = 50 * time.Millisecond })
+}
+
+// runCallers runs b.N calls of fn spread over callers goroutines and reports latency percentiles.
+func runCallers(b *testing.B, callers int, fn func(context.Context) error) {
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	ctx := context.Background()
+	b.ResetTimer()
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for next.Add(1) <= int64(b.N) {
+				start := time.Now()
+				if err := fn(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	if len(lats) > 0 {
+		b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(len(lats))/b.Elapsed().Seconds(), "ops/s")
+	}
+}
