@@ -57,7 +57,7 @@ type Timer interface{ Stop() bool }
 
 type realClock struct{}
 
-func (realClock) Now() time.Time                                 { return time.Now() }
+func (realClock) Now() time.Time                            { return time.Now() }
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Client talks to a leased cluster. It is safe for concurrent use; Close it when done.
@@ -256,9 +256,9 @@ type retryBudget struct {
 }
 
 const (
-	budgetMax      = 50
-	budgetPerSec   = 10
-	budgetPerOK    = 0.2
+	budgetMax       = 50
+	budgetPerSec    = 10
+	budgetPerOK     = 0.2
 	budgetRetryCost = 1
 )
 
