@@ -15,7 +15,7 @@ import (
 
 	"github.com/leased/leased/client/fence"
 	"github.com/leased/leased/client/fence/fencetest"
-	"github.com/leased/leased/client/fence/internal/servicetest"
+	"github.com/leased/leased/client/internal/servicetest"
 	"github.com/leased/leased/client/fence/pgfence"
 )
 
