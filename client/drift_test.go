@@ -1,0 +1,73 @@
+package client_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/leased/leased/client"
+	"github.com/leased/leased/server/servertest"
+)
+
+// skewedClock runs at rate × real time: a client machine whose clock is slower (rate < 1) or faster than
+// the servers'.
+type skewedClock struct {
+	start time.Time
+	rate  float64
+}
+
+func (c skewedClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.rate))
+}
+
+func (c skewedClock) AfterFunc(d time.Duration, f func()) client.Timer {
+	return time.AfterFunc(time.Duration(float64(d)/c.rate), f)
+}
+
+// TestDoneBeforeServerExpiryWithinTheDriftBound: a client whose clock runs 0.5% slow — within the configured
+// 1% drift bound, and the dangerous direction, since it believes less time has passed — still sees Done
+// before the cluster expires its lease once it is cut off.
+func TestDoneBeforeServerExpiryWithinTheDriftBound(t *testing.T) {
+	cl := servertest.Start(t, 3, nil)
+	d := &cutDialer{}
+	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.Clock = skewedClock{start: time.Now(), rate: 0.995}
+		cfg.ClockDrift = 0.01
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(d.dial)}
+	})
+	observer := newClient(t, cl.Endpoints(), nil)
+	ctx := ctxT(t)
+	l, err := c.Acquire(ctx, "drift", client.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := make(chan time.Time, 1)
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = observer.Watch(wctx, client.WatchOptions{Resource: "drift"}, func(e client.Event) error {
+			if e.Type == client.Expired {
+				expired <- time.Now()
+			}
+			return nil
+		})
+	}()
+	defer func() { stop(); wg.Wait() }()
+	d.cutOff()
+	<-l.Done()
+	doneAt := time.Now()
+	select {
+	case at := <-expired:
+		if !at.After(doneAt) {
+			t.Fatalf("server expired at %v, before the skewed client's Done at %v", at, doneAt)
+		}
+		t.Logf("Done %v before the server's expiry", at.Sub(doneAt))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no expiry")
+	}
+}
