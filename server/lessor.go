@@ -170,6 +170,14 @@ func (l *lessor) applied(now time.Time, index uint64, cmd *leasepb.Command, res 
 			// A durable renewal is a renewal: the next checkpoint must not mark the lease idle again
 			// before the renewing call resets its deadline.
 			t.idle, t.renewed = false, true
+			if l.leader && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
+				// The renewal may have been acknowledged by the previous leader, after this node took
+				// over with the lease counted as idle: it earns a full TTL from now.
+				if d := now.Add(t.ttl); d.After(t.deadline) && !t.expiring {
+					t.deadline = d
+					heap.Fix(&l.deadlines, t.heapIdx)
+				}
+			}
 		}
 	case *leasepb.Command_EndLockDelay:
 		for _, ref := range op.EndLockDelay.GetDelays() {

@@ -214,3 +214,25 @@ func TestLockDelayEndsAfterDelay(t *testing.T) {
 		t.Fatal("lock-delay never ended")
 	}
 }
+
+// TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL: the previous leader made an idle lease's renewal
+// durable and acknowledged it; the entry applies on the new leader only after it took over with the lease
+// counted as idle. The new leader must then give it a full TTL, not the checkpointed remainder.
+func TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL(t *testing.T) {
+	cfg := TestConfig()
+	cfg.CheckpointInterval = time.Second
+	s := newLessorSim(t, 2, cfg)
+	s.elect(0)
+	tok := s.apply(acquireCmd("r", 4*time.Second)).Lease.Token
+	s.step(2500*time.Millisecond, 100*time.Millisecond) // checkpointed idle, ~2s left
+	if !s.lessors[1].leases["r"].idle {
+		t.Fatal("setup: the lease should be idle in the log")
+	}
+	s.elect(1) // takes over: idle, so ~2s counted from the checkpoint
+	s.apply(renew("r", tok))
+	renewedAt := s.clock.Now()
+	s.step(3800*time.Millisecond, 100*time.Millisecond)
+	if at, gone := s.expired["r"]; gone {
+		t.Fatalf("expired %v after a durable renewal with a 4s TTL", at.Sub(renewedAt))
+	}
+}

@@ -1,0 +1,64 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/client"
+	"github.com/leased/leased/server/servertest"
+)
+
+// BenchmarkKeepAlive10kLeases holds 10,000 leases (TTL 10s) in one client against an in-process 3-node
+// cluster and reports the CPU the whole process (client and the three servers) spends keeping them alive.
+// Run: go test -run '^$' -bench KeepAlive10k -benchtime 1x ./client/
+func BenchmarkKeepAlive10kLeases(b *testing.B) {
+	const n, ttl, window = 10_000, 10 * time.Second, 20 * time.Second
+	cl := servertest.Start(b, 3, nil)
+	c, err := client.New(client.Config{Endpoints: cl.Endpoints(), Holder: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	leases := make([]*client.Lease, n)
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 64 {
+				l, err := c.Acquire(ctx, fmt.Sprintf("ka/%05d", i), client.WithTTL(ttl))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				leases[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	b.ResetTimer()
+	for range b.N {
+		before := cpuTime()
+		start := time.Now()
+		time.Sleep(window) // the measurement window: renewals happen every TTL/3 meanwhile
+		used := cpuTime() - before
+		b.ReportMetric(float64(used)/float64(time.Since(start))*100, "cpu-%")
+		b.ReportMetric(float64(used.Milliseconds())/(window.Seconds()/(ttl.Seconds()/3)), "cpu-ms/round")
+	}
+	for _, l := range leases {
+		if l != nil && l.Err() != nil {
+			b.Fatalf("lease %s lost: %v", l.Resource(), l.Err())
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
