@@ -1,0 +1,35 @@
+package raftlog
+
+import "errors"
+
+// Sentinel errors. Functions in this package wrap them with context (the file
+// path, the offending index), so test for them with errors.Is. The Storage
+// methods that implement raft.Storage also return raft's own sentinels
+// (raft.ErrCompacted, raft.ErrUnavailable, raft.ErrSnapOutOfDate), wrapped or
+// bare, with the meaning raft gives them.
+var (
+	// ErrCorrupt means the data file exists but cannot be trusted: it is not a
+	// bbolt file, its pages are damaged, it lacks this package's buckets, it
+	// has an unknown format version, or a record in it fails its checksum or
+	// does not decode. Open never starts empty over such a file; an operator
+	// has to move it aside.
+	ErrCorrupt = errors.New("raft log file is corrupt")
+
+	// ErrIdentityMismatch means the data file was created for a different
+	// cluster or node than the one opening it. Starting anyway would let one
+	// node vote twice under two names, so Open refuses.
+	ErrIdentityMismatch = errors.New("raft log belongs to another cluster or node")
+
+	// ErrLocked means another Storage, in this process or another, holds the
+	// data file open; Open gave up after a short wait rather than hang.
+	ErrLocked = errors.New("raft log file is locked by another process")
+
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("raft log is closed")
+
+	// ErrOutOfRange means an index argument lies beyond the stored log (Compact
+	// or CreateSnapshot past LastIndex, Save leaving a gap after LastIndex), or
+	// that the entries handed to Save are not consecutive. raft's
+	// MemoryStorage panics in these cases; this package returns the error.
+	ErrOutOfRange = errors.New("index out of range of the stored log")
+)

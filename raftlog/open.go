@@ -1,0 +1,206 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// lockTimeout bounds how long Open waits for another holder of the file to
+// let go. A restarting node's predecessor releases the lock when it exits,
+// so a short wait suffices and a real conflict fails fast.
+const lockTimeout = time.Second
+
+// Open opens the raft log in dir, creating dir (mode 0700) and a fresh data
+// file recording id if none exists. An existing file is checked completely
+// before Open returns: bbolt's page structure, this package's buckets and
+// format version, and every stored record. A file that fails any check is
+// reported as ErrCorrupt and left untouched; Open never replaces it.
+//
+// A non-zero id must equal the identity the file records, else Open fails
+// with ErrIdentityMismatch. A zero id accepts any recorded identity.
+func Open(dir string, id Identity) (*Storage, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftlog: create data dir: %w", err)
+	}
+	path := filepath.Join(dir, fileName)
+	if err := createIfMissing(dir, path, id); err != nil {
+		return nil, err
+	}
+	db, err := openBolt(path, false)
+	if err != nil {
+		return nil, err
+	}
+	st, stored, err := loadState(db, path)
+	if err == nil && !id.IsZero() && id != stored {
+		err = fmt.Errorf("raftlog: open %s: %w: file has %v, caller is %v", path, ErrIdentityMismatch, stored, id)
+	}
+	if err != nil {
+		_ = closeBolt(db, path)
+		return nil, err
+	}
+	return &Storage{path: path, db: db, st: st}, nil
+}
+
+// boltOptions are the bbolt settings for the raft log. The freelist is not
+// persisted (bbolt rebuilds it on open, as etcd configures it), which keeps
+// commits small and leaves one less on-disk structure to go wrong.
+func boltOptions(readOnly bool, openFile func(string, int, os.FileMode) (*os.File, error)) *bolt.Options {
+	return &bolt.Options{
+		Timeout:        lockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		ReadOnly:       readOnly,
+		OpenFile:       openFile,
+	}
+}
+
+// openBolt opens an existing data file with bbolt, but only after locking
+// it and checking its page structure (see pagecheck.go), and with panics and
+// memory faults inside bbolt turned into ErrCorrupt.
+func openBolt(path string, readOnly bool) (*bolt.DB, error) {
+	openFile := func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		return openChecked(name, flag&^os.O_CREATE, mode, !readOnly)
+	}
+	var db *bolt.DB
+	err := guard(path, func() (err error) {
+		db, err = bolt.Open(path, 0o600, boltOptions(readOnly, openFile))
+		return err
+	})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrLocked):
+		return nil, err
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("raftlog: open %s: %w", path, ErrLocked)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, corruptf(path, "%v", err)
+	}
+	return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
+}
+
+// openChecked is bbolt's OpenFile hook: it opens and locks the file, then
+// checks its structure before bbolt reads a byte of it.
+func openChecked(name string, flag int, mode os.FileMode, exclusive bool) (*os.File, error) {
+	f, err := os.OpenFile(name, flag, mode)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOpenFile(f, name, exclusive); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func checkOpenFile(f *os.File, name string, exclusive bool) error {
+	if err := lockFile(f, exclusive, lockTimeout); err != nil {
+		return fmt.Errorf("raftlog: open %s: %w", name, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("raftlog: open %s: %w", name, err)
+	}
+	if fi.Size() == 0 {
+		// Files are created complete (see createIfMissing), so an empty one
+		// was truncated or made by someone else; bbolt would format it.
+		return corruptf(name, "empty file")
+	}
+	if err := checkBoltFile(f, fi.Size()); err != nil {
+		return corruptf(name, "%v", err)
+	}
+	return nil
+}
+
+// createIfMissing creates the data file with its buckets and identity under
+// a temporary name and links it into place, so raft.db never exists half
+// made: a crash leaves either no file or a complete one.
+func createIfMissing(dir, path string, id Identity) error {
+	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		if err != nil {
+			return fmt.Errorf("raftlog: stat %s: %w", path, err)
+		}
+		return nil
+	}
+	tmp, err := os.CreateTemp(dir, fileName+".init-*")
+	if err != nil {
+		return fmt.Errorf("raftlog: create data file: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName)
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("raftlog: create data file: %w", err)
+	}
+	if err := initFile(tmpName, id); err != nil {
+		return fmt.Errorf("raftlog: create data file: %w", err)
+	}
+	// Link, unlike rename, fails if a concurrent Open created the file first.
+	if err := os.Link(tmpName, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("raftlog: create data file: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("raftlog: create data file: %w", err)
+	}
+	return nil
+}
+
+func initFile(name string, id Identity) error {
+	db, err := bolt.Open(name, 0o600, boltOptions(false, nil))
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return initLayout(tx, id) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir makes a new directory entry durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// closeBolt closes db, converting a panic from a damaged file into an error.
+func closeBolt(db *bolt.DB, path string) error {
+	return guard(path, func() error {
+		if err := db.Close(); err != nil {
+			return fmt.Errorf("raftlog: close %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// guard runs f, turning a panic or a memory fault (bbolt reads its file
+// through mmap) into ErrCorrupt. The page check should leave nothing for it
+// to catch; it is the second line of defence.
+func guard(path string, f func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptf(path, "bbolt panicked: %v", r)
+		}
+	}()
+	return f()
+}
+
+// corruptf builds an ErrCorrupt error naming the file.
+func corruptf(path, format string, args ...any) error {
+	return fmt.Errorf("raftlog: %s: %w: %s", path, ErrCorrupt, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,99 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Save makes one Ready's worth of state durable in a single bbolt
+// transaction (one commit, two fdatasyncs): first the snapshot if it is not
+// empty (replacing the whole log, as ApplySnapshot does), then the entries
+// (replacing any stored suffix they overlap, ignoring any at or below the
+// offset), then the HardState if it is not empty. Either all of it is on
+// disk when Save returns nil, or none of it is and the Storage is unchanged.
+//
+// Entries must be consecutive and must not leave a gap after LastIndex
+// (ErrOutOfRange); a snapshot older than the stored one is
+// raft.ErrSnapOutOfDate.
+func (s *Storage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	hasSnap, hasHS := !raft.IsEmptySnap(snap), !raft.IsEmptyHardState(hs)
+	if !hasSnap && !hasHS && len(ents) == 0 {
+		return nil
+	}
+	return s.update("save", func(w *writer) error {
+		if hasSnap {
+			if err := w.applySnapshot(snap); err != nil {
+				return err
+			}
+		}
+		if err := w.appendEntries(ents); err != nil {
+			return err
+		}
+		if hasHS {
+			return w.setHardState(hs)
+		}
+		return nil
+	})
+}
+
+// ApplySnapshot replaces the log with snap in its own transaction, like
+// MemoryStorage.ApplySnapshot: all stored entries are dropped, the snapshot
+// becomes the offset. An index not above the stored snapshot's (unless both
+// are 0, the bootstrap case) is raft.ErrSnapOutOfDate, returned bare.
+func (s *Storage) ApplySnapshot(snap *raftpb.Snapshot) error {
+	return s.update("apply snapshot", func(w *writer) error { return w.applySnapshot(snap) })
+}
+
+// Compact discards the entries before compactIndex, which stays as the
+// offset whose term Term still reports. compactIndex at or below the offset
+// is raft.ErrCompacted (bare); beyond LastIndex is ErrOutOfRange.
+func (s *Storage) Compact(compactIndex uint64) error {
+	return s.update("compact", func(w *writer) error { return w.compact(compactIndex) })
+}
+
+// CreateSnapshot durably records a snapshot of the state machine at index i
+// with the given data; cs replaces the stored ConfState unless nil. It does
+// not compact the log; call Compact for that. i not above the stored
+// snapshot's index is raft.ErrSnapOutOfDate (bare), i beyond LastIndex is
+// ErrOutOfRange, i below the offset is raft.ErrCompacted.
+func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	var snap *raftpb.Snapshot
+	err := s.update("create snapshot", func(w *writer) error {
+		var err error
+		snap, err = w.createSnapshot(i, cs, data)
+		return err
+	})
+	return snap, err
+}
+
+// update runs fn in one read-write transaction over a copy of the state and
+// installs the copy only if the commit succeeds. raft's own sentinels pass
+// through unwrapped, since raft-style callers compare them with ==. A panic
+// in bbolt (damage Open could not see) is rolled back by bbolt and reported
+// as ErrCorrupt.
+func (s *Storage) update(op string, fn func(*writer) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return s.closedErr(op)
+	}
+	next := s.st.clone()
+	err := guard(s.path, func() error {
+		return s.db.Update(func(tx *bolt.Tx) error { return fn(&writer{tx: tx, st: &next}) })
+	})
+	switch {
+	case err == nil:
+		s.st = next
+		return nil
+	case err == raft.ErrCompacted, err == raft.ErrSnapOutOfDate:
+		return err
+	case errors.Is(err, ErrCorrupt):
+		return err // from guard, already naming the file
+	}
+	return fmt.Errorf("raftlog: %s: %w", op, err)
+}

@@ -1,0 +1,213 @@
+package raftlog
+
+import (
+	"fmt"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Storage is a raft log kept in a bbolt file. It implements raft.Storage
+// and adds the write side (Save, Compact, CreateSnapshot, ApplySnapshot).
+//
+// It is safe for concurrent use. Writers are serialised with each other and
+// with readers; Term, FirstIndex, LastIndex and InitialState answer from
+// memory, while Entries and Snapshot read the file.
+type Storage struct {
+	path string
+
+	mu sync.RWMutex // guards db and st; held for the whole of a write transaction
+	db *bolt.DB     // nil once closed
+	st state
+}
+
+var _ raft.Storage = (*Storage)(nil)
+
+// Path returns the data file's path, for logs and status pages.
+func (s *Storage) Path() string { return s.path }
+
+// InitialState implements raft.Storage. The HardState is nil until Save has
+// stored a non-empty one; the ConfState is the latest snapshot's.
+func (s *Storage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, nil, s.closedErr("initial state")
+	}
+	var hs *raftpb.HardState
+	if s.st.hs != nil {
+		hs = proto.Clone(s.st.hs).(*raftpb.HardState)
+	}
+	cs := proto.Clone(raftpb.EnsureSnapshotMetadata(proto.Clone(s.st.snap).(*raftpb.SnapshotMetadata)).GetConfState())
+	return hs, cs.(*raftpb.ConfState), nil
+}
+
+// Entries implements raft.Storage: the entries [lo, hi), at least one and
+// then as many as fit in maxSize bytes (proto size, as MemoryStorage counts
+// them). It returns raft.ErrCompacted if lo <= the offset and
+// raft.ErrUnavailable if only the dummy entry is left; these two come
+// unwrapped because raft compares them with ==. hi past LastIndex()+1, which
+// raft never asks for, is an error wrapping raft.ErrUnavailable.
+func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, s.closedErr("entries")
+	}
+	if lo <= s.st.offset() {
+		return nil, raft.ErrCompacted
+	}
+	if hi > s.st.last+1 {
+		return nil, fmt.Errorf("raftlog: entries [%d, %d) beyond last index %d: %w", lo, hi, s.st.last, raft.ErrUnavailable)
+	}
+	if s.st.last == s.st.offset() {
+		return nil, raft.ErrUnavailable
+	}
+	if lo > hi {
+		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, ErrOutOfRange)
+	}
+	var ents []*raftpb.Entry
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		ents, err = readRange(tx.Bucket(bucketEntries), lo, hi, maxSize)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, err)
+	}
+	return ents, nil
+}
+
+// readRange decodes [lo, hi), stopping before the entry that would push the
+// total past maxSize, but always returning the first.
+func readRange(b *bolt.Bucket, lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	ents := make([]*raftpb.Entry, 0, min(hi-lo, 1024))
+	var size uint64
+	c := b.Cursor()
+	k, v := c.Seek(indexKey(lo))
+	for i := lo; i < hi; i++ {
+		if k == nil {
+			return nil, fmt.Errorf("entry %d missing: %w", i, ErrCorrupt)
+		}
+		e, err := decodeEntry(k, v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if e.GetIndex() != i {
+			return nil, fmt.Errorf("%w: found entry %d where %d belongs", ErrCorrupt, e.GetIndex(), i)
+		}
+		size += uint64(proto.Size(e))
+		if len(ents) > 0 && size > maxSize {
+			break
+		}
+		ents = append(ents, e)
+		k, v = c.Next()
+	}
+	return ents, nil
+}
+
+// Term implements raft.Storage from memory: the term of entry i, for i in
+// [FirstIndex()-1, LastIndex()]; bare raft.ErrCompacted below that range and
+// raft.ErrUnavailable above it.
+func (s *Storage) Term(i uint64) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, s.closedErr("term")
+	}
+	if i < s.st.offset() {
+		return 0, raft.ErrCompacted
+	}
+	if i > s.st.last {
+		return 0, raft.ErrUnavailable
+	}
+	return s.st.terms.term(i), nil
+}
+
+// LastIndex implements raft.Storage from memory.
+func (s *Storage) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, s.closedErr("last index")
+	}
+	return s.st.last, nil
+}
+
+// FirstIndex implements raft.Storage from memory: one past the offset (the
+// last compacted or snapshotted index).
+func (s *Storage) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, s.closedErr("first index")
+	}
+	return s.st.firstIndex(), nil
+}
+
+// Snapshot implements raft.Storage: the latest snapshot, data read from the
+// file. Snapshots are written synchronously, so it never returns
+// raft.ErrSnapshotTemporarilyUnavailable.
+func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, s.closedErr("snapshot")
+	}
+	var data []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketSnapshot).Get(keySnapData)
+		if v == nil {
+			return nil
+		}
+		body, err := unseal(v)
+		if err != nil {
+			return fmt.Errorf("%w: snapshot data: %v", ErrCorrupt, err)
+		}
+		data = cloneBytes(body)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: snapshot: %w", err)
+	}
+	md := proto.Clone(s.st.snap).(*raftpb.SnapshotMetadata)
+	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: md, Data: data}), nil
+}
+
+// Size returns the data file's size in bytes, or 0 once closed.
+func (s *Storage) Size() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0
+	}
+	var n int64
+	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n
+}
+
+// Close releases the file and its lock. Later calls return ErrClosed;
+// closing twice is not an error.
+func (s *Storage) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	db := s.db
+	s.db = nil
+	return closeBolt(db, s.path)
+}
+
+// view runs a read transaction, reporting a panic in bbolt as ErrCorrupt.
+func (s *Storage) view(fn func(*bolt.Tx) error) error {
+	return guard(s.path, func() error { return s.db.View(fn) })
+}
+
+func (s *Storage) closedErr(op string) error {
+	return fmt.Errorf("raftlog: %s: %w", op, ErrClosed)
+}

@@ -1,0 +1,209 @@
+package raftlog
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// compactedLog returns a Storage holding entries 4..8 (terms 1,1,2,2,3) with
+// 3 (term 1) as the compacted offset.
+func compactedLog(t *testing.T) *Storage {
+	t.Helper()
+	s := mustOpen(t, t.TempDir())
+	ents := append(entries(1, 6, 1), entry(6, 2), entry(7, 2), entry(8, 3))
+	if err := s.Save(hardState(3, 1, 8), ents, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestEntriesEdgeCases(t *testing.T) {
+	s := compactedLog(t)
+	size := uint64(proto.Size(entry(4, 1)))
+	tests := []struct {
+		name     string
+		lo, hi   uint64
+		maxSize  uint64
+		wantLo   uint64
+		wantN    int
+		wantErr  error
+		wantWrap bool
+	}{
+		{"at the offset is compacted", 3, 5, math.MaxUint64, 0, 0, raft.ErrCompacted, false},
+		{"below the offset is compacted", 1, 5, math.MaxUint64, 0, 0, raft.ErrCompacted, false},
+		{"whole log", 4, 9, math.MaxUint64, 4, 5, nil, false},
+		{"empty range", 5, 5, math.MaxUint64, 5, 0, nil, false},
+		{"maxSize 0 still returns one entry", 4, 9, 0, 4, 1, nil, false},
+		{"maxSize fits exactly two", 4, 9, 2 * size, 4, 2, nil, false},
+		{"hi past last+1", 4, 10, math.MaxUint64, 0, 0, raft.ErrUnavailable, true},
+		{"lo above hi", 6, 5, math.MaxUint64, 0, 0, ErrOutOfRange, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := s.Entries(tt.lo, tt.hi, tt.maxSize)
+			if !sameErr(err, tt.wantErr) || (err != nil && !tt.wantWrap && err != tt.wantErr) {
+				t.Fatalf("Entries(%d, %d, %d) error %v, want %v", tt.lo, tt.hi, tt.maxSize, err, tt.wantErr)
+			}
+			if len(got) != tt.wantN {
+				t.Fatalf("got %d entries, want %d", len(got), tt.wantN)
+			}
+			for k, e := range got {
+				if e.GetIndex() != tt.wantLo+uint64(k) {
+					t.Fatalf("entry %d has index %d", k, e.GetIndex())
+				}
+			}
+		})
+	}
+}
+
+func TestEntriesOnlyDummyIsUnavailable(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	if _, err := s.Entries(1, 1, math.MaxUint64); err != raft.ErrUnavailable {
+		t.Fatalf("Entries on an empty log: %v, want bare raft.ErrUnavailable", err)
+	}
+}
+
+func TestEntriesResultIsOwnedByTheCaller(t *testing.T) {
+	s := compactedLog(t)
+	got, _ := s.Entries(4, 6, math.MaxUint64)
+	got[0].Data[0] = 'X'
+	_ = append(got, entry(99, 9))
+	again, _ := s.Entries(4, 6, math.MaxUint64)
+	if again[0].GetData()[0] == 'X' || len(again) != 2 {
+		t.Fatal("changing a returned entry changed the storage")
+	}
+}
+
+func TestTermEdgeCases(t *testing.T) {
+	s := compactedLog(t)
+	tests := []struct {
+		i       uint64
+		want    uint64
+		wantErr error
+	}{
+		{2, 0, raft.ErrCompacted},
+		{3, 1, nil}, // the dummy's term is kept
+		{5, 1, nil},
+		{6, 2, nil},
+		{8, 3, nil},
+		{9, 0, raft.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		got, err := s.Term(tt.i)
+		if got != tt.want || err != tt.wantErr {
+			t.Errorf("Term(%d) = %d, %v; want %d, %v", tt.i, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestCompactEdgeCases(t *testing.T) {
+	s := compactedLog(t)
+	if err := s.Compact(3); err != raft.ErrCompacted {
+		t.Errorf("Compact(offset) = %v, want bare raft.ErrCompacted", err)
+	}
+	if err := s.Compact(9); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("Compact(last+1) = %v, want ErrOutOfRange", err)
+	}
+	if err := s.Compact(8); err != nil {
+		t.Fatalf("Compact(last) = %v", err)
+	}
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	if term, _ := s.Term(8); first != 9 || last != 8 || term != 3 {
+		t.Fatalf("after Compact(last): first %d last %d term(8) %d; want 9, 8, 3", first, last, term)
+	}
+}
+
+func TestCreateSnapshotEdgeCases(t *testing.T) {
+	s := compactedLog(t)
+	if _, err := s.CreateSnapshot(2, nil, nil); !errors.Is(err, raft.ErrCompacted) {
+		t.Errorf("CreateSnapshot below the offset = %v, want ErrCompacted", err)
+	}
+	if _, err := s.CreateSnapshot(9, nil, nil); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("CreateSnapshot past last = %v, want ErrOutOfRange", err)
+	}
+	snap, err := s.CreateSnapshot(6, &raftpb.ConfState{Voters: []uint64{1}}, []byte("state"))
+	if err != nil || snap.GetMetadata().GetTerm() != 2 {
+		t.Fatalf("CreateSnapshot(6) = %v, %v; want term 2", snap, err)
+	}
+	if _, err := s.CreateSnapshot(6, nil, nil); err != raft.ErrSnapOutOfDate {
+		t.Errorf("CreateSnapshot at the same index = %v, want bare raft.ErrSnapOutOfDate", err)
+	}
+}
+
+// TestFailedSaveChangesNothing checks atomicity: a Save whose entries leave
+// a gap must not store its HardState or its snapshot either.
+func TestFailedSaveChangesNothing(t *testing.T) {
+	s := compactedLog(t)
+	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(20)), Term: new(uint64(5))}}
+	for name, ents := range map[string][]*raftpb.Entry{
+		"gap after the last index": entries(30, 32, 5),
+		"entries not consecutive":  {entry(21, 5), entry(23, 5)},
+	} {
+		if err := s.Save(hardState(7, 2, 8), ents, snap); !errors.Is(err, ErrOutOfRange) {
+			t.Fatalf("%s: Save = %v, want ErrOutOfRange", name, err)
+		}
+	}
+	hs, _, _ := s.InitialState()
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	got, _ := s.Snapshot()
+	if hs.GetTerm() != 3 || first != 4 || last != 8 || got.GetMetadata().GetIndex() != 0 {
+		t.Fatalf("after failed Saves: hs %v first %d last %d snapshot %d", hs, first, last, got.GetMetadata().GetIndex())
+	}
+}
+
+func TestSaveReplacesTheOverlappedSuffixDurably(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if err := s.Save(nil, entries(1, 11, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(nil, entries(5, 7, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir)
+	last, _ := s.LastIndex()
+	t5, _ := s.Term(5)
+	t4, _ := s.Term(4)
+	if last != 6 || t5 != 2 || t4 != 1 {
+		t.Fatalf("after overlapping Save and reopen: last %d, term(4) %d, term(5) %d; want 6, 1, 2", last, t4, t5)
+	}
+}
+
+func TestMethodsAfterCloseReturnErrClosed(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v, want nil", err)
+	}
+	_, _, e1 := s.InitialState()
+	_, e2 := s.Entries(1, 2, 0)
+	_, e3 := s.Term(0)
+	_, e4 := s.LastIndex()
+	_, e5 := s.FirstIndex()
+	_, e6 := s.Snapshot()
+	e7 := s.Save(hardState(1, 1, 0), nil, nil)
+	e8 := s.Compact(1)
+	_, e9 := s.CreateSnapshot(1, nil, nil)
+	e10 := s.ApplySnapshot(&raftpb.Snapshot{})
+	for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("call %d after Close: %v, want ErrClosed", i+1, err)
+		}
+	}
+}
