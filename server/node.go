@@ -57,6 +57,8 @@ type node struct {
 	role      atomic.Int32
 	confState *raftpb.ConfState
 	snapIndex uint64
+	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
+	unsyncedHS *raftpb.HardState
 
 	membersMu sync.RWMutex
 	members   map[uint64]*leasepb.Member
@@ -79,6 +81,9 @@ func (n *node) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			if err := n.flushHardState(); err != nil {
+				n.log.Warn("could not persist the last commit index", "err", err)
+			}
 			return
 		case <-ticker.C:
 			n.tick()
@@ -128,9 +133,8 @@ func (n *node) handleReady(rd raft.Ready) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
 	}
-	// Durability before acting (decision 8): one bbolt transaction for the whole Ready.
-	if err := n.storage.Save(rd.HardState, rd.Entries, snap); err != nil {
-		return fmt.Errorf("persist ready: %w", err)
+	if err := n.persist(rd, snap); err != nil {
+		return err
 	}
 	n.transport.Send(rd.Messages)
 	if snap != nil {
@@ -145,6 +149,41 @@ func (n *node) handleReady(rd raft.Ready) error {
 		n.reads.deliver(rs)
 	}
 	return n.maybeSnapshot()
+}
+
+// persist makes a Ready durable before anything acts on it (decision 8): one bbolt transaction. A Ready
+// that raft says needs no sync (only the commit index moved) is not written at all: a stale commit index on
+// disk is safe, since committed entries are learned again from the leader after a restart. The newest such
+// HardState is kept and written with the next Save, and always before a snapshot (raft refuses to restart
+// with a commit index below its snapshot).
+func (n *node) persist(rd raft.Ready, snap *raftpb.Snapshot) error {
+	hs := rd.HardState
+	if !rd.MustSync && len(rd.Entries) == 0 && snap == nil {
+		if hs != nil && !raft.IsEmptyHardState(hs) {
+			n.unsyncedHS = hs
+		}
+		return nil
+	}
+	if raft.IsEmptyHardState(hs) && n.unsyncedHS != nil {
+		hs = n.unsyncedHS
+	}
+	if err := n.storage.Save(hs, rd.Entries, snap); err != nil {
+		return fmt.Errorf("persist ready: %w", err)
+	}
+	n.unsyncedHS = nil
+	return nil
+}
+
+// flushHardState writes a HardState that persist held back.
+func (n *node) flushHardState() error {
+	if n.unsyncedHS == nil {
+		return nil
+	}
+	if err := n.storage.Save(n.unsyncedHS, nil, nil); err != nil {
+		return fmt.Errorf("persist hard state: %w", err)
+	}
+	n.unsyncedHS = nil
+	return nil
 }
 
 func (n *node) updateSoftState(ss *raft.SoftState) {
@@ -189,6 +228,9 @@ func (n *node) maybeSnapshot() error {
 	applied := n.applied.Load()
 	if applied-n.snapIndex < n.cfg.SnapshotEntries {
 		return nil
+	}
+	if err := n.flushHardState(); err != nil {
+		return err
 	}
 	n.fsmMu.RLock()
 	data, err := n.sm.Snapshot()
