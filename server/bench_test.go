@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // The latency benchmarks run against an in-process 3-node cluster on loopback, calling the leader.
@@ -19,7 +21,7 @@ func BenchmarkAcquire(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			c := newBenchCluster(b)
-			cl := c.leases(c.waitLeader())
+			cl := c.Leases(c.WaitLeader())
 			var seq atomic.Int64
 			runCallers(b, callers, func(ctx context.Context) error {
 				i := seq.Add(1)
@@ -34,7 +36,7 @@ func BenchmarkRenew(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			c := newBenchCluster(b)
-			cl := c.leases(c.waitLeader())
+			cl := c.Leases(c.WaitLeader())
 			ctx := context.Background()
 			refs := make([]*leasepb.RenewRequest, callers)
 			for i := range refs {
@@ -53,8 +55,8 @@ func BenchmarkRenew(b *testing.B) {
 	}
 }
 
-func newBenchCluster(b *testing.B) *testCluster {
-	return newTestClusterTB(b, 3, func(cfg *Config) { cfg.TickInterval = 50 * time.Millisecond })
+func newBenchCluster(b *testing.B) *servertest.Cluster {
+	return servertest.Start(b, 3, func(cfg *server.Config) { cfg.TickInterval = 50 * time.Millisecond })
 }
 
 // runCallers runs b.N calls of fn spread over callers goroutines and reports latency percentiles.

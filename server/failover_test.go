@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -10,33 +10,12 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
-// acquireRetrying acquires through any running node, retrying Unavailable and DeadlineExceeded with the
-// same request id, as the SDK does.
-func (c *testCluster) acquireRetrying(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	for attempt := 0; ; attempt++ {
-		cl := c.leases(attempt % len(c.nodes))
-		if cl == nil {
-			continue
-		}
-		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := cl.Acquire(callCtx, req)
-		cancel()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		switch code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled: // Canceled: the test closed that node's conn
-		default:
-			return resp, err
-		}
-		time.Sleep(20 * time.Millisecond) // backoff between retries
-	}
-}
-
 func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	var (
 		mu     sync.Mutex
@@ -54,7 +33,7 @@ func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
 					return
 				default:
 				}
-				resp, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{
+				resp, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{
 					Resource: fmt.Sprintf("w%d/r%d", w, i), Holder: fmt.Sprintf("w%d", w), TtlMs: 5000, RequestId: fmt.Sprintf("w%d-%d", w, i)})
 				if err != nil {
 					t.Errorf("acquire: %v", err)
@@ -67,12 +46,12 @@ func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
 		}()
 	}
 	eventually(t, 5*time.Second, "some grants", func() bool { mu.Lock(); defer mu.Unlock(); return len(tokens) > 20 })
-	old := c.waitLeader()
+	old := c.WaitLeader()
 	killedAt := time.Now()
-	c.stopNode(old)
-	newLeader := c.waitLeader()
+	c.Stop(old)
+	newLeader := c.WaitLeader()
 	t.Logf("new leader n%d after %v", newLeader+1, time.Since(killedAt))
-	if time.Since(killedAt) > 5*c.cfgs[0].ElectionTimeout()+2*time.Second {
+	if time.Since(killedAt) > 5*c.Config(0).ElectionTimeout()+2*time.Second {
 		t.Errorf("failover took %v", time.Since(killedAt))
 	}
 	wg.Wait()
@@ -84,7 +63,7 @@ func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
 		}
 		seen[tok] = true
 	}
-	after, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: "after", Holder: "h", TtlMs: 5000, RequestId: "after"})
+	after, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "after", Holder: "h", TtlMs: 5000, RequestId: "after"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,97 +72,97 @@ func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
 			t.Fatalf("token %d after failover is not above earlier token %d", after.GetLease().GetToken(), tok)
 		}
 	}
-	c.restartNode(old)
-	c.waitSettled()
+	c.Restart(old)
+	c.WaitSettled()
 }
 
 func TestWholeClusterRestartKeepsLeases(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	var highest uint64
 	for i := range 30 {
-		resp, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("keep/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)})
+		resp, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("keep/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		highest = max(highest, resp.GetLease().GetToken())
 	}
-	for i := range c.nodes {
-		c.stopNode(i)
+	for i := range c.Size() {
+		c.Stop(i)
 	}
-	for i := range c.nodes {
-		c.restartNode(i)
+	for i := range c.Size() {
+		c.Restart(i)
 	}
-	c.waitSettled()
-	list, err := c.leases(0).List(ctx, &leasepb.ListRequest{Prefix: "keep/", Limit: 100})
+	c.WaitSettled()
+	list, err := c.Leases(0).List(ctx, &leasepb.ListRequest{Prefix: "keep/", Limit: 100})
 	if err != nil || len(list.GetLeases()) != 30 {
 		t.Fatalf("after restart: %d leases, %v", len(list.GetLeases()), err)
 	}
-	resp, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: "new", Holder: "h", TtlMs: 5000, RequestId: "n"})
+	resp, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "new", Holder: "h", TtlMs: 5000, RequestId: "n"})
 	if err != nil || resp.GetLease().GetToken() <= highest {
 		t.Fatalf("new grant %v (%v) not above %d", resp, err, highest)
 	}
 }
 
 func TestFollowerRestartedAfterCompactionCatchesUpBySnapshot(t *testing.T) {
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 50, 5 })
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 50, 5 })
 	ctx := ctxT(t)
-	f := c.follower()
-	c.stopNode(f)
+	f := c.Follower()
+	c.Stop(f)
 	for i := range 300 {
-		if _, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
+		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.restartNode(f)
-	c.waitSettled()
-	resp, err := c.leases(f).List(ctx, &leasepb.ListRequest{Prefix: "s/", Limit: 1000, Serializable: true})
+	c.Restart(f)
+	c.WaitSettled()
+	resp, err := c.Leases(f).List(ctx, &leasepb.ListRequest{Prefix: "s/", Limit: 1000, Serializable: true})
 	if err != nil || len(resp.GetLeases()) != 300 {
 		t.Fatalf("restarted follower sees %d leases (%v), want 300", len(resp.GetLeases()), err)
 	}
 }
 
 func TestBlockingAcquireIsServedInFIFOOrder(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	holder, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: "q", Holder: "first", TtlMs: 60_000, RequestId: "first"})
+	holder, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "q", Holder: "first", TtlMs: 60_000, RequestId: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := c.waitLeader()
+	leader := c.WaitLeader()
 	order := make(chan string, 3)
 	var wg sync.WaitGroup
 	for i, name := range []string{"w1", "w2", "w3"} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.leases((leader+i)%3).Acquire(ctx, &leasepb.AcquireRequest{Resource: "q", Holder: name, TtlMs: 60_000, RequestId: name, Wait: true})
+			resp, err := c.Leases((leader+i)%3).Acquire(ctx, &leasepb.AcquireRequest{Resource: "q", Holder: name, TtlMs: 60_000, RequestId: name, Wait: true})
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				return
 			}
 			order <- name
-			if _, err := c.leases(leader).Release(ctx, &leasepb.ReleaseRequest{Resource: "q", Token: resp.GetLease().GetToken()}); err != nil {
+			if _, err := c.Leases(leader).Release(ctx, &leasepb.ReleaseRequest{Resource: "q", Token: resp.GetLease().GetToken()}); err != nil {
 				t.Errorf("release %s: %v", name, err)
 			}
 		}()
 		// Queue them one after another.
-		eventually(t, 5*time.Second, name+" queued", func() bool { return c.queueLen(leader, "q") == i+1 })
+		eventually(t, 5*time.Second, name+" queued", func() bool { return c.Node(leader).QueueLen("q") == i+1 })
 	}
 	// A cancelled waiter leaves the queue.
 	cctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.leases(leader).Acquire(cctx, &leasepb.AcquireRequest{Resource: "q", Holder: "quitter", TtlMs: 1000, RequestId: "x", Wait: true})
+		_, err := c.Leases(leader).Acquire(cctx, &leasepb.AcquireRequest{Resource: "q", Holder: "quitter", TtlMs: 1000, RequestId: "x", Wait: true})
 		errc <- err
 	}()
-	eventually(t, 5*time.Second, "quitter queued", func() bool { return c.queueLen(leader, "q") == 4 })
+	eventually(t, 5*time.Second, "quitter queued", func() bool { return c.Node(leader).QueueLen("q") == 4 })
 	cancel()
 	if err := <-errc; code(err) != codes.Canceled {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
-	eventually(t, 5*time.Second, "quitter gone", func() bool { return c.queueLen(leader, "q") == 3 })
-	if _, err := c.leases(leader).Release(ctx, &leasepb.ReleaseRequest{Resource: "q", Token: holder.GetLease().GetToken()}); err != nil {
+	eventually(t, 5*time.Second, "quitter gone", func() bool { return c.Node(leader).QueueLen("q") == 3 })
+	if _, err := c.Leases(leader).Release(ctx, &leasepb.ReleaseRequest{Resource: "q", Token: holder.GetLease().GetToken()}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -197,35 +176,28 @@ func TestBlockingAcquireIsServedInFIFOOrder(t *testing.T) {
 	}
 }
 
-func (c *testCluster) queueLen(i int, resource string) int {
-	q := c.nodes[i].node.queue
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queues[resource])
-}
-
 func TestWatchDeliversEventsInOrderAndResumes(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.leases(1).Watch(wctx, &leasepb.WatchRequest{Prefix: "w/"})
+	stream, err := c.Leases(1).Watch(wctx, &leasepb.WatchRequest{Prefix: "w/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The stream is registered once the first response could arrive; make sure with a marker event.
 	var toks []uint64
 	for i := range 5 {
-		resp, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("w/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)})
+		resp, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("w/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		toks = append(toks, resp.GetLease().GetToken())
 	}
-	if _, err := c.leases(0).Release(ctx, &leasepb.ReleaseRequest{Resource: "w/0", Token: toks[0]}); err != nil {
+	if _, err := c.Leases(0).Release(ctx, &leasepb.ReleaseRequest{Resource: "w/0", Token: toks[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.acquireRetrying(ctx, &leasepb.AcquireRequest{Resource: "other", Holder: "h", TtlMs: 60_000, RequestId: "o"}); err != nil {
+	if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "other", Holder: "h", TtlMs: 60_000, RequestId: "o"}); err != nil {
 		t.Fatal(err)
 	}
 	events := recvEvents(t, stream, 6)
@@ -243,7 +215,7 @@ func TestWatchDeliversEventsInOrderAndResumes(t *testing.T) {
 		t.Fatalf("events = %v", events)
 	}
 	// Resume from the third event's index on another node.
-	resumed, err := c.leases(2).Watch(wctx, &leasepb.WatchRequest{Prefix: "w/", FromIndex: events[2].GetIndex()})
+	resumed, err := c.Leases(2).Watch(wctx, &leasepb.WatchRequest{Prefix: "w/", FromIndex: events[2].GetIndex()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,21 +241,21 @@ func recvEvents(t *testing.T, stream leasepb.Leases_WatchClient, n int) []*lease
 }
 
 func TestStallDetectedByTheReadyLoopExtendsDeadlines(t *testing.T) {
-	clock := NewManualClock()
-	c := newTestCluster(t, 1, func(cfg *Config) { cfg.Clock = clock })
+	clock := server.NewManualClock()
+	c := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Clock = clock })
 	ctx := ctxT(t)
-	n := c.nodes[0].node
-	if _, err := c.leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "s", Holder: "h", TtlMs: 1000, RequestId: "s"}); err != nil {
+	n := c.Node(0)
+	if _, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "s", Holder: "h", TtlMs: 1000, RequestId: "s"}); err != nil {
 		t.Fatal(err)
 	}
 	waitTicks := func(k uint64) {
-		from := n.ticks.Load()
-		eventually(t, 5*time.Second, "ticks", func() bool { return n.ticks.Load() >= from+k })
+		from := n.Ticks()
+		eventually(t, 5*time.Second, "ticks", func() bool { return n.Ticks() >= from+k })
 	}
 	// The loop "stalls" for 10s: the next tick sees the gap and extends every deadline by it.
 	clock.Advance(10 * time.Second)
 	waitTicks(5)
-	if _, err := c.leases(0).Get(ctx, &leasepb.GetRequest{Resource: "s"}); err != nil {
+	if _, err := c.Leases(0).Get(ctx, &leasepb.GetRequest{Resource: "s"}); err != nil {
 		t.Fatalf("lease expired after a stall: %v", err)
 	}
 	// Time then passes normally, in steps shorter than the stall threshold: the lease expires.
@@ -292,7 +264,7 @@ func TestStallDetectedByTheReadyLoopExtendsDeadlines(t *testing.T) {
 		waitTicks(1)
 	}
 	eventually(t, 5*time.Second, "expiry after the TTL", func() bool {
-		_, err := c.leases(0).Get(ctx, &leasepb.GetRequest{Resource: "s"})
+		_, err := c.Leases(0).Get(ctx, &leasepb.GetRequest{Resource: "s"})
 		return code(err) == codes.NotFound
 	})
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"errors"
@@ -10,17 +10,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/servertest"
 )
 
-func code(err error) codes.Code { return status.Code(err) }
-
 func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	f := c.follower()
+	f := c.Follower()
 
 	// A write that reaches a follower is forwarded to the leader.
-	got, err := c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "alice", TtlMs: 5000, RequestId: "r1", Value: []byte("10.0.0.1")})
+	got, err := c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "alice", TtlMs: 5000, RequestId: "r1", Value: []byte("10.0.0.1")})
 	if err != nil {
 		t.Fatalf("acquire via follower: %v", err)
 	}
@@ -29,14 +28,14 @@ func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
 		t.Fatalf("acquire = %v", got)
 	}
 	// Every node answers a linearizable Get with the grant.
-	for i := range c.nodes {
-		g, err := c.leases(i).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"})
+	for i := range c.Size() {
+		g, err := c.Leases(i).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"})
 		if err != nil || g.GetLease().GetToken() != tok || g.GetLease().GetHolder() != "alice" || string(g.GetLease().GetValue()) != "10.0.0.1" {
 			t.Fatalf("get on n%d = %v, %v", i+1, g, err)
 		}
 	}
 	// Someone else is refused with the holder in the details.
-	_, err = c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b1"})
+	_, err = c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b1"})
 	if code(err) != codes.FailedPrecondition {
 		t.Fatalf("second holder: %v, want FailedPrecondition", err)
 	}
@@ -50,38 +49,38 @@ func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
 		t.Fatalf("held details = %v", held)
 	}
 	// Renew through a follower, then release; a second release is NotFound.
-	r, err := c.leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok})
+	r, err := c.Leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok})
 	if err != nil || r.GetTtlMs() != 5000 {
 		t.Fatalf("renew = %v, %v", r, err)
 	}
-	if _, err := c.leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); err != nil {
+	if _, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if _, err := c.leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
+	if _, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
 		t.Fatalf("second release: %v, want NotFound", err)
 	}
-	if _, err := c.leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
+	if _, err := c.Leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
 		t.Fatalf("renew after release: %v, want NotFound", err)
 	}
-	if _, err := c.leases(0).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"}); code(err) != codes.NotFound {
+	if _, err := c.Leases(0).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"}); code(err) != codes.NotFound {
 		t.Fatalf("get after release: %v, want NotFound", err)
 	}
-	again, err := c.leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b2"})
+	again, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b2"})
 	if err != nil || again.GetLease().GetToken() <= tok {
 		t.Fatalf("re-acquire = %v, %v; want a token above %d", again, err, tok)
 	}
 }
 
 func TestAcquireRetryWithSameRequestIDReturnsSameToken(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	req := &leasepb.AcquireRequest{Resource: "jobs/cron", Holder: "host-1:42", TtlMs: 5000, RequestId: "idem-1"}
-	first, err := c.leases(0).Acquire(ctx, req)
+	first, err := c.Leases(0).Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range c.nodes {
-		retry, err := c.leases(i).Acquire(ctx, req)
+	for i := range c.Size() {
+		retry, err := c.Leases(i).Acquire(ctx, req)
 		if err != nil || retry.GetLease().GetToken() != first.GetLease().GetToken() || !retry.GetReplayed() {
 			t.Fatalf("retry via n%d = %v, %v", i+1, retry, err)
 		}
@@ -89,40 +88,40 @@ func TestAcquireRetryWithSameRequestIDReturnsSameToken(t *testing.T) {
 }
 
 func TestExpiredLeaseIsRegrantedWithLargerToken(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	first, err := c.leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "dead", TtlMs: 300, RequestId: "a"})
+	first, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "dead", TtlMs: 300, RequestId: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Nobody renews: the leader expires it; a watcher sees the expiry.
 	eventually(t, 5*time.Second, "expiry", func() bool {
-		_, err := c.leases(1).Get(ctx, &leasepb.GetRequest{Resource: "r"})
+		_, err := c.Leases(1).Get(ctx, &leasepb.GetRequest{Resource: "r"})
 		return code(err) == codes.NotFound
 	})
-	next, err := c.leases(2).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "alive", TtlMs: 5000, RequestId: "b"})
+	next, err := c.Leases(2).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "alive", TtlMs: 5000, RequestId: "b"})
 	if err != nil || next.GetLease().GetToken() <= first.GetLease().GetToken() {
 		t.Fatalf("re-grant = %v, %v", next, err)
 	}
 	// A late renewal of the expired token is refused.
-	if _, err := c.leases(0).Renew(ctx, &leasepb.RenewRequest{Resource: "r", Token: first.GetLease().GetToken()}); code(err) != codes.NotFound {
+	if _, err := c.Leases(0).Renew(ctx, &leasepb.RenewRequest{Resource: "r", Token: first.GetLease().GetToken()}); code(err) != codes.NotFound {
 		t.Fatalf("late renewal: %v", err)
 	}
 }
 
 func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	f := c.follower()
+	f := c.Follower()
 	var refs []*leasepb.LeaseRef
 	for _, r := range []string{"a", "b", "c"} {
-		got, err := c.leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: 400, RequestId: r})
+		got, err := c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: 400, RequestId: r})
 		if err != nil {
 			t.Fatal(err)
 		}
 		refs = append(refs, &leasepb.LeaseRef{Resource: r, Token: got.GetLease().GetToken()})
 	}
-	stream, err := c.leases(f).KeepAlive(ctx)
+	stream, err := c.Leases(f).KeepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the renewal interval, not a wait for a condition
 	}
 	// A released lease reports gone on the stream.
-	if _, err := c.leases(0).Release(ctx, &leasepb.ReleaseRequest{Resource: "b", Token: refs[1].Token}); err != nil {
+	if _, err := c.Leases(0).Release(ctx, &leasepb.ReleaseRequest{Resource: "b", Token: refs[1].Token}); err != nil {
 		t.Fatal(err)
 	}
 	if err := stream.Send(&leasepb.KeepAliveRequest{Seq: 99, Leases: refs}); err != nil {
@@ -165,9 +164,9 @@ func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
 }
 
 func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
-	c := newTestCluster(t, 1, nil)
+	c := servertest.Start(t, 1, nil)
 	ctx := ctxT(t)
-	cl := c.leases(0)
+	cl := c.Leases(0)
 	long := string(make([]byte, 300))
 	bad := []*leasepb.AcquireRequest{
 		{Resource: "", Holder: "h", TtlMs: 1000},
@@ -183,7 +182,7 @@ func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
 		{Resource: "r", Holder: "h", TtlMs: 1000, LockDelayMs: -1},
 		{Resource: "r", Holder: "h", TtlMs: 1000, RequestId: string(make([]byte, 100))},
 	}
-	before := c.nodes[0].AppliedIndex()
+	before := c.Node(0).AppliedIndex()
 	for _, req := range bad {
 		if _, err := cl.Acquire(ctx, req); code(err) != codes.InvalidArgument {
 			t.Errorf("acquire %v: %v, want InvalidArgument", req, err)
@@ -195,7 +194,7 @@ func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
 	if _, err := cl.List(ctx, &leasepb.ListRequest{Limit: 5000}); code(err) != codes.InvalidArgument {
 		t.Errorf("list limit: %v", err)
 	}
-	if after := c.nodes[0].AppliedIndex(); after != before {
+	if after := c.Node(0).AppliedIndex(); after != before {
 		t.Fatalf("bad input moved the applied index from %d to %d", before, after)
 	}
 }

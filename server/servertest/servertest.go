@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
 )
 
@@ -21,12 +25,13 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*server.Server
+	conns []*grpc.ClientConn
 }
 
 // Start starts size nodes with server.TestConfig (changed by mutate, if given) and waits for a leader.
 func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*server.Server, size)}
+	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)
 	for i := range size {
@@ -49,7 +54,7 @@ func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 		c.start(i, lis[i])
 	}
 	t.Cleanup(c.Close)
-	c.WaitLeader()
+	c.WaitSettled()
 	return c
 }
 
@@ -90,13 +95,48 @@ func (c *Cluster) Node(i int) *server.Server {
 	return c.nodes[i]
 }
 
+// Size is the number of nodes, running or not.
+func (c *Cluster) Size() int { return len(c.cfgs) }
+
+// Config is node i's configuration.
+func (c *Cluster) Config(i int) server.Config { return c.cfgs[i] }
+
+// Conn is a gRPC connection to node i, or nil while it is stopped. Stop closes it.
+func (c *Cluster) Conn(i int) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] == nil {
+		return nil
+	}
+	if c.conns[i] == nil {
+		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.conns[i] = conn
+	}
+	return c.conns[i]
+}
+
+// Leases is a Leases client of node i, or nil while it is stopped.
+func (c *Cluster) Leases(i int) leasepb.LeasesClient {
+	conn := c.Conn(i)
+	if conn == nil {
+		return nil
+	}
+	return leasepb.NewLeasesClient(conn)
+}
+
 // Stop closes node i cleanly.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
 	c.mu.Lock()
-	s := c.nodes[i]
-	c.nodes[i] = nil
+	s, conn := c.nodes[i], c.conns[i]
+	c.nodes[i], c.conns[i] = nil, nil
 	c.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
 	if s != nil {
 		if err := s.Close(); err != nil {
 			c.t.Errorf("close %s: %v", c.cfgs[i].Name, err)
@@ -132,6 +172,43 @@ func (c *Cluster) Close() {
 	for i := range c.nodes {
 		c.Stop(i)
 	}
+}
+
+// WaitSettled waits for a leader and for every running node to have applied what the leader applied.
+func (c *Cluster) WaitSettled() {
+	c.t.Helper()
+	leader := c.Node(c.WaitLeader())
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.caughtUp(leader.AppliedIndex()) {
+		if time.Now().After(deadline) {
+			c.t.Fatal("nodes did not catch up with the leader within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) caughtUp(want uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.nodes {
+		if s != nil && s.AppliedIndex() < want {
+			return false
+		}
+	}
+	return want > 0
+}
+
+// Follower returns the index of a running node that is not the leader.
+func (c *Cluster) Follower() int {
+	c.t.Helper()
+	leader := c.WaitLeader()
+	for i := range c.nodes {
+		if i != leader && c.Node(i) != nil {
+			return i
+		}
+	}
+	c.t.Fatal("no running follower")
+	return -1
 }
 
 // WaitLeader polls until one running node leads and all running nodes agree; it returns its index.
