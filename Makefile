@@ -20,6 +20,9 @@ proto: ## regenerate api/leasepb from api/proto (pinned buf and plugins, fetched
 build: ## build leased and leasectl into ./bin
 	$(GO) build -o bin/ ./cmd/...
 
+cluster: ## build leased into ./bin and run a local 3-node cluster in the foreground (data in ./data; Ctrl-C stops it)
+	GO=$(GO) ./scripts/cluster.sh
+
 bench: ## run the Go benchmarks (see docs/benchmarks.md)
 	$(GO) test -run='^$$' -bench=. -benchmem ./fsm/ ./raftlog/
 

@@ -193,7 +193,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	isLeader := ss.RaftState == raft.StateLeader
 	switch {
 	case isLeader && !wasLeader:
-		n.log.Info("became leader", "term", n.raft.Status().Term)
+		n.log.Info("became leader", "term", n.term.Load())
 		n.lessor.promote(n.clock.Now())
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", ss.Lead)

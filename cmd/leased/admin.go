@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// adminServer is the node's small HTTP server for operators and orchestrators:
+//
+//	/healthz  200 while the process runs
+//	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping
+//
+// /metrics joins them in a later issue.
+type adminServer struct {
+	lis      net.Listener // nil: disabled
+	srv      *http.Server
+	log      *slog.Logger
+	stopping atomic.Bool
+	done     chan struct{}
+	errc     chan error // at most one error from Serve; never closed
+}
+
+// leaderKnower is what the admin server asks of the node.
+type leaderKnower interface {
+	Leader() uint64
+}
+
+func listenAdmin(addr string, log *slog.Logger) (*adminServer, error) {
+	a := &adminServer{log: log, done: make(chan struct{}), errc: make(chan error, 1)}
+	if addr == "" {
+		close(a.done)
+		return a, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for admin http: %w", err)
+	}
+	a.lis = lis
+	return a, nil
+}
+
+func (a *adminServer) addr() string {
+	if a.lis == nil {
+		return ""
+	}
+	return a.lis.Addr().String()
+}
+
+// handler serves the admin endpoints for node.
+func (a *adminServer) handler(node leaderKnower) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch leader := node.Leader(); {
+		case a.stopping.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case leader == 0:
+			http.Error(w, "no leader", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ok: leader %x\n", leader)
+		}
+	})
+	return mux
+}
+
+// serve starts serving in the background; a failure arrives on errc.
+func (a *adminServer) serve(node leaderKnower) {
+	if a.lis == nil {
+		return
+	}
+	a.srv = &http.Server{Handler: a.handler(node), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(a.done)
+		if err := a.srv.Serve(a.lis); !errors.Is(err, http.ErrServerClosed) {
+			a.errc <- fmt.Errorf("admin http: %w", err)
+		}
+	}()
+}
+
+func (a *adminServer) setStopping() { a.stopping.Store(true) }
+
+// close stops the server (or the unserved listener) and waits for it.
+func (a *adminServer) close() {
+	if a.lis == nil {
+		return
+	}
+	if a.srv == nil {
+		_ = a.lis.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		_ = a.srv.Close()
+	}
+	<-a.done
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/leased/leased/server"
+)
+
+// envPrefix is prepended to a flag's name, upper-cased with '-' turned into '_', to give the environment
+// variable that sets it: --data-dir is LEASED_DATA_DIR. A flag on the command line wins over the variable.
+const envPrefix = "LEASED_"
+
+// options is everything the command line decides: the node's configuration plus what only the binary
+// needs (the admin listener, the logger, --version).
+type options struct {
+	cfg         server.Config
+	adminAddr   string
+	logLevel    slog.Level
+	logFormat   string
+	showVersion bool
+}
+
+// usageError is a problem with the command line itself (unknown flag, unparsable value). main exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// errHelp reports that --help was asked for and the usage was printed; main exits 0.
+var errHelp = errors.New("help requested")
+
+// envName is the environment variable that sets a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags turns the command line and the environment (looked up with getenv) into options. It does not
+// validate the resulting server.Config: server.New does, and main reports that as a configuration error.
+// On --help it writes the usage to stdout and returns errHelp; a bad flag or variable is a usageError.
+func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (options, error) {
+	o := options{cfg: server.DefaultConfig(), logLevel: slog.LevelInfo, logFormat: "text"}
+	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by usage below
+	c, l := &o.cfg, &o.cfg.Limits
+
+	fs.StringVar(&c.Name, "name", "", "this node's name; must be one of the names in --initial-cluster (required)")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the raft log; it belongs to one cluster and one node for life (required)")
+	fs.StringVar(&c.ClientAddr, "client-addr", "127.0.0.1:7101", "host:port serving the gRPC Leases and Cluster services to clients")
+	fs.StringVar(&c.PeerAddr, "peer-addr", "127.0.0.1:7201", "host:port serving raft traffic from the other nodes")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz); empty disables it")
+	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node (required)")
+
+	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
+	fs.IntVar(&c.ElectionTicks, "election-ticks", c.ElectionTicks, "ticks without a leader before a follower campaigns")
+	fs.IntVar(&c.HeartbeatTicks, "heartbeat-ticks", c.HeartbeatTicks, "ticks between leader heartbeats")
+	fs.Uint64Var(&c.SnapshotEntries, "snapshot-entries", c.SnapshotEntries, "applied entries that trigger a snapshot and log compaction")
+	fs.Uint64Var(&c.SnapshotCatchUp, "snapshot-catchup", c.SnapshotCatchUp, "entries kept after compaction for slow followers")
+	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often the leader checkpoints remaining lease TTLs")
+	fs.IntVar(&c.ExpiryBatch, "expiry-batch", c.ExpiryBatch, "most leases expired by one log entry")
+	fs.IntVar(&c.WatchHistory, "watch-history", c.WatchHistory, "events kept for Watch to resume from")
+	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "how long a write waits for its entry to apply")
+
+	fs.IntVar(&l.MaxResourceBytes, "max-resource-bytes", l.MaxResourceBytes, "longest resource name")
+	fs.IntVar(&l.MaxHolderBytes, "max-holder-bytes", l.MaxHolderBytes, "longest holder name")
+	fs.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest lease value")
+	fs.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest lease TTL a client may ask for")
+	fs.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest lease TTL a client may ask for")
+	fs.DurationVar(&l.MaxLockDelay, "max-lock-delay", l.MaxLockDelay, "longest lock-delay a client may ask for")
+	fs.IntVar(&l.MaxLeasesPerHolder, "max-leases-per-holder", l.MaxLeasesPerHolder, "most leases one holder may hold")
+	fs.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest gRPC message a client may send")
+	fs.IntVar(&l.MaxKeepAliveLeases, "max-keepalive-leases", l.MaxKeepAliveLeases, "most leases one KeepAlive message may renew")
+	fs.IntVar(&l.MaxListLimit, "max-list-limit", l.MaxListLimit, "largest List page")
+
+	fs.Var((*levelFlag)(&o.logLevel), "log-level", "log `level`: debug, info, warn or error")
+	fs.Var(formatFlag{&o.logFormat}, "log-format", "log `format`: text or json")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+
+	// The environment first, so that the command line, parsed next, overrides it.
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if v == "" || err != nil {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageError{fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), e)}
+		}
+	})
+	if err != nil {
+		return o, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
+			return o, errHelp
+		}
+		return o, usageError{dashDash(err)}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Errorf("unexpected argument %q (every setting is a --flag)", fs.Arg(0))}
+	}
+	return o, nil
+}
+
+// dashDash spells flags in the flag package's errors the way --help does (--name, not -name).
+func dashDash(err error) error {
+	msg := strings.NewReplacer("flag -", "flag --", ": -", ": --").Replace(err.Error())
+	return errors.New(msg)
+}
+
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, `leased is one node of a leased cluster: a lease and fencing-token server on Raft.
+
+Usage:
+  leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]
+
+Every flag can also be set with an environment variable: LEASED_ and the flag's name in upper snake
+case (--data-dir is LEASED_DATA_DIR). A flag on the command line wins over the variable.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		if name != "" {
+			name = " " + name
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, name, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+	})
+	fmt.Fprint(w, `
+Exit status: 0 after a clean shutdown (SIGTERM or SIGINT) or --help / --version; 1 on a configuration
+error or a fatal error of the node (for example a failed disk); 2 on a bad flag.
+`)
+}
+
+// clusterFlag parses --initial-cluster: name=host:port pairs separated by commas. Names and addresses must
+// be unique.
+type clusterFlag map[string]string
+
+func (c *clusterFlag) String() string {
+	if c == nil || len(*c) == 0 {
+		return ""
+	}
+	return formatCluster(*c)
+}
+
+func formatCluster(m map[string]string) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + m[n]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c *clusterFlag) Set(s string) error {
+	m, err := parseCluster(s)
+	if err != nil {
+		return err
+	}
+	*c = m
+	return nil
+}
+
+func parseCluster(s string) (map[string]string, error) {
+	m := make(map[string]string)
+	byAddr := make(map[string]string)
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, errors.New("empty member (want name=host:port,...)")
+		}
+		name, addr, ok := strings.Cut(item, "=")
+		name, addr = strings.TrimSpace(name), strings.TrimSpace(addr)
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("member %q is not name=host:port", item)
+		}
+		if err := checkHostPort(addr); err != nil {
+			return nil, fmt.Errorf("member %s: %w", name, err)
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("member name %s appears twice", name)
+		}
+		if other, dup := byAddr[addr]; dup {
+			return nil, fmt.Errorf("members %s and %s have the same address %s", other, name, addr)
+		}
+		m[name], byAddr[addr] = addr, name
+	}
+	return m, nil
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: want host:port", addr)
+	}
+	if host == "" {
+		return fmt.Errorf("address %q has no host (peers must be able to dial it)", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("address %q: port must be 1..65535", addr)
+	}
+	return nil
+}
+
+// levelFlag parses --log-level.
+type levelFlag slog.Level
+
+func (l *levelFlag) String() string { return strings.ToLower(slog.Level(*l).String()) }
+
+func (l *levelFlag) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "debug":
+		*l = levelFlag(slog.LevelDebug)
+	case "info":
+		*l = levelFlag(slog.LevelInfo)
+	case "warn":
+		*l = levelFlag(slog.LevelWarn)
+	case "error":
+		*l = levelFlag(slog.LevelError)
+	default:
+		return errors.New("want debug, info, warn or error")
+	}
+	return nil
+}
+
+// formatFlag parses --log-format.
+type formatFlag struct{ p *string }
+
+func (f formatFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f formatFlag) Set(s string) error {
+	switch s {
+	case "text", "json":
+		*f.p = s
+		return nil
+	}
+	return errors.New("want text or json")
+}
+
+// newLogger builds the slog logger the options ask for, writing to w.
+func newLogger(o options, w io.Writer) *slog.Logger {
+	h := &slog.HandlerOptions{Level: o.logLevel}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, h))
+	}
+	return slog.New(slog.NewTextHandler(w, h))
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/server"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func parse(t *testing.T, args []string, getenv func(string) string) (options, error) {
+	t.Helper()
+	if getenv == nil {
+		getenv = env()
+	}
+	var out bytes.Buffer
+	return parseFlags(args, getenv, &out)
+}
+
+func TestDefaultsComeFromServerDefaultConfig(t *testing.T) {
+	o, err := parse(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.DefaultConfig()
+	got := o.cfg
+	got.Name, got.DataDir, got.ClientAddr, got.PeerAddr, got.InitialCluster = "", "", "", "", nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults differ from server.DefaultConfig():\n got %+v\nwant %+v", got, want)
+	}
+	if o.logLevel != slog.LevelInfo || o.logFormat != "text" || o.adminAddr == "" {
+		t.Errorf("log level %v, format %q, admin %q", o.logLevel, o.logFormat, o.adminAddr)
+	}
+}
+
+func TestEveryFlagSetsItsField(t *testing.T) {
+	args := []string{
+		"--name=n2", "--data-dir=/d", "--client-addr=h:1", "--peer-addr=h:2", "--admin-addr=h:3",
+		"--initial-cluster=n1=h:10, n2=h:2 ,n3=h:30",
+		"--tick=7ms", "--election-ticks=21", "--heartbeat-ticks=3", "--snapshot-entries=11",
+		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--watch-history=15",
+		"--proposal-timeout=16s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
+		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
+		"--max-request-bytes=24", "--max-keepalive-leases=25", "--max-list-limit=26",
+		"--log-level=debug", "--log-format=json",
+	}
+	o, err := parse(t, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.DefaultConfig()
+	want.Name, want.DataDir, want.ClientAddr, want.PeerAddr = "n2", "/d", "h:1", "h:2"
+	want.InitialCluster = map[string]string{"n1": "h:10", "n2": "h:2", "n3": "h:30"}
+	want.TickInterval, want.ElectionTicks, want.HeartbeatTicks = 7*time.Millisecond, 21, 3
+	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
+	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
+	want.ProposalTimeout = 16 * time.Second
+	want.Limits = server.Limits{
+		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
+		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,
+		MinTTL:            20 * time.Millisecond, MaxTTL: 21 * time.Minute, MaxLockDelay: 22 * time.Second,
+		MaxLeasesPerHolder: 23, MaxRequestBytes: 24, MaxKeepAliveLeases: 25, MaxListLimit: 26,
+	}
+	if !reflect.DeepEqual(o.cfg, want) {
+		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
+	}
+	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" {
+		t.Errorf("admin %q, level %v, format %q", o.adminAddr, o.logLevel, o.logFormat)
+	}
+}
+
+func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
+	getenv := env(
+		"LEASED_NAME", "from-env",
+		"LEASED_DATA_DIR", "/env/dir",
+		"LEASED_TICK", "50ms",
+		"LEASED_INITIAL_CLUSTER", "from-env=127.0.0.1:1",
+		"LEASED_MAX_KEEPALIVE_LEASES", "9",
+		"LEASED_LOG_FORMAT", "json",
+	)
+	o, err := parse(t, nil, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Name != "from-env" || o.cfg.DataDir != "/env/dir" || o.cfg.TickInterval != 50*time.Millisecond ||
+		o.cfg.Limits.MaxKeepAliveLeases != 9 || o.logFormat != "json" || o.cfg.InitialCluster["from-env"] != "127.0.0.1:1" {
+		t.Errorf("environment not applied: %+v (format %q)", o.cfg, o.logFormat)
+	}
+
+	o, err = parse(t, []string{"--name", "from-flag", "--tick=5ms", "--initial-cluster=from-flag=127.0.0.1:2"}, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Name != "from-flag" || o.cfg.TickInterval != 5*time.Millisecond {
+		t.Errorf("flag did not win over environment: name %q tick %v", o.cfg.Name, o.cfg.TickInterval)
+	}
+	if want := map[string]string{"from-flag": "127.0.0.1:2"}; !reflect.DeepEqual(o.cfg.InitialCluster, want) {
+		t.Errorf("initial cluster %v, want %v (the flag replaces the variable, it does not merge)", o.cfg.InitialCluster, want)
+	}
+	if o.cfg.DataDir != "/env/dir" {
+		t.Errorf("a variable without a flag should still apply: data dir %q", o.cfg.DataDir)
+	}
+}
+
+func TestBadValuesAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		getenv func(string) string
+		want   string // in the message
+	}{
+		{"bad duration", []string{"--tick=soon"}, nil, "--tick"},
+		{"bad duration in env", nil, env("LEASED_CHECKPOINT_INTERVAL", "5"), "LEASED_CHECKPOINT_INTERVAL"},
+		{"bad int", []string{"--expiry-batch=many"}, nil, "--expiry-batch"},
+		{"unknown flag", []string{"--no-such-flag"}, nil, "--no-such-flag"},
+		{"positional argument", []string{"--name=a", "extra"}, nil, `"extra"`},
+		{"bad log level", []string{"--log-level=loud"}, nil, "debug, info, warn or error"},
+		{"bad log format", []string{"--log-format=xml"}, nil, "text or json"},
+		{"cluster without =", []string{"--initial-cluster=n1"}, nil, `"n1" is not name=host:port`},
+		{"cluster empty member", []string{"--initial-cluster=n1=h:1,,n2=h:2"}, nil, "empty member"},
+		{"cluster empty name", []string{"--initial-cluster==h:1"}, nil, "not name=host:port"},
+		{"cluster no port", []string{"--initial-cluster=n1=h"}, nil, "want host:port"},
+		{"cluster bad port", []string{"--initial-cluster=n1=h:99999"}, nil, "port must be"},
+		{"cluster no host", []string{"--initial-cluster=n1=:7201"}, nil, "no host"},
+		{"cluster duplicate name", []string{"--initial-cluster=n1=h:1,n1=h:2"}, nil, "n1 appears twice"},
+		{"cluster duplicate address", []string{"--initial-cluster=n1=h:1,n2=h:1"}, nil, "same address h:1"},
+		{"cluster in env", nil, env("LEASED_INITIAL_CLUSTER", "n1=h:1,n1=h:2"), "LEASED_INITIAL_CLUSTER"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.args, tc.getenv)
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("got %v, want a usage error", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+			var stderr bytes.Buffer
+			if code := exitCode(err, &stderr); code != 2 {
+				t.Errorf("exit code %d, want 2", code)
+			}
+			if lines := strings.Count(stderr.String(), "\n"); lines != 1 {
+				t.Errorf("want a one-line error, got %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryFlagAndItsVariable(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlags([]string{"--help"}, env(), &out)
+	if !errors.Is(err, errHelp) {
+		t.Fatalf("got %v, want errHelp", err)
+	}
+	if code := exitCode(err, &bytes.Buffer{}); code != 0 {
+		t.Errorf("exit code %d for --help, want 0", code)
+	}
+	for _, want := range []string{"--initial-cluster", "LEASED_INITIAL_CLUSTER", "--max-list-limit", "LEASED_MAX_LIST_LIMIT", "--version"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help does not mention %s", want)
+		}
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := envName("max-keepalive-leases"); got != "LEASED_MAX_KEEPALIVE_LEASES" {
+		t.Errorf("got %s", got)
+	}
+}

@@ -1,0 +1,106 @@
+// Command leased runs one node of a leased cluster: the Raft-replicated lease state machine, the gRPC
+// Leases and Cluster services for clients, raft traffic for peers, and a small admin HTTP server.
+//
+// Flags (each also settable as LEASED_<FLAG_IN_UPPER_SNAKE>) become a server.Config; `leased --help`
+// lists them. SIGTERM or SIGINT shuts the node down cleanly (it hands leadership to a follower first) and
+// exits 0. Exit status 1 is a configuration error or a fatal error of the node, 2 a bad flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/leased/leased/server"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func main() {
+	// The context ends on the first SIGTERM or SIGINT. Later signals are swallowed while the node shuts
+	// down (a supervisor that sends SIGTERM after the terminal's SIGINT must not cut the shutdown short);
+	// SIGKILL remains the way to stop it at once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode is the one place errors become exit statuses: 0 for success and --help, 2 for a bad command
+// line, 1 for anything else. It prints the error, on one line for a bad flag.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "leased: %v (see leased --help)\n", ue.err)
+		return 2
+	default:
+		// One line, so that the reason stays together in logs (errors.Join separates with newlines).
+		fmt.Fprintf(stderr, "leased: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 1
+	}
+}
+
+// run parses the command line, starts the node and serves until ctx ends (a clean shutdown: nil) or the
+// node stops by itself after a fatal error (that error).
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	if o.showVersion {
+		fmt.Fprintf(stdout, "leased %s\n", version)
+		return nil
+	}
+	log := newLogger(o, stderr)
+	o.cfg.Logger, o.cfg.Version = log, version
+
+	// Bind the admin listener first: a port in use is reported before the data dir is opened.
+	admin, err := listenAdmin(o.adminAddr, log)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(o.cfg, server.Listeners{})
+	if err != nil {
+		admin.close()
+		return err
+	}
+	log.Info("leased starting", "version", version, "name", o.cfg.Name, "data_dir", o.cfg.DataDir,
+		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "admin_addr", admin.addr(),
+		"initial_cluster", formatCluster(o.cfg.InitialCluster))
+	srv.Start()
+	admin.serve(srv)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case <-srv.Done():
+		runErr = srv.Err()
+		if runErr == nil {
+			runErr = errors.New("raft loop ended unexpectedly")
+		}
+		runErr = fmt.Errorf("node stopped: %w", runErr)
+	case err := <-admin.errc:
+		runErr = err
+		log.Error("shutting down", "err", err)
+	}
+	admin.setStopping() // /readyz answers 503 while the node drains
+	closeErr := srv.Close()
+	admin.close()
+	if closeErr != nil {
+		closeErr = fmt.Errorf("shutdown: %w", closeErr)
+		log.Error("shutdown failed", "err", closeErr)
+	} else if runErr == nil {
+		log.Info("stopped")
+	}
+	return errors.Join(runErr, closeErr)
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leased/leased/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestVersion(t *testing.T) {
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, env(), &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stdout.String(); got != "leased "+version+"\n" {
+		t.Errorf("--version printed %q", got)
+	}
+}
+
+func TestConfigErrorsExitOne(t *testing.T) {
+	err := run(context.Background(), []string{"--admin-addr="}, env(), &bytes.Buffer{}, &bytes.Buffer{})
+	var stderr bytes.Buffer
+	if code := exitCode(err, &stderr); code != 1 {
+		t.Fatalf("exit code %d for a config without name, want 1 (err %v)", code, err)
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "name is required") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("message %q", msg)
+	}
+}
+
+// TestRunServesUntilCancelled runs a one-node cluster in process and stops it as a signal would.
+func TestRunServesUntilCancelled(t *testing.T) {
+	peer := freeAddr(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stderr := &syncBuffer{}
+	args := []string{
+		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=127.0.0.1:0",
+		"--peer-addr=" + peer, "--admin-addr=", "--initial-cluster=solo=" + peer,
+		"--tick=5ms", "--log-level=debug",
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
+	// A one-node cluster elects itself; wait for it to say so.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), `msg="became leader"`) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v\n%s", err, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader after 10s:\n%s", stderr.String())
+		}
+	}
+	cancel(errors.New("test stop"))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("clean shutdown returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	a := &adminServer{}
+	node := &fakeNode{}
+	srv := httptest.NewServer(a.handler(node))
+	defer srv.Close()
+	get := func(path string) int {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get("/healthz"); c != 200 {
+		t.Errorf("/healthz %d", c)
+	}
+	if c := get("/readyz"); c != 503 {
+		t.Errorf("/readyz without a leader %d, want 503", c)
+	}
+	node.leader.Store(7)
+	if c := get("/readyz"); c != 200 {
+		t.Errorf("/readyz with a leader %d, want 200", c)
+	}
+	a.setStopping()
+	if c := get("/readyz"); c != 503 {
+		t.Errorf("/readyz while stopping %d, want 503", c)
+	}
+	if c := get("/nope"); c != 404 {
+		t.Errorf("/nope %d", c)
+	}
+}
+
+type fakeNode struct{ leader atomic.Uint64 }
+
+func (f *fakeNode) Leader() uint64 { return f.leader.Load() }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ leaderKnower = (*server.Server)(nil)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

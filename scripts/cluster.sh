@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# cluster.sh — build leased into ./bin and run a local three-node cluster in the foreground (`make cluster`).
+#
+# Node i (1..3) is named n<i>, keeps its data in ./data/n<i> and listens on 127.0.0.1:
+#   clients (gRPC) 710<i>    peers (raft) 720<i>    admin HTTP 740<i> (/healthz, /readyz)
+# (730<i> is reserved for gossip.) Re-running it restarts the same cluster on the same data; `make clean`
+# removes the data. Every log line is prefixed with its node's name ("n1 | ...").
+#
+# Ctrl-C (SIGINT) or SIGTERM stops all three: SIGTERM (a clean shutdown: the leader hands leadership on),
+# then SIGKILL for any node still running after GRACE seconds (default 10). The script exits 0 when every node
+# stopped cleanly, 1 otherwise.
+#
+# If a node exits on its own, the script reports it (name, pid, exit status) and keeps the other two
+# running: two of three is still a working cluster, and watching the failover is the point of a local
+# cluster. Restart the lost node by hand with the command printed at startup. The script ends when Ctrl-C
+# arrives or when no node is left.
+#
+# Extra arguments are passed to every node, e.g. `scripts/cluster.sh --log-level=debug`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GRACE=${GRACE:-10}
+GO=${GO:-go}
+BIN=bin/leased
+NODES=(n1 n2 n3)
+INITIAL=n1=127.0.0.1:7201,n2=127.0.0.1:7202,n3=127.0.0.1:7203
+
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+echo "building $BIN ($version)"
+"$GO" build -ldflags "-X main.version=$version" -o "$BIN" ./cmd/leased
+
+declare -A pid=() # name -> pid of the running leased
+declare -A cmdline=()
+
+# prefix copies its input to stdout with "name | " before every line. It ignores SIGINT and SIGTERM so that
+# it outlives its node's last words (a node whose stderr pipe closed would die of SIGPIPE mid-shutdown);
+# it ends at end of input, when its node has exited.
+prefix() {
+	trap '' INT TERM
+	local line
+	while IFS= read -r line || [[ -n $line ]]; do
+		printf '%s | %s\n' "$1" "$line"
+	done
+}
+
+start() {
+	local i=$1 name=n$1
+	mkdir -p "data/$name"
+	local args=(--name "$name" --data-dir "data/$name"
+		--client-addr "127.0.0.1:710$i" --peer-addr "127.0.0.1:720$i" --admin-addr "127.0.0.1:740$i"
+		--initial-cluster "$INITIAL" "${@:2}")
+	cmdline[$name]="$BIN ${args[*]}"
+	"$BIN" "${args[@]}" > >(prefix "$name") 2>&1 &
+	pid[$name]=$!
+}
+
+stopping=0
+stop_all() {
+	((stopping)) && return
+	stopping=1
+	echo "stopping the cluster (SIGTERM; SIGKILL after ${GRACE}s)"
+	local name
+	for name in "${!pid[@]}"; do
+		kill -TERM "${pid[$name]}" 2>/dev/null || true
+	done
+	local deadline=$((SECONDS + GRACE))
+	for name in "${!pid[@]}"; do
+		while kill -0 "${pid[$name]}" 2>/dev/null && ((SECONDS < deadline)); do
+			sleep 0.1
+		done
+	done
+	for name in "${!pid[@]}"; do
+		if kill -0 "${pid[$name]}" 2>/dev/null; then
+			echo "$name (pid ${pid[$name]}) did not stop within ${GRACE}s: SIGKILL"
+			kill -KILL "${pid[$name]}" 2>/dev/null || true
+		fi
+	done
+}
+
+failed=0
+# reported says how a node ended.
+reported() {
+	local name=$1 status=$2
+	if ((stopping)); then
+		if ((status != 0)); then
+			echo "$name exited with status $status during shutdown"
+			failed=1
+		fi
+	else
+		echo "$name (pid ${pid[$name]}) exited unexpectedly with status $status; the other nodes keep running"
+		echo "  restart it with: ${cmdline[$name]}"
+		failed=1
+	fi
+	unset "pid[$name]"
+}
+
+trap stop_all INT TERM
+
+for i in 1 2 3; do
+	start "$i" "$@"
+done
+
+echo "leased cluster started (data in ./data; Ctrl-C stops it)"
+for i in 1 2 3; do
+	echo "  n$i  pid ${pid[n$i]}  clients 127.0.0.1:710$i  peers 127.0.0.1:720$i  admin http://127.0.0.1:740$i/readyz"
+done
+echo "client endpoints: 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+
+# Wait for the nodes to exit, one at a time. `wait -n` also returns (with no pid) when a trapped signal
+# arrives; the trap has then stopped the nodes and the loop collects their statuses.
+while ((${#pid[@]} > 0)); do
+	ended='' status=0
+	wait -n -p ended "${pid[@]}" || status=$?
+	[[ -n ${ended:-} ]] || continue
+	for name in "${!pid[@]}"; do
+		if [[ ${pid[$name]} == "$ended" ]]; then
+			reported "$name" "$status"
+		fi
+	done
+done
+wait # the log prefixers, which end once their node's output closes
+if ((failed)); then
+	exit 1
+fi
+echo "cluster stopped"
