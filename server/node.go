@@ -122,12 +122,12 @@ func (n *node) fail(err error) {
 }
 
 func (n *node) handleReady(rd raft.Ready) error {
-	if rd.SoftState != nil {
-		n.updateSoftState(rd.SoftState)
-	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
 		n.commit.Store(rd.HardState.GetCommit())
+	}
+	if rd.SoftState != nil {
+		n.updateSoftState(rd.SoftState)
 	}
 	var snap *raftpb.Snapshot
 	if !raft.IsEmptySnap(rd.Snapshot) {
