@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/client"
+)
+
+// nodeJSON is the shape of status's JSON output, one line per endpoint.
+type nodeJSON struct {
+	Name         string `json:"name"`
+	ID           uint64 `json:"id"`
+	ClientAddr   string `json:"client_addr"`
+	Role         string `json:"role"`
+	Term         uint64 `json:"term"`
+	Leader       string `json:"leader"`
+	LeaderID     uint64 `json:"leader_id"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	DBSizeBytes  int64  `json:"db_size_bytes"`
+	LiveLeases   uint64 `json:"live_leases"`
+	Version      string `json:"version"`
+	Healthy      bool   `json:"healthy"`
+	Error        string `json:"error,omitempty"`
+}
+
+func roleName(r leasepb.Role) string {
+	switch r {
+	case leasepb.Role_ROLE_LEADER:
+		return "leader"
+	case leasepb.Role_ROLE_FOLLOWER:
+		return "follower"
+	case leasepb.Role_ROLE_LEARNER:
+		return "learner"
+	case leasepb.Role_ROLE_CANDIDATE, leasepb.Role_ROLE_PRE_CANDIDATE:
+		return "candidate"
+	}
+	return "unknown"
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show every endpoint's node: role, term, leader, indexes, size, health",
+		Long: `status asks every endpoint about its node (in parallel; this needs no leader) and prints one row per
+endpoint: name, client address, role (leader, follower, learner, candidate, or unreachable), term, the
+leader it follows, commit and applied index, data file size, version and health. A node is healthy when it
+answered and knows a leader. status exits with code 5 when no reachable node knows a leader.`,
+		Example: `  leasectl status
+  leasectl status -o json | jq -r 'select(.role == "leader") | .client_addr'`,
+		Args: noArgs,
+		RunE: a.body(func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := a.requestContext(cmd.Context())
+			defer cancel()
+			return a.withClient("", func(c *client.Client) error {
+				rows := make([]nodeJSON, len(a.endpoints))
+				sts := make([]*client.NodeStatus, len(a.endpoints))
+				var wg sync.WaitGroup
+				for i, ep := range a.endpoints {
+					wg.Go(func() {
+						st, err := c.Status(ctx, ep)
+						if err != nil {
+							rows[i] = nodeJSON{ClientAddr: ep, Role: "unreachable", Error: message(err)}
+							return
+						}
+						sts[i] = st
+					})
+				}
+				wg.Wait()
+				names := map[uint64]string{}
+				for _, st := range sts {
+					if st != nil {
+						names[st.GetId()] = st.GetName()
+					}
+				}
+				haveLeader := false
+				for i, st := range sts {
+					if st == nil {
+						continue
+					}
+					leader := names[st.GetLeaderId()]
+					if leader == "" && st.GetLeaderId() != 0 {
+						leader = orDash(st.GetHeader().GetLeaderAddr())
+						if leader == "-" {
+							leader = strconv.FormatUint(st.GetLeaderId(), 10)
+						}
+					}
+					addr := st.GetClientAddr()
+					if addr == "" {
+						addr = a.endpoints[i]
+					}
+					rows[i] = nodeJSON{
+						Name: st.GetName(), ID: st.GetId(), ClientAddr: addr, Role: roleName(st.GetRole()),
+						Term: st.GetTerm(), Leader: leader, LeaderID: st.GetLeaderId(),
+						CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
+						DBSizeBytes: st.GetDbSizeBytes(), LiveLeases: st.GetLiveLeases(), Version: st.GetVersion(),
+						Healthy: st.GetLeaderId() != 0,
+					}
+					haveLeader = haveLeader || st.GetLeaderId() != 0
+				}
+				if err := a.printStatus(rows); err != nil {
+					return err
+				}
+				if !haveLeader {
+					return fmt.Errorf("no reachable node knows a leader (%s): %w", unreachableSummary(rows), client.ErrUnavailable)
+				}
+				return nil
+			})
+		}),
+	}
+}
+
+func unreachableSummary(rows []nodeJSON) string {
+	n := 0
+	for _, r := range rows {
+		if r.Role == "unreachable" {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d endpoints unreachable", n, len(rows))
+}
+
+func (a *app) printStatus(rows []nodeJSON) error {
+	if a.jsonOut() {
+		var errs []error
+		for _, r := range rows {
+			errs = append(errs, a.emitJSON(r))
+		}
+		return errors.Join(errs...)
+	}
+	t := a.newTable("NAME", "ADDRESS", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "DB SIZE", "LEASES", "VERSION", "HEALTH")
+	for _, r := range rows {
+		if r.Role == "unreachable" {
+			t.row("-", r.ClientAddr, r.Role, "-", "-", "-", "-", "-", "-", "-", "unhealthy: "+shorten(r.Error, 60))
+			continue
+		}
+		health := "healthy"
+		if !r.Healthy {
+			health = "unhealthy: no leader"
+		}
+		t.row(orDash(r.Name), r.ClientAddr, r.Role, strconv.FormatUint(r.Term, 10), orDash(r.Leader),
+			strconv.FormatUint(r.CommitIndex, 10), strconv.FormatUint(r.AppliedIndex, 10), bytesHuman(r.DBSizeBytes),
+			strconv.FormatUint(r.LiveLeases, 10), orDash(r.Version), health)
+	}
+	return t.flush()
+}
+
+func shorten(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
