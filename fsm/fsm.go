@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/btree"
@@ -32,7 +33,7 @@ type FSM struct {
 	// highest is the largest token ever granted (it survives the lease's end).
 	highest uint64
 	// byResource holds every live lease, ordered by resource: at most one per resource (I2).
-	byResource *btree.BTreeG[*lease]
+	byResource *btree.BTreeG[entry]
 	// holders indexes the same leases by holder; each holder keeps its own leases ordered by resource.
 	holders map[string]*holder
 	delays  map[string]lockDelay
@@ -41,13 +42,20 @@ type FSM struct {
 // New returns an empty state machine.
 func New() *FSM {
 	return &FSM{
-		byResource: btree.NewG(btreeDegree, lessByResource),
+		byResource: btree.NewG(btreeDegree, lessEntry),
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
 	}
 }
 
-func lessByResource(a, b *lease) bool { return a.resource < b.resource }
+// entry is a B-tree item: the resource name is kept beside the pointer so that comparisons, the hot part
+// of every insert and lookup, do not chase the pointer first.
+type entry struct {
+	resource string
+	lease    *lease
+}
+
+func lessEntry(a, b entry) bool { return a.resource < b.resource }
 
 // ApplyEntry decodes one log entry's data and applies it. See Apply.
 func (f *FSM) ApplyEntry(index uint64, data []byte) (Result, error) {
@@ -163,8 +171,8 @@ func (f *FSM) List(prefix, after string, limit int) ([]Lease, bool) {
 		// Begin strictly after the last resource of the previous page.
 		start = after + "\x00"
 	}
-	return collect(f.byResource, &lease{resource: start}, limit, func(l *lease) bool {
-		return strings.HasPrefix(l.resource, prefix)
+	return collect(f.byResource, entry{resource: start}, limit, func(e entry) bool {
+		return strings.HasPrefix(e.resource, prefix)
 	})
 }
 
@@ -174,46 +182,58 @@ func (f *FSM) ListHolder(holderName, after string, limit int) ([]Lease, bool) {
 	if !ok {
 		return nil, false
 	}
-	pivot := &lease{}
-	if after != "" {
-		pivot.resource = after + "\x00"
+	var page []*lease
+	for _, l := range h.leases {
+		if l.resource > after {
+			page = append(page, l)
+		}
 	}
-	return collect(h.leases, pivot, limit, func(*lease) bool { return true })
+	slices.SortFunc(page, func(a, b *lease) int { return strings.Compare(a.resource, b.resource) })
+	more := len(page) > limit
+	if more {
+		page = page[:limit]
+	}
+	out := make([]Lease, len(page))
+	for i, l := range page {
+		out[i] = l.export()
+	}
+	return out, more
 }
 
 // HolderCount is the number of live leases of a holder.
 func (f *FSM) HolderCount(holderName string) int {
 	if h, ok := f.holders[holderName]; ok {
-		return h.leases.Len()
+		return len(h.leases)
 	}
 	return 0
 }
 
 // Ascend calls fn for every live lease in resource order until fn returns false.
 func (f *FSM) Ascend(fn func(Lease) bool) {
-	f.byResource.Ascend(func(l *lease) bool { return fn(l.export()) })
+	f.byResource.Ascend(func(e entry) bool { return fn(e.lease.export()) })
 }
 
 // collect walks tree from pivot while match holds, gathering at most limit leases.
-func collect(tree *btree.BTreeG[*lease], pivot *lease, limit int, match func(*lease) bool) ([]Lease, bool) {
+func collect(tree *btree.BTreeG[entry], pivot entry, limit int, match func(entry) bool) ([]Lease, bool) {
 	var out []Lease
 	more := false
-	tree.AscendGreaterOrEqual(pivot, func(l *lease) bool {
-		if !match(l) {
+	tree.AscendGreaterOrEqual(pivot, func(e entry) bool {
+		if !match(e) {
 			return false
 		}
 		if len(out) == limit {
 			more = true
 			return false
 		}
-		out = append(out, l.export())
+		out = append(out, e.lease.export())
 		return true
 	})
 	return out, more
 }
 
 func (f *FSM) lookup(resource string) (*lease, bool) {
-	return f.byResource.Get(&lease{resource: resource})
+	e, ok := f.byResource.Get(entry{resource: resource})
+	return e.lease, ok
 }
 
 // current returns the lease on resource if token is its current grant.

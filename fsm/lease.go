@@ -1,13 +1,6 @@
 package fsm
 
-import (
-	"github.com/google/btree"
-
-	"github.com/leased/leased/api/leasepb"
-)
-
-// holderBtreeDegree is small: most holders hold few leases.
-const holderBtreeDegree = 8
+import "github.com/leased/leased/api/leasepb"
 
 // Lease is a copy of one live grant, as queries and results return it.
 type Lease struct {
@@ -61,6 +54,7 @@ type lease struct {
 	remainingMs int64
 	value       []byte
 	requestID   string
+	holderPos   int32 // position in holder.leases
 	flags       leaseFlags
 }
 
@@ -96,16 +90,27 @@ func (l *lease) export() Lease {
 	}
 }
 
-// holder is shared by every lease of one holder: it interns the name and indexes the holder's leases by
-// resource, which serves "leases of a holder" and the per-holder limit. A tree per holder rather than one
-// tree ordered by (holder, resource) keeps inserts cheap: each tree is small and mostly appended to.
+// holder is shared by every lease of one holder: it interns the name and lists the holder's leases, which
+// serves "leases of a holder" and the per-holder limit. The list is unordered (insert and remove are O(1),
+// on the apply path); ListHolder sorts what it returns, off the apply path.
 type holder struct {
 	name   string
-	leases *btree.BTreeG[*lease]
+	leases []*lease
 }
 
-func newHolder(name string) *holder {
-	return &holder{name: name, leases: btree.NewG(holderBtreeDegree, lessByResource)}
+func newHolder(name string) *holder { return &holder{name: name} }
+
+func (h *holder) add(l *lease) {
+	l.holderPos = int32(len(h.leases))
+	h.leases = append(h.leases, l)
+}
+
+func (h *holder) remove(l *lease) {
+	last := h.leases[len(h.leases)-1]
+	h.leases[l.holderPos] = last
+	last.holderPos = l.holderPos
+	h.leases[len(h.leases)-1] = nil
+	h.leases = h.leases[:len(h.leases)-1]
 }
 
 // lockDelay is the stored form of a LockDelay.

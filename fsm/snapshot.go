@@ -34,8 +34,8 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		Leases:       make([]*leasepb.LeaseRecord, 0, f.byResource.Len()),
 		LockDelays:   make([]*leasepb.LockDelayRecord, 0, len(f.delays)),
 	}
-	f.byResource.Ascend(func(l *lease) bool {
-		body.Leases = append(body.Leases, l.record())
+	f.byResource.Ascend(func(e entry) bool {
+		body.Leases = append(body.Leases, e.lease.record())
 		return true
 	})
 	for _, r := range sortedKeys(f.delays) {
