@@ -79,6 +79,7 @@ func (c *Client) Get(ctx context.Context, resource string, opts ...ReadOption) (
 	if err != nil {
 		return Info{}, err
 	}
+	c.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), nil
 }
 
@@ -101,6 +102,7 @@ func (c *Client) List(ctx context.Context, lo ListOptions, opts ...ReadOption) (
 	if err != nil {
 		return nil, "", err
 	}
+	c.follow(resp.GetHeader())
 	out := make([]Info, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
 		out[i] = infoOf(l)
