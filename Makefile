@@ -5,7 +5,7 @@ BUF_VERSION := v1.75.0
 BUF := $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: help test test-short proto proto-lint build cluster bench fuzz vet fmt clean
+.PHONY: help test test-short proto proto-lint build cluster bench fuzz vet fmt clean chaos
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,14 @@ bench: ## run the Go benchmarks (see docs/benchmarks.md)
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	./scripts/fuzz.sh $(FUZZTIME)
+
+SEED ?= $(shell date +%s)
+DURATION ?= 30m
+CHAOS_OUT ?= /tmp/leased-chaos
+chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m (summary at the end; artifacts in CHAOS_OUT)
+	mkdir -p $(CHAOS_OUT)
+	LEASED_CHAOS_SEED=$(SEED) LEASED_CHAOS_DURATION=$(DURATION) LEASED_CHAOS_OUT=$(CHAOS_OUT) \
+		$(GO) test -run '^TestChaos$$' -count=1 -timeout=0 -v ./tests/chaos/
 
 vet: ## go vet
 	$(GO) vet ./...
