@@ -153,7 +153,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}
-	w, backlog, err := s.n.watch.subscribe(req.GetFromIndex(), matcher(req.GetResource(), req.GetPrefix()))
+	w, backlog, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
 	}

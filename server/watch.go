@@ -22,6 +22,9 @@ type watchHub struct {
 
 // watcher is one Watch stream's subscription.
 type watcher struct {
+	// from is the first index the watcher wants: a node replaying its log after a restart publishes
+	// events older than that, which must not reach a watcher that asked to resume later.
+	from     uint64
 	match    func(resource string) bool
 	ch       chan []fsm.Event
 	overflow bool // set under the hub's lock before ch is closed
@@ -51,7 +54,7 @@ func (h *watchHub) publish(index uint64, events []fsm.Event) {
 		h.append(e)
 	}
 	for w := range h.watchers {
-		if batch := filterEvents(events, w.match, 0); len(batch) > 0 {
+		if batch := filterEvents(events, w.match, w.from); len(batch) > 0 {
 			select {
 			case w.ch <- batch:
 			default:
@@ -75,9 +78,9 @@ func (h *watchHub) append(e fsm.Event) {
 }
 
 // subscribe registers a watcher and returns the retained events with index >= from that it matches.
-// from == 0 means "from the next event". It fails with a compactedError when from is older than the
-// retained history.
-func (h *watchHub) subscribe(from uint64, match func(string) bool) (*watcher, []fsm.Event, error) {
+// from == 0 means "from now": from the index after next, the first index not yet committed when the
+// watch began. It fails with a compactedError when from is older than the retained history.
+func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, []fsm.Event, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if from != 0 && from < h.oldest {
@@ -89,7 +92,11 @@ func (h *watchHub) subscribe(from uint64, match func(string) bool) (*watcher, []
 			backlog = append(backlog, filterEvents(h.history[(h.start+i)%len(h.history):][:1], match, from)...)
 		}
 	}
-	w := &watcher{match: match, ch: make(chan []fsm.Event, watcherBuffer)}
+	start := from
+	if start == 0 {
+		start = next
+	}
+	w := &watcher{from: start, match: match, ch: make(chan []fsm.Event, watcherBuffer)}
 	h.watchers[w] = struct{}{}
 	return w, backlog, nil
 }
