@@ -12,3 +12,6 @@ func (s *Server) QueueLen(resource string) int {
 
 // Ticks is how many times the node's Ready loop has ticked.
 func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
+
+// SnapshotsRestored is how many snapshots this node received from a leader and restored.
+func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }

@@ -94,9 +94,16 @@ func TestWholeClusterRestartKeepsLeases(t *testing.T) {
 		c.Restart(i)
 	}
 	c.WaitSettled()
-	list, err := c.Leases(0).List(ctx, &leasepb.ListRequest{Prefix: "keep/", Limit: 100})
+	leader := c.WaitLeader()
+	list, err := c.Leases(leader).List(ctx, &leasepb.ListRequest{Prefix: "keep/", Limit: 100})
 	if err != nil || len(list.GetLeases()) != 30 {
 		t.Fatalf("after restart: %d leases, %v", len(list.GetLeases()), err)
+	}
+	// The new leader counts every lease afresh from its takeover: (nearly) a full TTL again.
+	for _, l := range list.GetLeases() {
+		if l.GetRemainingMs() < 50_000 {
+			t.Fatalf("%s has %d ms left after the restart, want close to its 60 s TTL", l.GetResource(), l.GetRemainingMs())
+		}
 	}
 	resp, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "new", Holder: "h", TtlMs: 5000, RequestId: "n"})
 	if err != nil || resp.GetLease().GetToken() <= highest {
@@ -116,6 +123,9 @@ func TestFollowerRestartedAfterCompactionCatchesUpBySnapshot(t *testing.T) {
 	}
 	c.Restart(f)
 	c.WaitSettled()
+	if c.Node(f).SnapshotsRestored() == 0 {
+		t.Fatal("the restarted follower caught up without a snapshot: the log was not compacted past it")
+	}
 	resp, err := c.Leases(f).List(ctx, &leasepb.ListRequest{Prefix: "s/", Limit: 1000, Serializable: true})
 	if err != nil || len(resp.GetLeases()) != 300 {
 		t.Fatalf("restarted follower sees %d leases (%v), want 300", len(resp.GetLeases()), err)

@@ -66,6 +66,7 @@ type node struct {
 	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3).
 	lastTick time.Time
 	ticks    atomic.Uint64 // for tests that wait for the loop to have run
+	restores atomic.Uint64 // snapshots received from a leader and restored
 	stopped  chan struct{}
 	done     chan struct{}
 	fatalErr atomic.Pointer[error]
@@ -219,6 +220,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.lessor.reset(sm, n.clock.Now())
 	n.watch.reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)
+	n.restores.Add(1)
 	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
 	return nil
 }
