@@ -96,3 +96,78 @@ func runCallers(b *testing.B, callers int, fn func(context.Context) error) {
 		b.ReportMetric(float64(len(lats))/b.Elapsed().Seconds(), "ops/s")
 	}
 }
+
+// BenchmarkMassExpiry grants 100,000 leases whose deadlines fall at the same instant (a manual clock stands
+// still while they are granted), moves the clock past it, and reports how long the leader takes to expire
+// every one, and the worst latency of an unrelated client's acquires meanwhile.
+// Run: go test -run '^$' -bench MassExpiry -benchtime 1x -timeout 20m ./server/
+func BenchmarkMassExpiry(b *testing.B) {
+	const n, ttl = 100_000, time.Second
+	clock := server.NewManualClock()
+	c := servertest.Start(b, 3, func(cfg *server.Config) {
+		cfg.Clock = clock
+		cfg.Limits.MaxLeasesPerHolder = n
+	})
+	leader := c.WaitLeader()
+	cl := c.Leases(leader)
+	ctx := context.Background()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 256 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= n; i = next.Add(1) {
+				if _, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("mass/%06d", i), Holder: "mass", TtlMs: ttl.Milliseconds()}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "grants/s")
+	b.ResetTimer()
+	// Time passes normally (steps below the stall threshold, one tick each) up to the common deadline.
+	node := c.Node(leader)
+	for elapsed := time.Duration(0); elapsed <= ttl; elapsed += 20 * time.Millisecond {
+		clock.Advance(20 * time.Millisecond)
+		for from := node.Ticks(); node.Ticks() == from; {
+			time.Sleep(time.Millisecond) // wait for the loop's next tick
+		}
+	}
+	due := time.Now()
+	probeDone := make(chan time.Duration)
+	stop := make(chan struct{})
+	go func() {
+		var worst time.Duration
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				probeDone <- worst
+				return
+			default:
+			}
+			t0 := time.Now()
+			if _, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("probe/%d", i), Holder: "probe", TtlMs: 60_000}); err != nil {
+				b.Error(err)
+			}
+			worst = max(worst, time.Since(t0))
+		}
+	}()
+	for {
+		list, err := cl.List(ctx, &leasepb.ListRequest{Prefix: "mass/", Limit: 1, Serializable: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(list.GetLeases()) == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+	cleared := time.Since(due)
+	close(stop)
+	b.ReportMetric(cleared.Seconds(), "s-to-expire-all")
+	b.ReportMetric(float64((<-probeDone).Milliseconds()), "worst-acquire-ms")
+}
