@@ -35,6 +35,9 @@ type Config struct {
 	ClockDrift float64
 	// MinDriftMargin is subtracted from every validity window on top of ClockDrift. Default 20ms.
 	MinDriftMargin time.Duration
+	// KeepAliveBatch is the most leases one KeepAlive message renews; it must not exceed the servers'
+	// --max-keepalive-leases (10,000 by default). Default 5,000.
+	KeepAliveBatch int
 	// Holder names this process in its leases. Default hostname:pid.
 	Holder string
 	// Logger receives the client's logs; nil discards them.
@@ -102,6 +105,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.MinDriftMargin == 0 {
 		cfg.MinDriftMargin = 20 * time.Millisecond
+	}
+	if cfg.KeepAliveBatch == 0 {
+		cfg.KeepAliveBatch = 5000
 	}
 	if cfg.Holder == "" {
 		host, _ := os.Hostname()

@@ -124,7 +124,7 @@ func (k *keeper) session() bool {
 	go func() { recvErr <- k.receive(stream, answered) }()
 	healthy := false
 	for {
-		if err := stream.Send(k.nextRequest()); err != nil {
+		if err := k.sendRenewals(stream); err != nil {
 			cancel()
 			<-recvErr
 			return healthy
@@ -170,23 +170,45 @@ func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered chan<- 
 	}
 }
 
-// nextRequest builds a renewal of every held lease and records when it is sent.
-func (k *keeper) nextRequest() *leasepb.KeepAliveRequest {
+// sendRenewals sends a renewal of every held lease, in messages of at most Config.KeepAliveBatch leases.
+func (k *keeper) sendRenewals(stream leasepb.Leases_KeepAliveClient) error {
+	for _, req := range k.nextRequests() {
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextRequests builds the renewal messages and records when each is sent.
+func (k *keeper) nextRequests() []*leasepb.KeepAliveRequest {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.seq++
-	req := &leasepb.KeepAliveRequest{Seq: k.seq, Leases: make([]*leasepb.LeaseRef, 0, len(k.leases))}
+	var reqs []*leasepb.KeepAliveRequest
+	var req *leasepb.KeepAliveRequest
 	for key := range k.leases {
+		if req == nil || len(req.Leases) == k.c.cfg.KeepAliveBatch {
+			req = k.newRequestLocked()
+			reqs = append(reqs, req)
+		}
 		req.Leases = append(req.Leases, &leasepb.LeaseRef{Resource: key.resource, Token: key.token})
 	}
-	k.sent[k.seq] = k.c.clock.Now()
+	if len(reqs) == 0 {
+		reqs = append(reqs, k.newRequestLocked()) // an empty message keeps the stream (and leader) known
+	}
 	// Answers come in order; anything far older than the newest request will not come any more.
 	for seq := range k.sent {
-		if seq+64 < k.seq {
+		if seq+uint64(64+len(reqs)) < k.seq {
 			delete(k.sent, seq)
 		}
 	}
-	return req
+	return reqs
+}
+
+func (k *keeper) newRequestLocked() *leasepb.KeepAliveRequest {
+	k.seq++
+	k.sent[k.seq] = k.c.clock.Now()
+	return &leasepb.KeepAliveRequest{Seq: k.seq}
 }
 
 // handle applies one answer: extend each lease from the request's send time, or end it if it is gone.
