@@ -41,6 +41,28 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// watchExpiry has c watch resource until the test ends. The returned channel receives the time at which
+// the first Expired event for resource arrived: when the cluster expired the lease, as an observer sees it.
+func watchExpiry(ctx context.Context, t *testing.T, c *client.Client, resource string) <-chan time.Time {
+	t.Helper()
+	expired := make(chan time.Time, 1)
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = c.Watch(wctx, client.WatchOptions{Resource: resource}, func(e client.Event) error {
+			if e.Type == client.Expired {
+				select {
+				case expired <- time.Now():
+				default: // only the first expiry counts
+				}
+			}
+			return nil
+		})
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+	return expired
+}
+
 func TestLeaseIsKeptAliveAndReleased(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
 	c := newClient(t, cl.Endpoints(), nil)
@@ -157,20 +179,7 @@ func TestCutOffHolderSeesDoneBeforeTheServerExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired := make(chan time.Time, 1)
-	wctx, stopWatch := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = observer.Watch(wctx, client.WatchOptions{Resource: "cut"}, func(e client.Event) error {
-			if e.Type == client.Expired {
-				expired <- time.Now()
-			}
-			return nil
-		})
-	}()
-	defer func() { stopWatch(); wg.Wait() }()
+	expired := watchExpiry(ctx, t, observer, "cut")
 	time.Sleep(300 * time.Millisecond) // let a few renewals succeed before the cut
 	cutAt := time.Now()
 	d.cutOff()

@@ -1,8 +1,6 @@
 package client_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,20 +42,7 @@ func TestDoneBeforeServerExpiryWithinTheDriftBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired := make(chan time.Time, 1)
-	wctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = observer.Watch(wctx, client.WatchOptions{Resource: "drift"}, func(e client.Event) error {
-			if e.Type == client.Expired {
-				expired <- time.Now()
-			}
-			return nil
-		})
-	}()
-	defer func() { stop(); wg.Wait() }()
+	expired := watchExpiry(ctx, t, observer, "drift")
 	d.cutOff()
 	<-l.Done()
 	doneAt := time.Now()

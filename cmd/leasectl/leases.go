@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,6 +34,65 @@ func checkTTL(cmd *cobra.Command, name string, d time.Duration) error {
 	return nil
 }
 
+// durationFlag is a duration flag's name (without dashes) and value.
+type durationFlag struct {
+	name  string
+	value time.Duration
+}
+
+// notNegative reports a usage error naming all of flags, in order, if any of them is negative.
+func notNegative(cmd *cobra.Command, flags ...durationFlag) error {
+	names := make([]string, 0, len(flags))
+	negative := false
+	for _, f := range flags {
+		names = append(names, "--"+f.name)
+		negative = negative || f.value < 0
+	}
+	if negative {
+		return usagef(cmd, "%s must not be negative", strings.Join(names, " and "))
+	}
+	return nil
+}
+
+// waitFlags are the flags of the commands that take a lease and may wait for it (acquire and run): the
+// lease's --ttl, --wait, and --wait-timeout (0: wait until interrupted).
+type waitFlags struct {
+	ttl, waitTimeout time.Duration
+	wait             bool
+}
+
+// check validates the flags before the network is touched: --ttl is given and at least 1ms, none of
+// nonNegative (the command's durations, --wait-timeout among them) is negative, and --wait-timeout comes
+// only with --wait.
+func (w *waitFlags) check(cmd *cobra.Command, nonNegative ...durationFlag) error {
+	if err := requireFlags(cmd, "ttl"); err != nil {
+		return err
+	}
+	if err := checkTTL(cmd, "ttl", w.ttl); err != nil {
+		return err
+	}
+	if err := notNegative(cmd, nonNegative...); err != nil {
+		return err
+	}
+	if w.waitTimeout > 0 && !w.wait {
+		return usagef(cmd, "--wait-timeout needs --wait")
+	}
+	return nil
+}
+
+// acquireContext bounds an Acquire made with w: by --timeout without --wait, by --wait-timeout when given,
+// otherwise only by ctx.
+func (a *app) acquireContext(ctx context.Context, w waitFlags) (context.Context, context.CancelFunc) {
+	switch {
+	case !w.wait:
+		return a.requestContext(ctx)
+	case w.waitTimeout > 0:
+		return context.WithTimeout(ctx, w.waitTimeout)
+	default:
+		return context.WithCancel(ctx)
+	}
+}
+
 // leaseJSON is the shape of acquire's JSON output.
 type leaseJSON struct {
 	Resource string `json:"resource"`
@@ -59,9 +119,9 @@ func infoOf(i client.Info) infoJSON {
 
 func (a *app) acquireCommand() *cobra.Command {
 	var (
-		ttl, waitTimeout, lockDelay time.Duration
-		holder, value, requestID    string
-		wait                        bool
+		w                        waitFlags
+		lockDelay                time.Duration
+		holder, value, requestID string
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire RESOURCE --ttl D",
@@ -79,23 +139,11 @@ matches it per holder, so keep --holder the same too (the default holder is this
   leasectl acquire db/primary --ttl 10s --holder "$(hostname)" --value 10.0.0.5:5432 --wait --wait-timeout 1m`,
 		Args: resourceArg,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "ttl"); err != nil {
-				return err
-			}
-			if err := checkTTL(cmd, "ttl", ttl); err != nil {
-				return err
-			}
-			if waitTimeout < 0 || lockDelay < 0 {
-				return usagef(cmd, "--wait-timeout and --lock-delay must not be negative")
-			}
-			if waitTimeout > 0 && !wait {
-				return usagef(cmd, "--wait-timeout needs --wait")
-			}
-			return nil
+			return w.check(cmd, durationFlag{"wait-timeout", w.waitTimeout}, durationFlag{"lock-delay", lockDelay})
 		},
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
 			resource := args[0]
-			opts := []client.AcquireOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithLockDelay(lockDelay)}
+			opts := []client.AcquireOption{client.WithTTL(w.ttl), client.WithHolder(holder), client.WithLockDelay(lockDelay)}
 			if value != "" {
 				opts = append(opts, client.WithValue([]byte(value)))
 			}
@@ -104,17 +152,9 @@ matches it per holder, so keep --holder the same too (the default holder is this
 			}
 			ctx, interrupted, stop := a.interruptible(cmd.Context())
 			defer stop()
-			var cancel context.CancelFunc
-			switch {
-			case !wait:
-				ctx, cancel = a.requestContext(ctx)
-			case waitTimeout > 0:
-				ctx, cancel = context.WithTimeout(ctx, waitTimeout)
-			default:
-				ctx, cancel = context.WithCancel(ctx)
-			}
+			ctx, cancel := a.acquireContext(ctx, w)
 			defer cancel()
-			if wait {
+			if w.wait {
 				opts = append(opts, client.WithWait())
 			}
 			return a.withClient(holder, func(c *client.Client) error {
@@ -125,8 +165,8 @@ matches it per holder, so keep --holder the same too (the default holder is this
 					if interrupted() {
 						return fmt.Errorf("acquire %q: %w", resource, errInterrupted)
 					}
-					if wait && waitTimeout > 0 && errors.Is(err, context.DeadlineExceeded) {
-						return a.stillHeld(cmd.Context(), c, resource, waitTimeout, err)
+					if w.wait && w.waitTimeout > 0 && errors.Is(err, context.DeadlineExceeded) {
+						return a.stillHeld(cmd.Context(), c, resource, w.waitTimeout, err)
 					}
 					return fmt.Errorf("acquire %q: %w", resource, err)
 				}
@@ -142,11 +182,11 @@ matches it per holder, so keep --holder the same too (the default holder is this
 		}),
 	}
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 0, "time to live of the lease, e.g. 10s, 1m (required)")
+	f.DurationVar(&w.ttl, "ttl", 0, "time to live of the lease, e.g. 10s, 1m (required)")
 	f.StringVar(&holder, "holder", defaultHolder(), "holder name recorded with the lease")
 	f.StringVar(&value, "value", "", "payload stored with the lease (e.g. an address)")
-	f.BoolVar(&wait, "wait", false, "wait until the resource is granted instead of failing when it is held")
-	f.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait, give up after this long (0: wait until interrupted)")
+	f.BoolVar(&w.wait, "wait", false, "wait until the resource is granted instead of failing when it is held")
+	f.DurationVar(&w.waitTimeout, "wait-timeout", 0, "with --wait, give up after this long (0: wait until interrupted)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry with the same key (and holder) returns the same grant")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "keep the resource ungrantable this long after the lease expires (not after release)")
 	_ = cmd.MarkFlagRequired("ttl")

@@ -38,9 +38,9 @@ var forwarded = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
 func (a *app) runCommand() *cobra.Command {
 	var (
-		ttl, waitTimeout, grace time.Duration
-		holder, value           string
-		wait                    bool
+		w             waitFlags
+		grace         time.Duration
+		holder, value string
 	)
 	cmd := &cobra.Command{
 		Use:   "run RESOURCE --ttl D [--wait] [--grace D] -- COMMAND [ARGS...]",
@@ -60,43 +60,23 @@ LEASE_TOKEN to the storage it writes to, so that writes made after the loss are 
   leasectl run jobs/compact --ttl 1m --wait --grace 30s -- sh -c 'compact --fence-token "$LEASE_TOKEN"'`,
 		Args: commandArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "ttl"); err != nil {
-				return err
-			}
-			if err := checkTTL(cmd, "ttl", ttl); err != nil {
-				return err
-			}
-			if grace < 0 || waitTimeout < 0 {
-				return usagef(cmd, "--grace and --wait-timeout must not be negative")
-			}
-			if waitTimeout > 0 && !wait {
-				return usagef(cmd, "--wait-timeout needs --wait")
-			}
-			return nil
+			return w.check(cmd, durationFlag{"grace", grace}, durationFlag{"wait-timeout", w.waitTimeout})
 		},
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
 			resource, argv := args[0], args[1:]
-			opts := []client.AcquireOption{client.WithTTL(ttl)}
+			opts := []client.AcquireOption{client.WithTTL(w.ttl)}
 			if holder != "" {
 				opts = append(opts, client.WithHolder(holder))
 			}
 			if value != "" {
 				opts = append(opts, client.WithValue([]byte(value)))
 			}
-			if wait {
+			if w.wait {
 				opts = append(opts, client.WithWait())
 			}
 			return a.withClient("", func(c *client.Client) error {
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
-					var cancel context.CancelFunc
-					switch {
-					case !wait:
-						ctx, cancel = a.requestContext(ctx)
-					case waitTimeout > 0:
-						ctx, cancel = context.WithTimeout(ctx, waitTimeout)
-					default:
-						ctx, cancel = context.WithCancel(ctx)
-					}
+					ctx, cancel := a.acquireContext(ctx, w)
 					defer cancel()
 					return c.Acquire(ctx, resource, opts...)
 				})
@@ -104,9 +84,9 @@ LEASE_TOKEN to the storage it writes to, so that writes made after the loss are 
 		}),
 	}
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 0, "time to live of the lease, e.g. 10s, 1m (required); it is renewed about every TTL/3")
-	f.BoolVar(&wait, "wait", false, "wait until the resource is granted instead of exiting with code 3")
-	f.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait, give up after this long (0: wait until interrupted)")
+	f.DurationVar(&w.ttl, "ttl", 0, "time to live of the lease, e.g. 10s, 1m (required); it is renewed about every TTL/3")
+	f.BoolVar(&w.wait, "wait", false, "wait until the resource is granted instead of exiting with code 3")
+	f.DurationVar(&w.waitTimeout, "wait-timeout", 0, "with --wait, give up after this long (0: wait until interrupted)")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after the lease is lost, time between SIGTERM and SIGKILL")
 	f.StringVar(&holder, "holder", "", "holder name recorded with the lease (default host:pid)")
 	f.StringVar(&value, "value", "", "payload stored with the lease (also in LEASE_VALUE)")
@@ -139,10 +119,7 @@ exits with COMMAND's status. SIGINT while still campaigning exits with code 1.`,
 			if err := checkTTL(cmd, "ttl", ttl); err != nil {
 				return err
 			}
-			if grace < 0 {
-				return usagef(cmd, "--grace must not be negative")
-			}
-			return nil
+			return notNegative(cmd, durationFlag{"grace", grace})
 		},
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
 			resource, argv := args[0], args[1:]

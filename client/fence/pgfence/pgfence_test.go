@@ -15,8 +15,8 @@ import (
 
 	"github.com/leased/leased/client/fence"
 	"github.com/leased/leased/client/fence/fencetest"
-	"github.com/leased/leased/client/internal/servicetest"
 	"github.com/leased/leased/client/fence/pgfence"
+	"github.com/leased/leased/client/internal/servicetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
