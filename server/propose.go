@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// How requests reach raft: writes are proposed and answered once applied; reads and renewals wait for a
+// ReadIndex round.
+
+// propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
+// index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
+func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (fsm.Result, uint64, error) {
+	if err := n.stoppedErr(); err != nil {
+		return fsm.Result{}, 0, err
+	}
+	id, ch := n.proposals.register()
+	defer n.proposals.cancel(id)
+	cmd.ProposalId = id
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	if err != nil {
+		return fsm.Result{}, 0, fmt.Errorf("encode command: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	if err := n.raft.Propose(ctx, data); err != nil {
+		return fsm.Result{}, 0, n.proposeErr(ctx, err)
+	}
+	select {
+	case out := <-ch:
+		return out.result, out.index, nil
+	case <-ctx.Done():
+		return fsm.Result{}, 0, n.proposeErr(ctx, ctx.Err())
+	case <-n.stopped:
+		return fsm.Result{}, 0, ErrStopped
+	}
+}
+
+func (n *node) proposeErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrProposalDropped):
+		return fmt.Errorf("proposal dropped: %w", ErrNoLeader)
+	case errors.Is(err, raft.ErrStopped):
+		return ErrStopped
+	case ctx.Err() != nil && n.leader.Load() == raft.None:
+		return fmt.Errorf("waiting for a leader: %w", ErrNoLeader)
+	case ctx.Err() != nil:
+		return fmt.Errorf("proposal not applied in time: %w", ErrTimeout)
+	}
+	return err
+}
+
+// proposeAsync appends cmd without waiting; the lessor uses it for expirations and checkpoints, whose
+// effects it observes when they apply.
+func (n *node) proposeAsync(cmd *leasepb.Command) {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	if err != nil {
+		n.log.Error("encode lessor command", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ProposalTimeout)
+	defer cancel()
+	if err := n.raft.Propose(ctx, data); err != nil {
+		n.log.Debug("lessor proposal not accepted", "err", err)
+	}
+}
+
+// linearizable waits until this node's state reflects every write committed before the call (ReadIndex).
+func (n *node) linearizable(ctx context.Context) error {
+	idx, err := n.reads.readIndex(ctx)
+	if err != nil {
+		return err
+	}
+	return n.appliedWait.wait(ctx, idx, n.stopped)
+}
+
+// confirmLeadership returns nil only if this node was the leader, in the same term, both before and after
+// a quorum acknowledged its leadership (decision 4), and its state reflects everything committed before.
+func (n *node) confirmLeadership(ctx context.Context) error {
+	term := n.term.Load()
+	if !n.isLeader() {
+		return n.notLeaderErr()
+	}
+	if err := n.linearizable(ctx); err != nil {
+		return err
+	}
+	if !n.isLeader() || n.term.Load() != term {
+		return n.notLeaderErr()
+	}
+	return nil
+}
+
+func (n *node) notLeaderErr() error {
+	if n.leader.Load() == raft.None {
+		return ErrNoLeader
+	}
+	return ErrNotLeader
+}
+
+func (n *node) stoppedErr() error {
+	if p := n.fatalErr.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrStopped, *p)
+	}
+	select {
+	case <-n.stopped:
+		return ErrStopped
+	default:
+		return nil
+	}
+}
+
+// readFSM runs fn with the state machine locked for reading.
+func (n *node) readFSM(fn func(sm *fsm.FSM)) {
+	n.fsmMu.RLock()
+	defer n.fsmMu.RUnlock()
+	fn(n.sm)
+}
