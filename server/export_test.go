@@ -1,5 +1,11 @@
 package server
 
+import (
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
 // Test hooks for the external test package (server_test).
 
 // QueueLen is the number of blocking acquires queued for resource on this node.
@@ -15,3 +21,37 @@ func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
 
 // SnapshotsRestored is how many snapshots this node received from a leader and restored.
 func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
+
+// StorageFault makes a node's raft-log writes fail on demand, like a full or failing disk.
+type StorageFault struct {
+	logStore
+	err atomic.Pointer[error]
+}
+
+// Fail makes every later write return err.
+func (f *StorageFault) Fail(err error) { f.err.Store(&err) }
+
+func (f *StorageFault) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	if p := f.err.Load(); p != nil {
+		return *p
+	}
+	return f.logStore.Save(hs, ents, snap)
+}
+
+func (f *StorageFault) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	if p := f.err.Load(); p != nil {
+		return nil, *p
+	}
+	return f.logStore.CreateSnapshot(i, cs, data)
+}
+
+// NewWithStorageFault is New with a StorageFault between the node and its raft log (before Start).
+func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, error) {
+	s, err := New(cfg, lis)
+	if err != nil {
+		return nil, nil, err
+	}
+	f := &StorageFault{logStore: s.node.storage}
+	s.node.storage = f
+	return s, f, nil
+}

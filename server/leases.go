@@ -36,8 +36,8 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 		case <-w.wake:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-n.stopped:
-			return nil, ErrStopped
+		case <-n.done:
+			return nil, n.stoppedErr()
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
-	"github.com/leased/leased/raftlog"
 )
 
 // peerTransport is what the node needs of the peer transport (server/transport implements it).
@@ -24,6 +23,15 @@ type peerTransport interface {
 	PeerClient(id uint64) (leasepb.RaftClient, bool)
 }
 
+// logStore is what the node needs of its raft log beyond what raft reads (raftlog.Storage implements it).
+type logStore interface {
+	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
+	CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)
+	Compact(compactIndex uint64) error
+	Size() int64
+	Close() error
+}
+
 // node owns the raft node, the state machine and everything that reacts to applied entries. One goroutine
 // (run) owns the raft Ready loop; gRPC handlers talk to it through proposals, ReadIndex and the FSM lock.
 type node struct {
@@ -32,7 +40,7 @@ type node struct {
 	clock     Clock
 	id        uint64
 	clusterID uint64
-	storage   *raftlog.Storage
+	storage   logStore
 	raft      raft.Node
 	transport peerTransport
 

@@ -38,8 +38,8 @@ func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (fsm.Result, u
 		return out.result, out.index, nil
 	case <-ctx.Done():
 		return fsm.Result{}, 0, n.proposeErr(ctx, ctx.Err())
-	case <-n.stopped:
-		return fsm.Result{}, 0, ErrStopped
+	case <-n.done: // closed, or stopped by a fatal error: the entry will not apply here
+		return fsm.Result{}, 0, n.stoppedErr()
 	}
 }
 
@@ -78,7 +78,10 @@ func (n *node) linearizable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return n.appliedWait.wait(ctx, idx, n.stopped)
+	if err := n.appliedWait.wait(ctx, idx, n.done); err != nil {
+		return errors.Join(err, n.stoppedErr())
+	}
+	return nil
 }
 
 // confirmLeadership returns nil only if this node was the leader, in the same term, both before and after
@@ -110,6 +113,8 @@ func (n *node) stoppedErr() error {
 	}
 	select {
 	case <-n.stopped:
+		return ErrStopped
+	case <-n.done:
 		return ErrStopped
 	default:
 		return nil

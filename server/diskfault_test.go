@@ -1,0 +1,97 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+)
+
+// TestFailingDiskStopsTheNodeAndAcknowledgesNothingUnpersisted: when the raft log can no longer be
+// written (a full disk), the node stops with a clear error, the write that could not be persisted is not
+// acknowledged, and after a restart on a working disk every acknowledged write is there and the failed one
+// is not.
+func TestFailingDiskStopsTheNodeAndAcknowledgesNothingUnpersisted(t *testing.T) {
+	ctx := ctxT(t)
+	cfg := server.TestConfig()
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+
+	s, fault, err := server.NewWithStorageFault(cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer s.Close()
+	cl := dial(t, cfg.ClientAddr)
+	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	acked, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "kept", Holder: "h", TtlMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fault.Fail(syscall.ENOSPC)
+	callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if resp, err := cl.Acquire(callCtx, &leasepb.AcquireRequest{Resource: "lost", Holder: "h", TtlMs: 60_000}); err == nil {
+		t.Fatalf("a write was acknowledged after the disk failed: %v", resp)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the node kept running on a failing disk")
+	}
+	if !errors.Is(s.Err(), syscall.ENOSPC) {
+		t.Fatalf("node error = %v, want it to say the disk is full", s.Err())
+	}
+	if err := s.Close(); err != nil {
+		t.Logf("close after the fault: %v", err)
+	}
+
+	// Restart on the same data dir, with a working disk.
+	cfg.ClientAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InitialCluster = map[string]string{"n1": lis.Peer.Addr().String()}
+	again, err := server.New(cfg, server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Start()
+	defer again.Close()
+	cl2 := dial(t, again.ClientAddr())
+	eventually(t, 5*time.Second, "leader after restart", again.IsLeader)
+	got, err := cl2.Get(ctx, &leasepb.GetRequest{Resource: "kept"})
+	if err != nil || got.GetLease().GetToken() != acked.GetLease().GetToken() {
+		t.Fatalf("acknowledged lease after restart: %v, %v", got, err)
+	}
+	if _, err := cl2.Get(ctx, &leasepb.GetRequest{Resource: "lost"}); code(err).String() != "NotFound" {
+		t.Fatalf("the unacknowledged write survived: %v", err)
+	}
+}
+
+func listenLocal(t *testing.T) net.Listener {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func dial(t *testing.T, addr string) leasepb.LeasesClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return leasepb.NewLeasesClient(conn)
+}
