@@ -1,0 +1,66 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// FuzzValidateRequests decodes arbitrary bytes as each client request and validates it: no panic, and
+// anything accepted really is within the documented limits.
+func FuzzValidateRequests(f *testing.F) {
+	for _, m := range []proto.Message{
+		&leasepb.AcquireRequest{Resource: "db/primary", Holder: "host-1:42", TtlMs: 5000, RequestId: "r1", Value: []byte("v")},
+		&leasepb.ListRequest{Prefix: "jobs/", Limit: 10, PageToken: "jobs/a"},
+		&leasepb.WatchRequest{Prefix: "a/", FromIndex: 9},
+		&leasepb.KeepAliveRequest{Seq: 1, Leases: []*leasepb.LeaseRef{{Resource: "r", Token: 3}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	l := DefaultLimits()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var acq leasepb.AcquireRequest
+		if proto.Unmarshal(data, &acq) == nil && l.acquire(&acq) == nil {
+			checkResource(t, l, acq.GetResource())
+			ttl := time.Duration(acq.GetTtlMs()) * time.Millisecond
+			if acq.GetHolder() == "" || len(acq.GetHolder()) > l.MaxHolderBytes || ttl < l.MinTTL || ttl > l.MaxTTL ||
+				len(acq.GetValue()) > l.MaxValueBytes || acq.GetLockDelayMs() < 0 {
+				t.Fatalf("accepted an acquire outside the limits: %v", &acq)
+			}
+		}
+		var list leasepb.ListRequest
+		if proto.Unmarshal(data, &list) == nil && l.list(&list) == nil && list.GetLimit() > uint32(l.MaxListLimit) {
+			t.Fatalf("accepted a list page of %d", list.GetLimit())
+		}
+		var w leasepb.WatchRequest
+		if proto.Unmarshal(data, &w) == nil && l.watch(&w) == nil && w.GetResource() != "" {
+			checkResource(t, l, w.GetResource())
+		}
+		var ka leasepb.KeepAliveRequest
+		if proto.Unmarshal(data, &ka) == nil && l.keepAlive(&ka) == nil {
+			for _, ref := range ka.GetLeases() {
+				checkResource(t, l, ref.GetResource())
+				if ref.GetToken() == 0 {
+					t.Fatal("accepted token 0")
+				}
+			}
+		}
+	})
+}
+
+func checkResource(t *testing.T, l Limits, r string) {
+	t.Helper()
+	if r == "" || len(r) > l.MaxResourceBytes || strings.HasPrefix(r, "/") || strings.HasSuffix(r, "/") || strings.Contains(r, "//") {
+		t.Fatalf("accepted resource %q", r)
+	}
+	for i := 0; i < len(r); i++ {
+		if !resourceByte(r[i]) {
+			t.Fatalf("accepted resource %q with byte %q", r, r[i])
+		}
+	}
+}
