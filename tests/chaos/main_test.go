@@ -18,12 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 var buildDir string
@@ -64,14 +64,9 @@ func leasedBinary(t testing.TB, tags string) string {
 		built[tags] = env
 		return env
 	}
-	p := filepath.Join(buildDir, "leased"+tags)
-	args := []string{"build", "-o", p}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	out, err := exec.Command("go", append(args, "github.com/leased/leased/cmd/leased")...).CombinedOutput()
+	p, err := proc.Build(buildDir, tags)
 	if err != nil {
-		t.Fatalf("build leased (tags %q): %v\n%s", tags, err, out)
+		t.Fatal(err)
 	}
 	built[tags] = p
 	return p

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 // runConfig bounds one chaos run. Every loop of the run is bounded by Duration and by OpsPerWorker.
@@ -165,7 +166,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 
 	// Heal everything and let the cluster settle.
 	r.c.healAll()
-	if _, err := r.c.waitLeader(20 * time.Second); err != nil {
+	if _, _, err := r.c.WaitLeader(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rep := &report{Seed: cfg.Seed, Violations: map[string][]string{}}
@@ -182,7 +183,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	if err != nil {
 		t.Fatalf("sentinel acquire: %v", err)
 	}
-	if err := poll(20*time.Second, func() bool {
+	if err := proc.Poll(20*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.events) > 0 && r.events[len(r.events)-1].Index >= sl.Token()
@@ -225,29 +226,29 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	}
 	r.mu.Unlock()
 	if cfg.FullRestart {
-		for i := range r.c.nodes {
-			r.c.kill(i)
+		for i := range r.c.Nodes {
+			r.c.Kill(i)
 		}
 		r.stats.fault("full-restart")
-		for i := range r.c.nodes {
-			r.c.start(i)
+		for i := range r.c.Nodes {
+			r.c.Start(i)
 		}
-		if _, err := r.c.waitLeader(20 * time.Second); err != nil {
+		if _, _, err := r.c.WaitLeader(20 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
 	after := map[string]uint64{}
 	for _, rec := range recs {
 		var resp *leasepb.GetResponse
-		err := poll(10*time.Second, func() bool {
-			ld := r.c.leader(context.Background())
+		err := proc.Poll(10*time.Second, func() bool {
+			ld, _ := r.c.Leader(context.Background())
 			if ld < 0 {
 				return false
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			var err error
-			resp, err = r.c.leases(ld).Get(ctx, &leasepb.GetRequest{Resource: rec.Resource})
+			resp, err = r.c.Leases(ld).Get(ctx, &leasepb.GetRequest{Resource: rec.Resource})
 			if err != nil && strings.Contains(err.Error(), "NotFound") {
 				resp, err = &leasepb.GetResponse{}, nil
 			}
@@ -379,8 +380,8 @@ func (r *run) monitor(ctx context.Context) {
 			return
 		case <-tk.C:
 		}
-		for i := range r.c.nodes {
-			if s, err := r.c.status(ctx, i); err == nil && s.GetRole() == leasepb.Role_ROLE_LEADER {
+		for i := range r.c.Nodes {
+			if s, err := r.c.Status(ctx, i); err == nil && s.GetRole() == leasepb.Role_ROLE_LEADER {
 				terms[s.GetTerm()] = true
 			}
 		}
@@ -411,26 +412,26 @@ func (r *run) nemesis(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		ld := r.c.leader(ctx)
+		ld, _ := r.c.Leader(ctx)
 		pick := func(leader bool) int { // the leader, or a node that is not the leader
 			if leader && ld >= 0 {
 				return ld
 			}
-			i := rng.IntN(len(r.c.nodes))
+			i := rng.IntN(len(r.c.Nodes))
 			if i == ld {
-				i = (i + 1) % len(r.c.nodes)
+				i = (i + 1) % len(r.c.Nodes)
 			}
 			return i
 		}
-		hold := time.Duration(2*electionTimeout) + time.Duration(rng.IntN(1500))*time.Millisecond
+		hold := 2*proc.ElectionTimeout + time.Duration(rng.IntN(1500))*time.Millisecond
 		switch k := rng.IntN(8); k {
 		case 0, 1:
 			leader := rng.IntN(2) == 0
 			i := pick(leader)
 			r.stats.fault(map[bool]string{true: "kill-leader", false: "kill-follower"}[leader && ld >= 0])
-			r.c.kill(i)
+			r.c.Kill(i)
 			sleepCtx(ctx, hold)
-			r.c.start(i)
+			r.c.Start(i)
 		case 2:
 			leader := rng.IntN(3) > 0
 			i := pick(leader)
@@ -438,15 +439,10 @@ func (r *run) nemesis(ctx context.Context) {
 			r.c.pause(i)
 			sleepCtx(ctx, hold)
 			r.c.resume(i)
-		case 3:
-			i := pick(true)
-			r.stats.fault("partition-leader")
-			r.c.proxy.partition(i)
-			sleepCtx(ctx, hold)
-			r.c.proxy.heal()
-		case 4:
-			i := pick(false)
-			r.stats.fault("isolate-follower")
+		case 3, 4:
+			leader := k == 3
+			i := pick(leader)
+			r.stats.fault(map[bool]string{true: "partition-leader", false: "isolate-follower"}[leader])
 			r.c.proxy.partition(i)
 			sleepCtx(ctx, hold)
 			r.c.proxy.heal()
@@ -454,7 +450,7 @@ func (r *run) nemesis(ctx context.Context) {
 			// one way: the leader still sends, but hears nothing (or the reverse)
 			i := pick(true)
 			in := rng.IntN(2) == 0
-			for j := range r.c.nodes {
+			for j := range r.c.Nodes {
 				if j == i {
 					continue
 				}
@@ -468,7 +464,7 @@ func (r *run) nemesis(ctx context.Context) {
 			sleepCtx(ctx, hold)
 			r.c.proxy.heal()
 		case 6:
-			i := rng.IntN(len(r.c.nodes))
+			i := rng.IntN(len(r.c.Nodes))
 			r.stats.fault("delay-node")
 			r.c.proxy.delay(i, time.Duration(20+rng.IntN(150))*time.Millisecond)
 			sleepCtx(ctx, hold)

@@ -125,7 +125,7 @@ const (
 // newClient returns an SDK client for the run's cluster under holder name h.
 func (r *run) newClient(h string, clk client.Clock) *client.Client {
 	c, err := client.New(client.Config{
-		Endpoints: r.c.endpoints(), Holder: h, DialTimeout: time.Second, RequestTimeout: time.Second, Clock: clk,
+		Endpoints: r.c.Endpoints(), Holder: h, DialTimeout: time.Second, RequestTimeout: time.Second, Clock: clk,
 	})
 	if err != nil {
 		panic(err) // only on a bad config

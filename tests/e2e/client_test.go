@@ -40,7 +40,7 @@ func (r *retrier) do(fn func(ctx context.Context, c leasepb.LeasesClient) error)
 	for attempt := 1; ; attempt++ {
 		started = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		err = fn(ctx, r.c.leases(r.target))
+		err = fn(ctx, r.c.Leases(r.target))
 		cancel()
 		if !retryable(err) {
 			return started, err
@@ -48,7 +48,7 @@ func (r *retrier) do(fn func(ctx context.Context, c leasepb.LeasesClient) error)
 		if time.Now().Add(pause).After(deadline) {
 			return started, fmt.Errorf("%w after %d attempts: %v", errGaveUp, attempt, err)
 		}
-		r.target = (r.target + 1) % len(r.c.procs)
+		r.target = (r.target + 1) % len(r.c.Nodes)
 		time.Sleep(pause) // backoff between attempts, not a wait for a condition
 		pause = min(2*pause, 200*time.Millisecond)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 // TestForeignDataDirRefused starts leased on a data dir that belongs to another node, and to another
@@ -16,25 +18,25 @@ func TestForeignDataDirRefused(t *testing.T) {
 	if code := c.stop(0); code != 0 {
 		t.Fatalf("clean stop exited %d", code)
 	}
-	p := c.procs[0]
-	other := freeAddrs(t, 3)
+	p := c.Nodes[0]
+	other := proc.FreeAddrs(t, 3)
 	for _, tc := range []struct{ name, node, initial string }{
-		{"another node", "n9", "n9=" + p.peerAddr},
-		{"another cluster", p.name, p.name + "=" + p.peerAddr + ",n2=" + other[0]},
+		{"another node", "n9", "n9=" + p.PeerAddr},
+		{"another cluster", p.Name, p.Name + "=" + p.PeerAddr + ",n2=" + other[0]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, leasedBin, "--name="+tc.node, "--data-dir="+p.dataDir,
-				"--client-addr="+other[1], "--peer-addr="+p.peerAddr, "--admin-addr="+other[2],
+			cmd := exec.CommandContext(ctx, leasedBin, "--name="+tc.node, "--data-dir="+p.DataDir,
+				"--client-addr="+other[1], "--peer-addr="+p.PeerAddr, "--admin-addr="+other[2],
 				"--initial-cluster="+tc.initial)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 				t.Fatalf("got %v, want exit code 1; output:\n%s", err, out)
 			}
-			if !strings.Contains(string(out), p.dataDir) {
-				t.Errorf("message does not name the data dir %s:\n%s", p.dataDir, out)
+			if !strings.Contains(string(out), p.DataDir) {
+				t.Errorf("message does not name the data dir %s:\n%s", p.DataDir, out)
 			}
 			t.Logf("refused: %s", strings.TrimSpace(string(out)))
 		})

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 // grant is one acknowledged Acquire.
@@ -40,7 +42,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := newRetrier(c, w%len(c.procs))
+			r := newRetrier(c, w%len(c.Nodes))
 			holder := fmt.Sprintf("worker-%d", w)
 			for j := range maxCycles {
 				select {
@@ -74,8 +76,8 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 	old, oldSt := c.waitLeader(5*time.Second, -1)
 	before := acks.Load()
 	killedAt := time.Now()
-	c.kill(old)
-	t.Logf("SIGKILLed leader %s (term %d, applied %d) after %d grants", c.procs[old].name, oldSt.GetTerm(), oldSt.GetAppliedIndex(), before)
+	c.Kill(old)
+	t.Logf("SIGKILLed leader %s (term %d, applied %d) after %d grants", c.Nodes[old].Name, oldSt.GetTerm(), oldSt.GetAppliedIndex(), before)
 
 	newIdx, newSt := c.waitLeader(5*time.Second, old)
 	electedAfter := time.Since(killedAt)
@@ -97,13 +99,13 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 	}
 	window := firstAfter.Sub(killedAt)
 	t.Logf("new leader %s (term %d) seen %v after the kill; first grant acknowledged after %v (election timeout %v)",
-		c.procs[newIdx].name, newSt.GetTerm(), electedAfter.Round(time.Millisecond), window.Round(time.Millisecond), electionTimeout)
-	if limit := 15 * electionTimeout; window > limit {
+		c.Nodes[newIdx].Name, newSt.GetTerm(), electedAfter.Round(time.Millisecond), window.Round(time.Millisecond), proc.ElectionTimeout)
+	if limit := 15 * proc.ElectionTimeout; window > limit {
 		t.Errorf("unavailable for %v after the leader died, want at most %v", window, limit)
 	}
 
 	// Restart the killed node while the load continues, then stop the load and let it catch up.
-	c.start(old)
+	c.Start(old)
 	c.eventually(10*time.Second, "the restarted node to answer", func() bool { _, err := c.status(old); return err == nil })
 	c.eventually(10*time.Second, "acquisitions with the node back", func() bool { return acks.Load() >= before+2*acksPerPhase })
 	stopWorkers()
@@ -115,7 +117,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		got = st.GetAppliedIndex()
 		return err == nil && got >= want
 	})
-	t.Logf("restarted %s applied %d, leader %s had applied %d", c.procs[old].name, got, c.procs[lead].name, want)
+	t.Logf("restarted %s applied %d, leader %s had applied %d", c.Nodes[old].Name, got, c.Nodes[lead].Name, want)
 
 	// Invariant I1 on everything acknowledged.
 	owner := map[uint64]string{}

@@ -11,11 +11,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 // leasedBin is the path of the binary under test.
@@ -34,11 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	leasedBin = os.Getenv("LEASED_E2E_BINARY")
 	if leasedBin == "" && !testing.Short() {
-		leasedBin = filepath.Join(dir, "leased")
-		// `go test` puts its own go first on PATH.
-		cmd := exec.Command("go", "build", "-o", leasedBin, "github.com/leased/leased/cmd/leased")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build leased: %v\n%s", err, out)
+		if leasedBin, err = proc.Build(dir, ""); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			cleanup(1)
 		}
 	}

@@ -28,26 +28,26 @@ func TestFullClusterRestart(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	codes := make([]int, len(c.procs))
-	for i := range c.procs {
+	codes := make([]int, len(c.Nodes))
+	for i := range c.Nodes {
 		wg.Go(func() { codes[i] = c.stop(i) })
 	}
 	wg.Wait()
 	for i, code := range codes {
 		if code != 0 {
-			t.Errorf("%s exited with %d after SIGTERM, want 0", c.procs[i].name, code)
+			t.Errorf("%s exited with %d after SIGTERM, want 0", c.Nodes[i].Name, code)
 		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
 
-	for i := range c.procs {
-		c.start(i)
+	for i := range c.Nodes {
+		c.Start(i)
 	}
 	c.waitLeader(10*time.Second, -1)
 	c.eventually(10*time.Second, "every node ready", func() bool {
-		for i := range c.procs {
+		for i := range c.Nodes {
 			if c.readyz(i) != http.StatusOK {
 				return false
 			}

@@ -1,0 +1,332 @@
+// Package proc runs leased clusters as real processes on 127.0.0.1 for the multi-process tests
+// (tests/e2e, tests/chaos). It builds the binary, picks free ports, and starts, signals, kills and restarts
+// each node on its own data dir and addresses, which stay the same across restarts; it finds the leader
+// through the Cluster service's Status.
+//
+// Every node runs with fast timing (Tick, ElectionTicks) and GORACE=halt_on_error=1, and appends its
+// output to a log file next to its data dir. New registers a t.Cleanup that SIGKILLs whatever still runs
+// and closes the client connections, so no process or goroutine outlives the test. Waiting is done by
+// polling with a deadline (Poll), never by sleeping.
+package proc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Timing of the test clusters: a 20 ms tick and 10 election ticks give a 200 ms election timeout (raft
+// randomizes it to 200..400 ms).
+const (
+	Tick            = 20 * time.Millisecond
+	ElectionTicks   = 10
+	ElectionTimeout = ElectionTicks * Tick
+)
+
+// statusTimeout bounds one Status call: a node that does not answer by then counts as not answering.
+const statusTimeout = 500 * time.Millisecond
+
+// Build builds cmd/leased with the build tags (none if empty) into dir and returns the binary's path.
+// `go test` puts its own go first on PATH.
+func Build(dir, tags string) (string, error) {
+	bin := filepath.Join(dir, "leased"+tags)
+	args := []string{"build", "-o", bin}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.Command("go", append(args, "github.com/leased/leased/cmd/leased")...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build leased (tags %q): %w\n%s", tags, err, out)
+	}
+	return bin, nil
+}
+
+// FreeAddrs returns n distinct loopback addresses that were free a moment ago (listen on :0, then close).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs
+}
+
+// Poll calls cond every 10 ms until it holds, or returns an error after timeout.
+func Poll(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", timeout)
+		}
+		<-tk.C
+	}
+	return nil
+}
+
+// Config describes a cluster.
+type Config struct {
+	Bin  string // the leased binary
+	Dir  string // node <name> keeps its data in Dir/<name> and its log in Dir/<name>.log
+	Size int    // nodes n1..n<Size>
+
+	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
+	Admin bool
+	// PeerHost, if set, is the host node i's peers dial it at (in --initial-cluster), with its peer port;
+	// by default they dial its peer address.
+	PeerHost func(i int) string
+	// Args are flags added to every node's command line.
+	Args []string
+	// Env, if set, returns variables added to node i's environment.
+	Env func(i int) []string
+}
+
+// Node is one leased process. Its name, addresses and data dir stay the same across restarts.
+type Node struct {
+	Name, DataDir, LogPath          string
+	ClientAddr, PeerAddr, AdminAddr string // AdminAddr is empty without Config.Admin
+	Conn                            *grpc.ClientConn
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd.Wait has returned
+}
+
+// Cluster is a set of leased processes. Its methods may be called from any goroutine; those that fail
+// call t.Fatal.
+type Cluster struct {
+	Nodes []*Node
+
+	t         testing.TB
+	cfg       Config
+	initial   string
+	closeOnce sync.Once
+}
+
+// New prepares cfg.Size nodes on free ports and dials them, but starts none: call Start for each. A
+// t.Cleanup registered here calls Close.
+func New(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	per := 2
+	if cfg.Admin {
+		per = 3
+	}
+	addrs := FreeAddrs(t, per*cfg.Size)
+	c := &Cluster{t: t, cfg: cfg}
+	t.Cleanup(c.Close)
+	var members []string
+	for i := range cfg.Size {
+		n := &Node{Name: fmt.Sprintf("n%d", i+1), ClientAddr: addrs[per*i], PeerAddr: addrs[per*i+1]}
+		if cfg.Admin {
+			n.AdminAddr = addrs[per*i+2]
+		}
+		n.DataDir = filepath.Join(cfg.Dir, n.Name)
+		n.LogPath = filepath.Join(cfg.Dir, n.Name+".log")
+		peer := n.PeerAddr
+		if cfg.PeerHost != nil {
+			_, port, _ := net.SplitHostPort(n.PeerAddr)
+			peer = net.JoinHostPort(cfg.PeerHost(i), port)
+		}
+		members = append(members, n.Name+"="+peer)
+		conn, err := grpc.NewClient(n.ClientAddr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
+				MinConnectTimeout: time.Second,
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Conn = conn
+		c.Nodes = append(c.Nodes, n)
+	}
+	c.initial = strings.Join(members, ",")
+	return c
+}
+
+// Endpoints returns the nodes' client addresses.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, n := range c.Nodes {
+		eps = append(eps, n.ClientAddr)
+	}
+	return eps
+}
+
+// Start starts node i (again, after Kill or Stop) on its data dir and addresses. It fails the test if i
+// still runs.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		select {
+		case <-n.exited:
+		default:
+			c.t.Fatalf("%s is still running", n.Name)
+		}
+	}
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "=== start %s at %s\n", n.Name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.cfg.Bin, append([]string{
+		"--name=" + n.Name, "--data-dir=" + n.DataDir,
+		"--client-addr=" + n.ClientAddr, "--peer-addr=" + n.PeerAddr, "--admin-addr=" + n.AdminAddr,
+		"--initial-cluster=" + c.initial,
+		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
+		"--proposal-timeout=2s", "--checkpoint-interval=500ms", "--log-level=info",
+	}, c.cfg.Args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if c.cfg.Env != nil {
+		cmd.Env = append(cmd.Env, c.cfg.Env(i)...)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", n.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	n.cmd, n.exited = cmd, exited
+}
+
+// Running reports whether node i runs (a SIGSTOPped node runs).
+func (c *Cluster) Running(i int) bool {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// current returns node i's latest process and the channel closed when it has exited (nil, nil if it was
+// never started).
+func (n *Node) current() (*exec.Cmd, <-chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cmd, n.exited
+}
+
+// Signal sends sig to node i without waiting for anything (SIGSTOP pauses it, SIGCONT resumes it).
+func (c *Cluster) Signal(i int, sig syscall.Signal) {
+	if cmd, _ := c.Nodes[i].current(); cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// Stop sends sig to node i and waits up to timeout for it to exit, and returns its exit code (-1 when a
+// signal ended it). It fails the test if i was never started or did not exit in time (it is SIGKILLed).
+func (c *Cluster) Stop(i int, sig syscall.Signal, timeout time.Duration) int {
+	c.t.Helper()
+	n := c.Nodes[i]
+	cmd, exited := n.current()
+	if cmd == nil {
+		c.t.Fatalf("%s was never started", n.Name)
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		c.t.Fatalf("%s did not exit within %v of %v", n.Name, timeout, sig)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// Kill SIGKILLs node i (paused or not) and waits for it to be gone. A node never started is left alone.
+func (c *Cluster) Kill(i int) {
+	if cmd, exited := c.Nodes[i].current(); cmd != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Close kills every node and closes the client connections. It is idempotent; New's t.Cleanup calls it.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		for i, n := range c.Nodes {
+			c.Kill(i)
+			_ = n.Conn.Close()
+		}
+	})
+}
+
+// Leases returns a Leases client of node i.
+func (c *Cluster) Leases(i int) leasepb.LeasesClient { return leasepb.NewLeasesClient(c.Nodes[i].Conn) }
+
+// Status asks node i about itself, briefly (500 ms at most).
+func (c *Cluster) Status(ctx context.Context, i int) (*leasepb.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	return leasepb.NewClusterClient(c.Nodes[i].Conn).Status(ctx, &leasepb.StatusRequest{})
+}
+
+// Leader asks every running node but those in exclude for its status, and returns the one that reports
+// itself leader with the highest term, and that status; -1 and nil if none does.
+func (c *Cluster) Leader(ctx context.Context, exclude ...int) (int, *leasepb.StatusResponse) {
+	best, st := -1, (*leasepb.StatusResponse)(nil)
+	for i := range c.Nodes {
+		if slices.Contains(exclude, i) || !c.Running(i) {
+			continue
+		}
+		if s, err := c.Status(ctx, i); err == nil && s.GetRole() == leasepb.Role_ROLE_LEADER && s.GetTerm() >= st.GetTerm() {
+			best, st = i, s
+		}
+	}
+	return best, st
+}
+
+// WaitLeader polls Leader until there is one, for at most timeout.
+func (c *Cluster) WaitLeader(timeout time.Duration, exclude ...int) (int, *leasepb.StatusResponse, error) {
+	var (
+		idx int
+		st  *leasepb.StatusResponse
+	)
+	err := Poll(timeout, func() bool {
+		idx, st = c.Leader(context.Background(), exclude...)
+		return idx >= 0
+	})
+	if err != nil {
+		return -1, nil, fmt.Errorf("no leader: %w", err)
+	}
+	return idx, st, nil
+}
