@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +42,54 @@ func TestForeignDataDirRefused(t *testing.T) {
 				t.Errorf("message does not name the data dir %s:\n%s", p.DataDir, out)
 			}
 			t.Logf("refused: %s", strings.TrimSpace(string(out)))
+		})
+	}
+}
+
+// TestCorruptedDataFileRefused damages a stopped node's raft.db in several ways; leased must refuse to
+// start (exit 1) with a message naming the file, and never start empty over it.
+func TestCorruptedDataFileRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	if code := c.stop(0); code != 0 {
+		t.Fatalf("clean stop exited %d", code)
+	}
+	p := c.Nodes[0]
+	file := filepath.Join(p.DataDir, "raft.db")
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(good)
+	for i := 4096 * 2; i < len(flipped); i += 997 { // damage every page past the two meta pages
+		flipped[i] ^= 0xff
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"truncated", good[:len(good)/3]},
+		{"garbage", bytes.Repeat([]byte("not a bbolt file "), 1000)},
+		{"empty", nil},
+		{"flipped bytes", flipped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(file, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			other := proc.FreeAddrs(t, 2)
+			cmd := exec.CommandContext(ctx, leasedBin, "--name="+p.Name, "--data-dir="+p.DataDir,
+				"--client-addr="+other[0], "--peer-addr="+p.PeerAddr, "--admin-addr="+other[1],
+				"--initial-cluster="+p.Name+"="+p.PeerAddr)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("got %v, want exit code 1; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), file) {
+				t.Errorf("message does not name %s:\n%s", file, out)
+			}
 		})
 	}
 }
