@@ -32,9 +32,10 @@ fuzz: ## run every fuzz target for FUZZTIME each
 SEED ?= $(shell date +%s)
 DURATION ?= 30m
 CHAOS_OUT ?= /tmp/leased-chaos
-chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m (summary at the end; artifacts in CHAOS_OUT)
+NODES ?= 3
+chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m [NODES=5] (summary at the end; artifacts in CHAOS_OUT)
 	mkdir -p $(CHAOS_OUT)
-	LEASED_CHAOS_SEED=$(SEED) LEASED_CHAOS_DURATION=$(DURATION) LEASED_CHAOS_OUT=$(CHAOS_OUT) \
+	LEASED_CHAOS_SEED=$(SEED) LEASED_CHAOS_DURATION=$(DURATION) LEASED_CHAOS_OUT=$(CHAOS_OUT) LEASED_CHAOS_NODES=$(NODES) \
 		$(GO) test -run '^TestChaos$$' -count=1 -timeout=0 -v ./tests/chaos/
 
 vet: ## go vet

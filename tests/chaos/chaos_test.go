@@ -50,6 +50,13 @@ func TestChaos(t *testing.T) {
 		}
 		cfg.Duration, cfg.OpsPerWorker, cfg.CheckTimeout = d, 1<<30, 10*time.Minute
 	}
+	if s := os.Getenv("LEASED_CHAOS_NODES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || (n != 3 && n != 5) {
+			t.Fatalf("LEASED_CHAOS_NODES=%q: want 3 or 5", s)
+		}
+		cfg.Nodes = n
+	}
 	t.Logf("seed %d (reproduce the schedule with LEASED_CHAOS_SEED=%d)", cfg.Seed, cfg.Seed)
 	cfg.Bin = leasedBinary(t, "")
 	rep := chaosRun(t, cfg, artifactDir(t))

@@ -23,6 +23,7 @@ import (
 // runConfig bounds one chaos run. Every loop of the run is bounded by Duration and by OpsPerWorker.
 type runConfig struct {
 	Seed         uint64
+	Nodes        int           // cluster size: 3, or 5 with LEASED_CHAOS_NODES=5
 	Duration     time.Duration // of the workload under faults
 	Workers      int
 	Durable      int // long-TTL workers (I3)
@@ -134,7 +135,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
-	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), 3)
+	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3))
 	r.hist = newHistory()
 
 	bg, stopBg := context.WithCancel(context.Background())
