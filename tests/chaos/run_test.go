@@ -131,7 +131,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	t.Logf("chaos run: seed %d, duration %v, nemeses %v, artifacts in %s", cfg.Seed, cfg.Duration, cfg.Nemeses, dir)
 	start := time.Now()
 	r := &run{
-		t: t, cfg: cfg, dir: dir, hist: newHistory(), stores: newStores(),
+		t: t, cfg: cfg, dir: dir, hist: newHistory(), stores: newStores(t),
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
@@ -311,6 +311,22 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("I5", v5...)
 	rep.Plain, _ = checkFence(plainLog, plainFinal) // the contrast: expected to be violated under pauses
 	rep.FenceRejected = rejected
+	if pg := r.stores.pg; pg != nil {
+		// I5 again, on a store in another process with its own transactions.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pgLog, pgFinal, err := pg.log(ctx)
+		cancel()
+		if err != nil {
+			violate("I5", "postgres: reading the accepted writes: "+err.Error())
+		}
+		_, v := checkFence(pgLog, pgFinal)
+		for _, x := range v {
+			violate("I5", "postgres: "+x)
+		}
+		r.stores.mu.Lock()
+		t.Logf("postgres fence: %d writes accepted, %d stale writes rejected, %d I5 violations", len(pgLog), r.stores.pgRejected, len(v))
+		r.stores.mu.Unlock()
+	}
 
 	r.stats.mu.Lock()
 	rep.Ops, rep.Faults = r.stats.ops, r.stats.faults

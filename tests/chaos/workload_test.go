@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/leased/leased/client"
@@ -18,6 +19,9 @@ import (
 // order.
 type stores struct {
 	fenced *memfence.Store
+	pg     *pgStore // nil without PostgreSQL
+
+	pgRejected int
 
 	mu        sync.Mutex
 	fencedLog []write
@@ -26,7 +30,9 @@ type stores struct {
 	plainLog  []write
 }
 
-func newStores() *stores { return &stores{fenced: memfence.New(), plain: map[string]string{}} }
+func newStores(t testing.TB) *stores {
+	return &stores{fenced: memfence.New(), pg: newPGStore(t), plain: map[string]string{}}
+}
 
 // write sends one write with token to both stores. It returns whether the fenced store accepted it.
 func (s *stores) write(ctx context.Context, resource string, token uint64, value string) bool {
@@ -37,10 +43,17 @@ func (s *stores) write(ctx context.Context, resource string, token uint64, value
 		s.mu.Unlock()
 		return nil
 	})
+	var pgErr error
+	if s.pg != nil {
+		pgErr = s.pg.write(ctx, resource, token, value)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if errors.Is(err, fence.ErrStaleToken) {
 		s.rejected++
+	}
+	if errors.Is(pgErr, fence.ErrStaleToken) {
+		s.pgRejected++
 	}
 	if ctx.Err() == nil {
 		s.plain[resource] = value
