@@ -9,15 +9,17 @@ import (
 	"time"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
 // BenchmarkKeepAlive10kLeases holds 10,000 leases (TTL 10s) in one client against an in-process 3-node
-// cluster and reports the CPU the whole process (client and the three servers) spends keeping them alive.
+// cluster (with the production checkpoint interval, 5s) and reports the CPU the whole process (client and
+// the three servers) spends keeping them alive.
 // Run: go test -run '^$' -bench KeepAlive10k -benchtime 1x ./client/
 func BenchmarkKeepAlive10kLeases(b *testing.B) {
 	const n, ttl, window = 10_000, 10 * time.Second, 20 * time.Second
-	cl := servertest.Start(b, 3, nil)
+	cl := servertest.Start(b, 3, func(cfg *server.Config) { cfg.CheckpointInterval = server.DefaultConfig().CheckpointInterval })
 	c, err := client.New(client.Config{Endpoints: cl.Endpoints(), Holder: "bench"})
 	if err != nil {
 		b.Fatal(err)

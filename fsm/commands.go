@@ -99,6 +99,14 @@ func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
 }
 
 func (f *FSM) renew(c *leasepb.RenewCmd) Result {
+	for _, ref := range c.GetLeases() { // the batch form: stale refs are ignored
+		if l, ok := f.current(ref.GetResource(), ref.GetToken()); ok {
+			l.set(flagRenewed, true)
+		}
+	}
+	if c.GetResource() == "" && len(c.GetLeases()) > 0 {
+		return Result{Code: OK}
+	}
 	l, ok := f.current(c.GetResource(), c.GetToken())
 	if !ok {
 		return Result{Code: NotCurrent}

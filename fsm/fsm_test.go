@@ -208,6 +208,12 @@ func TestCheckpointAndRenew(t *testing.T) {
 	if _, ok := a.f.Get("gone"); ok {
 		t.Fatalf("a checkpoint created a lease")
 	}
+	// The batch form renews every current lease it names and ignores the others.
+	a.apply(checkpoint(&leasepb.LeaseCheckpoint{Resource: "r", Token: 1, RemainingMs: 10}))
+	res := a.apply(&leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: refs("r", 1, "gone", 3)}}})
+	if l, _ := a.f.Get("r"); res.Code != OK || !l.Renewed {
+		t.Fatalf("batch renew = %v, lease %+v", res.Code, l)
+	}
 }
 
 func TestApplyRejectsNonIncreasingIndex(t *testing.T) {

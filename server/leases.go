@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
@@ -78,61 +79,70 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*l
 	}
 }
 
-// renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of a
-// lease marked idle is made durable first, through a Renew entry.
+// renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of
+// leases marked idle is made durable first, all of them in one Renew entry.
 func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
 	results := make([]*leasepb.KeepAliveResult, len(refs))
+	pending := make([]*leasepb.KeepAliveResult, 0, len(refs))
 	for i, ref := range refs {
 		results[i] = &leasepb.KeepAliveResult{Resource: ref.GetResource(), Token: ref.GetToken()}
-		r, err := n.lessor.checkRenew(ref.GetResource(), ref.GetToken())
-		if errors.Is(err, ErrNotCurrent) {
-			results[i].Gone = true
-			continue
+		pending = append(pending, results[i])
+	}
+	// A checkpoint may mark a lease idle while its renewal waits for the confirmation; such leases go
+	// round again (through the log). Two rounds suffice unless checkpoints race every time.
+	for round := 0; len(pending) > 0; round++ {
+		if round == 3 {
+			return nil, fmt.Errorf("renewals kept racing checkpoints: %w", ErrTimeout)
 		}
-		if err != nil {
+		var err error
+		if pending, err = n.renewRound(ctx, pending); err != nil {
 			return nil, err
 		}
-		if r.idle {
-			if err := n.renewDurably(ctx, ref); err != nil {
-				if !errors.Is(err, ErrNotCurrent) {
-					return nil, err
-				}
-				results[i].Gone = true
-			}
+	}
+	return results, nil
+}
+
+// renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
+func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
+	var idle []*leasepb.LeaseRef
+	for _, res := range pending {
+		r, err := n.lessor.checkRenew(res.Resource, res.Token)
+		switch {
+		case errors.Is(err, ErrNotCurrent):
+			res.Gone = true
+		case err != nil:
+			return nil, err
+		case r.idle:
+			idle = append(idle, &leasepb.LeaseRef{Resource: res.Resource, Token: res.Token})
+		}
+	}
+	if len(idle) > 0 {
+		if _, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: idle}}}); err != nil {
+			return nil, err
 		}
 	}
 	if err := n.confirmLeadership(ctx); err != nil {
 		return nil, err
 	}
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
-	for _, res := range results {
+	var again []*leasepb.KeepAliveResult
+	for _, res := range pending {
 		if res.Gone {
 			continue
 		}
 		ttl, err := n.lessor.renew(res.Resource, res.Token, at)
-		if err != nil {
-			if errors.Is(err, ErrNotCurrent) {
-				res.Gone = true
-				continue
-			}
+		switch {
+		case errors.Is(err, ErrNotCurrent):
+			res.Gone = true
+		case errors.Is(err, errIdle):
+			again = append(again, res)
+		case err != nil:
 			return nil, err
+		default:
+			res.TtlMs = ttl.Milliseconds()
 		}
-		res.TtlMs = ttl.Milliseconds()
 	}
-	return results, nil
-}
-
-func (n *node) renewDurably(ctx context.Context, ref *leasepb.LeaseRef) error {
-	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{
-		Resource: ref.GetResource(), Token: ref.GetToken(),
-	}}})
-	if err != nil {
-		return err
-	}
-	if res.Code != fsm.OK {
-		return ErrNotCurrent
-	}
-	return nil
+	return again, nil
 }
 
 func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -197,4 +198,47 @@ func TestBadInputGetsDocumentedCodeAndChangesNothing(t *testing.T) {
 	if after := c.Node(0).AppliedIndex(); after != before {
 		t.Fatalf("bad input moved the applied index from %d to %d", before, after)
 	}
+}
+
+// TestIdleLeasesAreRenewedWithOneLogEntry: leases gone idle (checkpointed) need a durable renewal; one
+// KeepAlive message for many of them must cost one log entry, not one per lease (which would stall a
+// client holding thousands of leases past their TTL).
+func TestIdleLeasesAreRenewedWithOneLogEntry(t *testing.T) {
+	c := servertest.Start(t, 3, nil)
+	ctx := ctxT(t)
+	leader := c.WaitLeader()
+	var refs []*leasepb.LeaseRef
+	for i := range 50 {
+		resp, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("idle/%d", i), Holder: "h", TtlMs: 30_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, &leasepb.LeaseRef{Resource: resp.GetLease().GetResource(), Token: resp.GetLease().GetToken()})
+	}
+	// Wait until a checkpoint has marked them idle: the applied index moves by the checkpoint entry and
+	// then stays still.
+	node := c.Node(leader)
+	before := node.AppliedIndex()
+	eventually(t, 5*time.Second, "a checkpoint", func() bool { return node.AppliedIndex() > before })
+	stable := node.AppliedIndex()
+	stream, err := c.Leases(leader).KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&leasepb.KeepAliveRequest{Seq: 1, Leases: refs}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResults() {
+		if r.GetGone() || r.GetTtlMs() != 30_000 {
+			t.Fatalf("renewal of an idle lease: %v", r)
+		}
+	}
+	if used := node.AppliedIndex() - stable; used > 5 {
+		t.Fatalf("renewing 50 idle leases used %d log entries", used)
+	}
+	_ = stream.CloseSend()
 }

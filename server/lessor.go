@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/heap"
+	"errors"
 	"sync"
 	"time"
 
@@ -166,17 +167,12 @@ func (l *lessor) applied(now time.Time, index uint64, cmd *leasepb.Command, res 
 			}
 		}
 	case *leasepb.Command_Renew:
-		if t := l.current(op.Renew.GetResource(), op.Renew.GetToken()); t != nil && res.Code == fsm.OK {
-			// A durable renewal is a renewal: the next checkpoint must not mark the lease idle again
-			// before the renewing call resets its deadline.
-			t.idle, t.renewed = false, true
-			if l.leader && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
-				// The renewal may have been acknowledged by the previous leader, after this node took
-				// over with the lease counted as idle: it earns a full TTL from now.
-				if d := now.Add(t.ttl); d.After(t.deadline) && !t.expiring {
-					t.deadline = d
-					heap.Fix(&l.deadlines, t.heapIdx)
-				}
+		if res.Code == fsm.OK {
+			if r := op.Renew; r.GetResource() != "" {
+				l.durablyRenewed(now, r.GetResource(), r.GetToken())
+			}
+			for _, ref := range op.Renew.GetLeases() {
+				l.durablyRenewed(now, ref.GetResource(), ref.GetToken())
 			}
 		}
 	case *leasepb.Command_EndLockDelay:
@@ -184,6 +180,24 @@ func (l *lessor) applied(now time.Time, index uint64, cmd *leasepb.Command, res 
 			if d, ok := l.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {
 				delete(l.delays, ref.GetResource())
 			}
+		}
+	}
+}
+
+// durablyRenewed records a Renew entry for one lease. A durable renewal is a renewal: the next checkpoint
+// must not mark the lease idle again before the renewing call resets its deadline.
+func (l *lessor) durablyRenewed(now time.Time, resource string, token uint64) {
+	t := l.current(resource, token)
+	if t == nil {
+		return
+	}
+	t.idle, t.renewed = false, true
+	if l.leader && !t.expiring && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
+		// The renewal may have been acknowledged by the previous leader, after this node took over with
+		// the lease counted as idle: it earns a full TTL from now.
+		if d := now.Add(t.ttl); d.After(t.deadline) {
+			t.deadline = d
+			heap.Fix(&l.deadlines, t.heapIdx)
 		}
 	}
 }
@@ -298,6 +312,9 @@ func (l *lessor) send(cmd *leasepb.Command) {
 	}
 }
 
+// errIdle: the lease was marked idle after the renewal was checked; it must be renewed durably first.
+var errIdle = errors.New("lease marked idle")
+
 // renewal is the outcome of checking a renewal request against the lessor.
 type renewal struct {
 	ttl  time.Duration
@@ -331,7 +348,7 @@ func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Durati
 		return 0, ErrNotCurrent
 	}
 	if t.idle {
-		return 0, ErrNotCurrent // an idle lease is renewed only through the log; the caller raced a checkpoint
+		return 0, errIdle // a checkpoint marked it idle meanwhile: renew it through the log first
 	}
 	if d := at.Add(t.ttl); d.After(t.deadline) {
 		t.deadline = d

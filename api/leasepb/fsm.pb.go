@@ -500,11 +500,14 @@ func (x *CheckpointCmd) GetLeases() []*LeaseCheckpoint {
 	return nil
 }
 
-// RenewCmd makes the first renewal of a lease marked idle durable before it is acknowledged.
+// RenewCmd makes the first renewal of leases marked idle durable before they are acknowledged: one lease
+// (resource, token), or many (leases), as one KeepAlive message renews many at once. Leases whose token is
+// no longer current are ignored.
 type RenewCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
 	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Leases        []*LeaseRef            `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +554,13 @@ func (x *RenewCmd) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *RenewCmd) GetLeases() []*LeaseRef {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
 }
 
 // EndLockDelayCmd ends the lock-delay that began when the lease with token expired.
@@ -897,10 +907,11 @@ const file_leased_v1_fsm_proto_rawDesc = "" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\arenewed\x18\x04 \x01(\bR\arenewed\"C\n" +
 	"\rCheckpointCmd\x122\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1a.leased.v1.LeaseCheckpointR\x06leases\"<\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1a.leased.v1.LeaseCheckpointR\x06leases\"i\n" +
 	"\bRenewCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\">\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12+\n" +
+	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leases\">\n" +
 	"\x0fEndLockDelayCmd\x12+\n" +
 	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xa8\x02\n" +
 	"\vLeaseRecord\x12\x1a\n" +
@@ -964,14 +975,15 @@ var file_leased_v1_fsm_proto_depIdxs = []int32{
 	7,  // 5: leased.v1.Command.end_lock_delay:type_name -> leased.v1.EndLockDelayCmd
 	11, // 6: leased.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
 	4,  // 7: leased.v1.CheckpointCmd.leases:type_name -> leased.v1.LeaseCheckpoint
-	11, // 8: leased.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
-	8,  // 9: leased.v1.SnapshotBody.leases:type_name -> leased.v1.LeaseRecord
-	9,  // 10: leased.v1.SnapshotBody.lock_delays:type_name -> leased.v1.LockDelayRecord
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 8: leased.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	11, // 9: leased.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	8,  // 10: leased.v1.SnapshotBody.leases:type_name -> leased.v1.LeaseRecord
+	9,  // 11: leased.v1.SnapshotBody.lock_delays:type_name -> leased.v1.LockDelayRecord
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_fsm_proto_init() }
