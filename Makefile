@@ -24,7 +24,7 @@ cluster: ## build leased into ./bin and run a local 3-node cluster in the foregr
 	GO=$(GO) ./scripts/cluster.sh
 
 bench: ## run the Go benchmarks (see docs/benchmarks.md)
-	$(GO) test -run='^$$' -bench=. -benchmem ./fsm/ ./raftlog/
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x ./fsm/ ./raftlog/ ./server/... ./client/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	./scripts/fuzz.sh $(FUZZTIME)
