@@ -104,8 +104,11 @@ func exampleCluster() ([]string, func()) {
 		log.Fatal(err)
 	}
 	s.Start()
-	for !s.IsLeader() {
-		time.Sleep(10 * time.Millisecond) // a single node elects itself within an election timeout
+	for deadline := time.Now().Add(10 * time.Second); !s.IsLeader(); {
+		if time.Now().After(deadline) {
+			log.Fatal("the example node did not elect itself")
+		}
+		time.Sleep(10 * time.Millisecond) // poll: a single node elects itself within an election timeout
 	}
 	return []string{s.ClientAddr()}, func() { _ = s.Close(); _ = os.RemoveAll(dir) }
 }
