@@ -58,6 +58,7 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	now := n.clock.Now()
 	n.lessor.applied(now, index, cmd, res)
 	n.watch.publish(index, res.Events)
+	n.metrics.applied(res.Events)
 	n.queue.applied(res.Events, cmd)
 	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
 	return nil

@@ -99,6 +99,7 @@ func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*lease
 			return nil, err
 		}
 	}
+	n.metrics.renewed(results)
 	return results, nil
 }
 

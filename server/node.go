@@ -55,6 +55,7 @@ type node struct {
 	lessor      *lessor
 	queue       *waitQueue
 	watch       *watchHub
+	metrics     *metrics
 
 	// status, updated by the Ready loop.
 	leader    atomic.Uint64
@@ -174,9 +175,11 @@ func (n *node) persist(rd raft.Ready, snap *raftpb.Snapshot) error {
 	if raft.IsEmptyHardState(hs) && n.unsyncedHS != nil {
 		hs = n.unsyncedHS
 	}
+	start := time.Now()
 	if err := n.storage.Save(hs, rd.Entries, snap); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
+	n.metrics.saveSeconds.Observe(since(start))
 	n.unsyncedHS = nil
 	return nil
 }
@@ -195,7 +198,9 @@ func (n *node) flushHardState() error {
 
 func (n *node) updateSoftState(ss *raft.SoftState) {
 	wasLeader := n.isLeader()
-	n.leader.Store(ss.Lead)
+	if n.leader.Swap(ss.Lead) != ss.Lead {
+		n.metrics.leaderChanges.Inc()
+	}
 	n.role.Store(int32(ss.RaftState))
 	isLeader := ss.RaftState == raft.StateLeader
 	switch {

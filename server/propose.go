@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
@@ -17,7 +18,8 @@ import (
 
 // propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
-func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (fsm.Result, uint64, error) {
+func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (res fsm.Result, index uint64, err error) {
+	defer func() { n.metrics.proposed(err) }()
 	if err := n.stoppedErr(); err != nil {
 		return fsm.Result{}, 0, err
 	}
@@ -74,7 +76,9 @@ func (n *node) proposeAsync(cmd *leasepb.Command) {
 
 // linearizable waits until this node's state reflects every write committed before the call (ReadIndex).
 func (n *node) linearizable(ctx context.Context) error {
+	start := time.Now()
 	idx, err := n.reads.readIndex(ctx)
+	n.metrics.readSeconds.Observe(since(start))
 	if err != nil {
 		return err
 	}

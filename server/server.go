@@ -117,6 +117,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		done:        make(chan struct{}),
 	}
 	n.applied.Store(snapIndex)
+	n.metrics = newMetrics(cfg.Registerer, n)
 	n.lessor.reset(sm, cfg.Clock.Now())
 	if err := bindListeners(&cfg, &lis); err != nil {
 		return nil, err

@@ -9,16 +9,19 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminServer is the node's small HTTP server for operators and orchestrators:
 //
 //	/healthz  200 while the process runs
 //	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping
-//
-// /metrics joins them in a later issue.
+//	/metrics  Prometheus metrics (leased_*, plus the Go runtime's and the process's)
 type adminServer struct {
 	lis      net.Listener // nil: disabled
+	metrics  prometheus.Gatherer
 	srv      *http.Server
 	log      *slog.Logger
 	stopping atomic.Bool
@@ -31,8 +34,8 @@ type leaderKnower interface {
 	Leader() uint64
 }
 
-func listenAdmin(addr string, log *slog.Logger) (*adminServer, error) {
-	a := &adminServer{log: log, done: make(chan struct{}), errc: make(chan error, 1)}
+func listenAdmin(addr string, log *slog.Logger, metrics prometheus.Gatherer) (*adminServer, error) {
+	a := &adminServer{log: log, metrics: metrics, done: make(chan struct{}), errc: make(chan error, 1)}
 	if addr == "" {
 		close(a.done)
 		return a, nil
@@ -68,6 +71,9 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 			fmt.Fprintf(w, "ok: leader %x\n", leader)
 		}
 	})
+	if a.metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
+	}
 	return mux
 }
 

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/leased/leased/server"
 )
 
@@ -61,10 +64,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	log := newLogger(o, stderr)
-	o.cfg.Logger, o.cfg.Version = log, version
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.cfg.Logger, o.cfg.Version, o.cfg.Registerer = log, version, reg
 
 	// Bind the admin listener first: a port in use is reported before the data dir is opened.
-	admin, err := listenAdmin(o.adminAddr, log)
+	admin, err := listenAdmin(o.adminAddr, log, reg)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -42,15 +43,16 @@ func TestConfigErrorsExitOne(t *testing.T) {
 	}
 }
 
-// TestRunServesUntilCancelled runs a one-node cluster in process and stops it as a signal would.
+// TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
+// signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
-	peer := freeAddr(t)
+	peer, admin := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	stderr := &syncBuffer{}
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=127.0.0.1:0",
-		"--peer-addr=" + peer, "--admin-addr=", "--initial-cluster=solo=" + peer,
+		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
 		"--tick=5ms", "--log-level=debug",
 	}
 	done := make(chan error, 1)
@@ -65,6 +67,12 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no leader after 10s:\n%s", stderr.String())
+		}
+	}
+	metrics := fetch(t, "http://"+admin+"/metrics")
+	for _, want := range []string{"leased_raft_is_leader 1", "leased_fsm_live_leases 0", "leased_raftlog_save_seconds_count", "go_goroutines"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 	cancel(errors.New("test stop"))
@@ -143,4 +151,18 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+func fetch(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }
