@@ -277,7 +277,11 @@ func TestProcessErrorKeepsStream(t *testing.T) {
 		msgs = append(msgs, msg(raftpb.MsgHeartbeat, 1, 2, i+1))
 	}
 	a.tr.Send(msgs)
-	waitFor(t, "odd messages", func() bool { return b.raft.count() == 5 })
+	// The last message is refused, so "five accepted" can hold before it arrives: wait for all ten.
+	waitFor(t, "all ten messages", func() bool {
+		s := b.tr.Stats()
+		return b.raft.count() == 5 && s.Received == 10 && s.ProcessErrors == 5
+	})
 	if s := b.tr.Stats(); s.ProcessErrors != 5 || s.Received != 10 || s.Rejected != 0 {
 		t.Fatalf("receiver stats %+v", s)
 	}
