@@ -1,0 +1,24 @@
+# leased and leasectl in a small image. Build: docker build -t leased .
+# (Not exercised by CI: the project's machines have no Docker engine.)
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/leased ./cmd/leasectl \
+ && mkdir -p /out/data
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/leased /out/leasectl /usr/local/bin/
+# An empty /data owned by the nonroot user, so a fresh named volume is writable by it.
+COPY --from=build --chown=65532:65532 /out/data /data
+# Clients 7101, peers 7201, admin HTTP (/healthz, /readyz, /metrics) 7401. Every flag is also an env var
+# (LEASED_NAME, LEASED_DATA_DIR, LEASED_INITIAL_CLUSTER, ...); see docs/operations.md.
+EXPOSE 7101 7201 7401
+VOLUME ["/data"]
+ENV LEASED_DATA_DIR=/data \
+    LEASED_CLIENT_ADDR=0.0.0.0:7101 \
+    LEASED_PEER_ADDR=0.0.0.0:7201 \
+    LEASED_ADMIN_ADDR=0.0.0.0:7401
+ENTRYPOINT ["/usr/local/bin/leased"]
