@@ -4,6 +4,7 @@
 package servertest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
@@ -174,10 +177,24 @@ func (c *Cluster) Close() {
 	}
 }
 
-// WaitSettled waits for a leader and for every running node to have applied what the leader applied.
+// WaitSettled waits for a leader that has committed and applied an entry of its own term (a linearizable
+// read needs that), and for every running node to have applied what the leader applied.
 func (c *Cluster) WaitSettled() {
 	c.t.Helper()
-	leader := c.Node(c.WaitLeader())
+	li := c.WaitLeader()
+	leader := c.Node(li)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, err := c.Leases(li).Get(ctx, &leasepb.GetRequest{Resource: "servertest/settle"})
+		if status.Code(err) == codes.NotFound || err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			c.t.Fatalf("the leader never served a linearizable read: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll: the leader is still committing its first entry
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !c.caughtUp(leader.AppliedIndex()) {
 		if time.Now().After(deadline) {
