@@ -117,12 +117,16 @@ func fromStatus(err error) error {
 	return err
 }
 
-// retryable reports whether a call may be retried elsewhere: the cluster had no leader, or the node was
-// unreachable or shutting down. Writes are retried only because they are idempotent (Acquire carries its
-// request id; Renew and Release name a token).
+// retryable reports whether a call may be retried elsewhere: the cluster had no leader, the node was
+// unreachable or shutting down, or the server gave up waiting for the entry to apply. Writes are retried
+// only because they are idempotent (Acquire carries its request id; Renew and Release name a token).
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		// The server's own proposal timeout (the caller's deadline is checked separately): the outcome is
+		// unknown, and the retry is safe for the same reasons.
 		return true
 	}
 	return false

@@ -211,6 +211,10 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		n.log.Info("lost leadership", "leader", ss.Lead)
 		n.lessor.demote()
 		n.queue.failAll(ErrNotLeader)
+		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
+		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's
+		// and Renew's token, make a retry safe).
+		n.proposals.failAll(fmt.Errorf("leadership lost before the entry applied, outcome unknown: %w", ErrNotLeader))
 	}
 }
 

@@ -37,7 +37,7 @@ func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (res fsm.Resul
 	}
 	select {
 	case out := <-ch:
-		return out.result, out.index, nil
+		return out.result, out.index, out.err
 	case <-ctx.Done():
 		return fsm.Result{}, 0, n.proposeErr(ctx, ctx.Err())
 	case <-n.done: // closed, or stopped by a fatal error: the entry will not apply here

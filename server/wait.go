@@ -9,10 +9,12 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// proposalOutcome is what the proposer of an entry learns when it applies.
+// proposalOutcome is what the proposer of an entry learns when it applies, or err when it will not learn it
+// (this node stopped leading; the entry may still commit under the next leader).
 type proposalOutcome struct {
 	index  uint64
 	result fsm.Result
+	err    error
 }
 
 // proposalWaiter matches applied entries to the goroutines that proposed them, by proposal id. Ids start
@@ -57,6 +59,16 @@ func (w *proposalWaiter) deliver(id uint64, out proposalOutcome) {
 	w.mu.Unlock()
 	if ok {
 		ch <- out // buffered: never blocks the apply loop
+	}
+}
+
+// failAll answers every waiting proposer with err.
+func (w *proposalWaiter) failAll(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, ch := range w.waiting {
+		ch <- proposalOutcome{err: err} // buffered, and each channel is answered once
+		delete(w.waiting, id)
 	}
 }
 
