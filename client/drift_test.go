@@ -7,23 +7,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/client/clienttest"
 	"github.com/leased/leased/server/servertest"
 )
-
-// skewedClock runs at rate × real time: a client machine whose clock is slower (rate < 1) or faster than
-// the servers'.
-type skewedClock struct {
-	start time.Time
-	rate  float64
-}
-
-func (c skewedClock) Now() time.Time {
-	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.rate))
-}
-
-func (c skewedClock) AfterFunc(d time.Duration, f func()) client.Timer {
-	return time.AfterFunc(time.Duration(float64(d)/c.rate), f)
-}
 
 // TestDoneBeforeServerExpiryWithinTheDriftBound: a client whose clock runs 0.5% slow — within the configured
 // 1% drift bound, and the dangerous direction, since it believes less time has passed — still sees Done
@@ -32,7 +18,7 @@ func TestDoneBeforeServerExpiryWithinTheDriftBound(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
 	d := &cutDialer{}
 	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
-		cfg.Clock = skewedClock{start: time.Now(), rate: 0.995}
+		cfg.Clock = clienttest.NewSkewedClock(0.995)
 		cfg.ClockDrift = 0.01
 		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(d.dial)}
 	})

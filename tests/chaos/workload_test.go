@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/client/clienttest"
 	"github.com/leased/leased/client/fence"
 	"github.com/leased/leased/client/fence/memfence"
 )
@@ -75,20 +76,6 @@ func (s *stores) finals() (fenced, plain map[string]string) {
 		plain[k] = v
 	}
 	return fenced, plain
-}
-
-// skewClock runs at rate × real time (a client whose clock is slow or fast), with monotonic readings.
-type skewClock struct {
-	base time.Time
-	rate float64
-}
-
-func (c skewClock) Now() time.Time {
-	return c.base.Add(time.Duration(float64(time.Since(c.base)) * c.rate))
-}
-
-func (c skewClock) AfterFunc(d time.Duration, f func()) client.Timer {
-	return time.AfterFunc(time.Duration(float64(d)/c.rate), f)
 }
 
 // counters are the run's tallies for the summary.
@@ -240,7 +227,7 @@ func (r *run) worker(ctx context.Context, id int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(id)+1))
 	holder := fmt.Sprintf("w%d", id)
 	rates := []float64{1, 1, 0.996, 1.004} // clock-rate skew within the SDK's 1% drift bound
-	clk := skewClock{base: time.Now(), rate: rates[rng.IntN(len(rates))]}
+	clk := clienttest.NewSkewedClock(rates[rng.IntN(len(rates))])
 	cl := r.newClient(holder, clk)
 	defer func() { _ = cl.Close() }()
 	old := map[string][]uint64{} // tokens this worker held, per resource
