@@ -180,7 +180,14 @@ func TestCutOffHolderSeesDoneBeforeTheServerExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := watchExpiry(ctx, t, observer, "cut")
-	time.Sleep(300 * time.Millisecond) // let a few renewals succeed before the cut
+	// Cut only after a renewal has succeeded: remaining validity only grows when one does.
+	first := l.Remaining()
+	for deadline := time.Now().Add(5 * time.Second); l.Remaining() <= first; {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal succeeded within 5s")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
 	cutAt := time.Now()
 	d.cutOff()
 	select {
