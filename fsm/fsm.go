@@ -176,15 +176,17 @@ func (f *FSM) List(prefix, after string, limit int) ([]Lease, bool) {
 	})
 }
 
-// ListHolder is List for the leases of one holder, in resource order.
-func (f *FSM) ListHolder(holderName, after string, limit int) ([]Lease, bool) {
+// ListHolder is List for the leases of one holder: up to limit of them whose resource starts with prefix
+// and sorts after the resource after, in resource order, and whether more matches follow. The prefix is
+// applied while scanning, before the page is cut, so a page is only ever short at the end of the matches.
+func (f *FSM) ListHolder(holderName, prefix, after string, limit int) ([]Lease, bool) {
 	h, ok := f.holders[holderName]
 	if !ok {
 		return nil, false
 	}
 	var page []*lease
 	for _, l := range h.leases {
-		if l.resource > after {
+		if l.resource > after && strings.HasPrefix(l.resource, prefix) {
 			page = append(page, l)
 		}
 	}

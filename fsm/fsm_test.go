@@ -3,7 +3,9 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/leased/leased/api/leasepb"
@@ -287,15 +289,74 @@ func TestListHolder(t *testing.T) {
 	a.apply(acq("a", "bob", ""))
 	a.apply(acq("b", "alice", ""))
 	a.apply(acq("c", "alice", ""))
-	page, more := a.f.ListHolder("alice", "", 2)
+	page, more := a.f.ListHolder("alice", "", "", 2)
 	if len(page) != 2 || !more || page[0].Resource != "b" || page[1].Resource != "c" {
 		t.Fatalf("first page = %+v more=%v", page, more)
 	}
-	page, more = a.f.ListHolder("alice", "c", 2)
+	page, more = a.f.ListHolder("alice", "", "c", 2)
 	if len(page) != 1 || more || page[0].Resource != "x" {
 		t.Fatalf("second page = %+v more=%v", page, more)
 	}
 	if a.f.HolderCount("alice") != 3 || a.f.HolderCount("nobody") != 0 {
 		t.Fatalf("holder counts wrong")
+	}
+}
+
+// A holder's listing filters by prefix while it scans, so a page of non-matching leases can neither come
+// back empty nor end the listing early (it used to: the prefix was applied after the page was cut).
+func TestListHolderFiltersPrefixBeforePaging(t *testing.T) {
+	a := newApplier(t)
+	for i := range 1100 {
+		a.apply(acq(fmt.Sprintf("a/%04d", i), "h", ""))
+	}
+	for i := range 3 {
+		a.apply(acq(fmt.Sprintf("b/%d", i), "h", ""))
+	}
+	a.apply(acq("b/other", "someone-else", ""))
+	page, more := a.f.ListHolder("h", "b/", "", 100)
+	if len(page) != 3 || more {
+		t.Fatalf("holder h under b/ = %d leases (more=%v), want 3", len(page), more)
+	}
+	for i, l := range page {
+		if l.Resource != fmt.Sprintf("b/%d", i) || l.Holder != "h" {
+			t.Fatalf("lease %d = %+v", i, l)
+		}
+	}
+
+	// Paging with a small limit over a mixed set returns every match exactly once, in order.
+	for _, prefix := range []string{"", "a/", "a/00", "b/", "c/"} {
+		seen := map[string]int{}
+		var order []string
+		after := ""
+		for pages := 0; ; pages++ {
+			if pages > 200 {
+				t.Fatalf("prefix %q: paging does not end", prefix)
+			}
+			page, more := a.f.ListHolder("h", prefix, after, 10)
+			for _, l := range page {
+				seen[l.Resource]++
+				order = append(order, l.Resource)
+			}
+			if !more {
+				break
+			}
+			if len(page) == 0 {
+				t.Fatalf("prefix %q: an empty page says more follow", prefix)
+			}
+			after = page[len(page)-1].Resource
+		}
+		want := 0
+		a.f.Ascend(func(l Lease) bool {
+			if l.Holder == "h" && strings.HasPrefix(l.Resource, prefix) {
+				want++
+				if seen[l.Resource] != 1 {
+					t.Fatalf("prefix %q: %s listed %d times", prefix, l.Resource, seen[l.Resource])
+				}
+			}
+			return true
+		})
+		if len(order) != want || !slices.IsSorted(order) {
+			t.Fatalf("prefix %q: listed %d (sorted=%v), want %d", prefix, len(order), slices.IsSorted(order), want)
+		}
 	}
 }

@@ -35,6 +35,29 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// listRetrying lists through any running node, retrying Unavailable and DeadlineExceeded (a leader
+// change on a loaded machine).
+func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+	for attempt := 0; ; attempt++ {
+		cl := c.Leases(attempt % c.Size())
+		if cl == nil {
+			continue
+		}
+		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cl.List(callCtx, req)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		switch code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		default:
+			return resp, err
+		}
+		time.Sleep(20 * time.Millisecond) // backoff between retries
+	}
+}
+
 // acquireRetrying acquires through any running node, retrying Unavailable and DeadlineExceeded with the
 // same request id, as the SDK does.
 func acquireRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {

@@ -200,8 +200,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.Lis
 	)
 	err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		if req.GetHolder() != "" {
-			leases, more = sm.ListHolder(req.GetHolder(), req.GetPageToken(), limit)
-			leases = filterPrefix(leases, req.GetPrefix())
+			leases, more = sm.ListHolder(req.GetHolder(), req.GetPrefix(), req.GetPageToken(), limit)
 		} else {
 			leases, more = sm.List(req.GetPrefix(), req.GetPageToken(), limit)
 		}
@@ -220,19 +219,6 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.Lis
 		resp.NextPageToken = leases[len(leases)-1].Resource
 	}
 	return resp, nil
-}
-
-func filterPrefix(leases []fsm.Lease, prefix string) []fsm.Lease {
-	if prefix == "" {
-		return leases
-	}
-	out := leases[:0]
-	for _, l := range leases {
-		if len(l.Resource) >= len(prefix) && l.Resource[:len(prefix)] == prefix {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest) (*leasepb.ValidateTokenResponse, error) {
