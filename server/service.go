@@ -213,9 +213,12 @@ func (n *node) forward(ctx context.Context, req *leasepb.ForwardRequest) (*lease
 	return resp, nil
 }
 
-// serveForward runs a follower's forwarded request. It never forwards again: a node that is not the
-// leader answers Unavailable and the follower's client retries.
+// serveForward runs a follower's forwarded request, validated exactly as a direct one. It never forwards
+// again: a node that is not the leader answers Unavailable and the follower's client retries.
 func (n *node) serveForward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	if err := n.cfg.Limits.write(req); err != nil {
+		return nil, n.status(err)
+	}
 	if !n.isLeader() {
 		return nil, n.status(n.notLeaderErr())
 	}
@@ -225,12 +228,10 @@ func (n *node) serveForward(ctx context.Context, req *leasepb.ForwardRequest) (*
 	)
 	switch r := req.GetRequest().(type) {
 	case *leasepb.ForwardRequest_Acquire:
-		if err = n.cfg.Limits.acquire(r.Acquire); err == nil {
-			var a *leasepb.AcquireResponse
-			if a, err = n.acquire(ctx, r.Acquire); err == nil {
-				a.Header = n.header()
-				resp = &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Acquire{Acquire: a}}
-			}
+		var a *leasepb.AcquireResponse
+		if a, err = n.acquire(ctx, r.Acquire); err == nil {
+			a.Header = n.header()
+			resp = &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Acquire{Acquire: a}}
 		}
 	case *leasepb.ForwardRequest_Renew:
 		var a *leasepb.RenewResponse
