@@ -92,14 +92,14 @@ func (n *node) forward(ctx context.Context, req *leasepb.ForwardRequest) (*lease
 
 // learnLeaderAddr remembers the leader's client address from a forwarded answer, for leader hints.
 func (n *node) learnLeaderAddr(resp *leasepb.ForwardResponse) {
-	h := header(resp)
+	h := headerOf(resp)
 	if h.GetLeaderId() != 0 && h.GetLeaderAddr() != "" {
 		n.setClientAddr(h.GetLeaderId(), h.GetLeaderAddr())
 	}
 }
 
-// header is the response header of a write's answer.
-func header(resp *leasepb.ForwardResponse) *leasepb.ResponseHeader {
+// headerOf is the response header of a write's answer.
+func headerOf(resp *leasepb.ForwardResponse) *leasepb.ResponseHeader {
 	switch r := resp.GetResponse().(type) {
 	case *leasepb.ForwardResponse_Acquire:
 		return r.Acquire.GetHeader()

@@ -7,10 +7,57 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server/servertest"
 )
+
+// TestForwardedWriteRunsOnTheLeaderOnly: a write forwarded to the leader runs there; one forwarded to a
+// follower is never forwarded again, it is answered Unavailable with the leader hint.
+func TestForwardedWriteRunsOnTheLeaderOnly(t *testing.T) {
+	c := servertest.Start(t, 3, nil)
+	ctx := ctxT(t)
+	li, fi := c.WaitLeader(), c.Follower()
+	acq := func(i int, resource string) (*leasepb.ForwardResponse, error) {
+		conn, err := grpc.NewClient(c.Node(i).PeerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		vt, err := c.Leases(li).ValidateToken(ctx, &leasepb.ValidateTokenRequest{Resource: "x", Token: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leasepb.NewRaftClient(conn).Forward(ctx, &leasepb.ForwardRequest{
+			ClusterId: vt.GetHeader().GetClusterId(), From: c.Node(fi).ID(),
+			Request: &leasepb.ForwardRequest_Acquire{Acquire: &leasepb.AcquireRequest{Resource: resource, Holder: "h", TtlMs: 5000}},
+		})
+	}
+	resp, err := acq(li, "on-leader")
+	if err != nil {
+		t.Fatalf("forwarded to the leader: %v", err)
+	}
+	if h := resp.GetAcquire().GetHeader(); h.GetMemberId() != c.Node(li).ID() || h.GetLeaderId() != c.Node(li).ID() {
+		t.Fatalf("header %+v, want the leader's", h)
+	}
+	_, err = acq(fi, "on-follower")
+	if code(err) != codes.Unavailable {
+		t.Fatalf("forwarded to a follower: %v, want Unavailable", err)
+	}
+	var hint *leasepb.LeaderHint
+	for _, d := range status.Convert(err).Details() {
+		if h, ok := d.(*leasepb.LeaderHint); ok {
+			hint = h
+		}
+	}
+	if hint.GetLeaderId() != c.Node(li).ID() {
+		t.Fatalf("leader hint %+v, want leader %x", hint, c.Node(li).ID())
+	}
+	if _, err := c.Leases(li).Get(ctx, &leasepb.GetRequest{Resource: "on-follower"}); code(err) != codes.NotFound {
+		t.Fatalf("the write forwarded to a follower ran: %v", err)
+	}
+}
 
 // TestForwardedWritesAreValidatedOnTheLeader calls the leader's peer-port Forward RPC, as a follower
 // would, with requests a client-facing handler refuses: the leader refuses them too, with
