@@ -218,6 +218,10 @@ func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.P
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
+		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
+		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
+		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
+		DisableProposalForwarding: true,
 		Logger:                    newRaftLogger(n.log),
 	}
 	last, err := storage.LastIndex()
