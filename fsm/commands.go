@@ -70,22 +70,28 @@ func (f *FSM) release(index uint64, c *leasepb.ReleaseCmd) Result {
 }
 
 func (f *FSM) expire(index uint64, c *leasepb.ExpireCmd) Result {
-	var events []Event
+	var (
+		events []Event
+		delays []LockDelay
+	)
 	for _, ref := range c.GetLeases() {
 		l, ok := f.current(ref.GetResource(), ref.GetToken())
 		if !ok {
 			continue // already released, expired or replaced: a late expiry is harmless
 		}
 		f.remove(l)
-		if l.lockDelayMs > 0 {
-			f.delays[l.resource] = lockDelay{token: l.token, index: index, delayMs: l.lockDelayMs}
-		}
 		events = append(events, Event{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Index: index, Lease: l.export()})
+		if l.lockDelayMs > 0 {
+			d := lockDelay{token: l.token, index: index, delayMs: l.lockDelayMs}
+			f.delays[l.resource] = d
+			delays = append(delays, d.export(l.resource))
+		}
 	}
-	return Result{Code: OK, Events: events}
+	return Result{Code: OK, Events: events, Changes: Changes{DelaysStarted: delays}}
 }
 
 func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
+	var done []Checkpoint
 	for _, cp := range c.GetLeases() {
 		l, ok := f.current(cp.GetResource(), cp.GetToken())
 		if !ok {
@@ -94,34 +100,31 @@ func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
 		l.set(flagCheckpointed, true)
 		l.set(flagRenewed, cp.GetRenewed())
 		l.remainingMs = max(cp.GetRemainingMs(), 0)
+		done = append(done, Checkpoint{Resource: l.resource, Token: l.token, RemainingMs: l.remainingMs, Renewed: cp.GetRenewed()})
 	}
-	return Result{Code: OK}
+	return Result{Code: OK, Changes: Changes{Checkpointed: done}}
 }
 
 func (f *FSM) renew(c *leasepb.RenewCmd) Result {
-	for _, ref := range c.GetLeases() { // the batch form: stale refs are ignored
+	var renewed []Ref
+	for _, ref := range c.GetLeases() { // stale refs are ignored
 		if l, ok := f.current(ref.GetResource(), ref.GetToken()); ok {
 			l.set(flagRenewed, true)
+			renewed = append(renewed, Ref{Resource: l.resource, Token: l.token})
 		}
 	}
-	if c.GetResource() == "" && len(c.GetLeases()) > 0 {
-		return Result{Code: OK}
-	}
-	l, ok := f.current(c.GetResource(), c.GetToken())
-	if !ok {
-		return Result{Code: NotCurrent}
-	}
-	l.set(flagRenewed, true)
-	return Result{Code: OK, Lease: l.export()}
+	return Result{Code: OK, Changes: Changes{Renewed: renewed}}
 }
 
 func (f *FSM) endLockDelay(c *leasepb.EndLockDelayCmd) Result {
+	var ended []Ref
 	for _, ref := range c.GetDelays() {
 		if d, ok := f.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {
 			delete(f.delays, ref.GetResource())
+			ended = append(ended, Ref{Resource: ref.GetResource(), Token: d.token})
 		}
 	}
-	return Result{Code: OK}
+	return Result{Code: OK, Changes: Changes{DelaysEnded: ended}}
 }
 
 // insert adds a lease known not to collide with a live one (snapshot restore).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -201,20 +202,52 @@ func TestCheckpointAndRenew(t *testing.T) {
 	if !l.Checkpointed || l.Renewed || l.RemainingMs != 4000 {
 		t.Fatalf("after checkpoint: %+v, want checkpointed idle 4000ms", l)
 	}
-	if res := a.apply(renew("r", 2)); res.Code != NotCurrent {
-		t.Fatalf("renew with a wrong token = %v", res.Code)
+	if res := a.apply(renew("r", 2)); res.Code != OK || len(res.Changes.Renewed) != 0 {
+		t.Fatalf("renew with a wrong token = %+v, want OK and nothing renewed", res)
 	}
-	if res := a.apply(renew("r", 1)); res.Code != OK || !res.Lease.Renewed {
-		t.Fatalf("renew = %+v, want OK renewed", res)
+	if l, _ := a.f.Get("r"); l.Renewed {
+		t.Fatalf("a renewal with a wrong token renewed %+v", l)
 	}
 	if _, ok := a.f.Get("gone"); ok {
 		t.Fatalf("a checkpoint created a lease")
 	}
-	// The batch form renews every current lease it names and ignores the others.
-	a.apply(checkpoint(&leasepb.LeaseCheckpoint{Resource: "r", Token: 1, RemainingMs: 10}))
-	res := a.apply(&leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: refs("r", 1, "gone", 3)}}})
+	// A Renew renews every current lease it names and ignores the others.
+	res := a.apply(renew("r", 1, "gone", 3))
 	if l, _ := a.f.Get("r"); res.Code != OK || !l.Renewed {
-		t.Fatalf("batch renew = %v, lease %+v", res.Code, l)
+		t.Fatalf("renew = %v, lease %+v", res.Code, l)
+	}
+}
+
+// TestResultSaysWhatChanged: a Result lists exactly what its command changed, with resource and token,
+// and none of the command's stale references (the server's listeners consume nothing else).
+func TestResultSaysWhatChanged(t *testing.T) {
+	a := newApplier(t)
+	a.apply(acq("a", "h", ""))                                                                   // 1
+	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 50})) // 2
+	res := a.apply(checkpoint(
+		&leasepb.LeaseCheckpoint{Resource: "a", Token: 1, RemainingMs: 700, Renewed: true},
+		&leasepb.LeaseCheckpoint{Resource: "a", Token: 9, RemainingMs: 1},
+		&leasepb.LeaseCheckpoint{Resource: "d", Token: 2, RemainingMs: -5},
+	)) // 3
+	want := []Checkpoint{{Resource: "a", Token: 1, RemainingMs: 700, Renewed: true}, {Resource: "d", Token: 2, RemainingMs: 0}}
+	if !slices.Equal(res.Changes.Checkpointed, want) {
+		t.Fatalf("checkpointed = %+v, want %+v", res.Changes.Checkpointed, want)
+	}
+	if res := a.apply(renew("a", 1, "a", 2, "x", 1)); !slices.Equal(res.Changes.Renewed, []Ref{{"a", 1}}) { // 4
+		t.Fatalf("renewed = %+v, want only a@1", res.Changes.Renewed)
+	}
+	res = a.apply(expire("a", 1, "d", 2, "d", 2)) // 5
+	if len(res.Events) != 2 || !slices.Equal(res.Changes.DelaysStarted, []LockDelay{{Resource: "d", Token: 2, Index: 5, DelayMs: 50}}) {
+		t.Fatalf("expire: events %+v, delays started %+v", res.Events, res.Changes.DelaysStarted)
+	}
+	if res := a.apply(endDelay("d", 1, "a", 1)); len(res.Changes.DelaysEnded) != 0 { // 6
+		t.Fatalf("stale refs ended delays: %+v", res.Changes.DelaysEnded)
+	}
+	if res := a.apply(endDelay("d", 2)); !slices.Equal(res.Changes.DelaysEnded, []Ref{{"d", 2}}) { // 7
+		t.Fatalf("delays ended = %+v, want d@2", res.Changes.DelaysEnded)
+	}
+	if res := a.apply(acq("a", "h", "")); !reflect.DeepEqual(res.Changes, Changes{}) { // 8
+		t.Fatalf("a grant reported other changes: %+v", res.Changes)
 	}
 }
 

@@ -38,8 +38,8 @@ func endDelay(pairs ...any) *leasepb.Command {
 	return &leasepb.Command{Op: &leasepb.Command_EndLockDelay{EndLockDelay: &leasepb.EndLockDelayCmd{Delays: refs(pairs...)}}}
 }
 
-func renew(resource string, token uint64) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Resource: resource, Token: token}}}
+func renew(pairs ...any) *leasepb.Command {
+	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: refs(pairs...)}}}
 }
 
 func checkpoint(cps ...*leasepb.LeaseCheckpoint) *leasepb.Command {

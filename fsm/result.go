@@ -14,7 +14,7 @@ const (
 	Held
 	// LockDelayed: Acquire found the resource in its lock-delay. Result.Delay describes it.
 	LockDelayed
-	// NotCurrent: Release or Renew named a token that is not the resource's current grant.
+	// NotCurrent: Release named a token that is not the resource's current grant.
 	NotCurrent
 	// HolderLimit: Acquire would exceed the command's holder_limit.
 	HolderLimit
@@ -33,7 +33,10 @@ func (c Code) String() string {
 	return "unknown"
 }
 
-// Result is what applying one command produced.
+// Result is what applying one command produced: the answer to its proposer (Code, Lease, Replayed, Delay)
+// and everything it changed (Events and Changes). The server's listeners (the lessor, blocking acquires,
+// watchers, metrics) learn of an entry only from its Result: whether a token was current when the entry
+// applied is decided here, once, and never again by a listener.
 type Result struct {
 	Code Code
 	// Lease is the grant for a successful Acquire (new or replayed), the current grant for Held, and the
@@ -43,8 +46,40 @@ type Result struct {
 	Replayed bool
 	// Delay is set for LockDelayed.
 	Delay LockDelay
-	// Events are the watch events this command caused, in order; each carries the entry's index.
+	// Events are the grants, releases and expiries this command made, in order; each carries the entry's
+	// index. Watchers see exactly these.
 	Events []Event
+	// Changes is what else the command changed.
+	Changes Changes
+}
+
+// Changes are the changes of one command besides grants, releases and expiries (Result.Events). Each
+// names a lease or lock-delay that was current when it changed; a command's stale references are not
+// listed. Lists are in the command's order.
+type Changes struct {
+	// Renewed are the leases a Renew entry marked renewed: their renewal is durable.
+	Renewed []Ref
+	// Checkpointed are the leases a Checkpoint entry recorded.
+	Checkpointed []Checkpoint
+	// DelaysStarted are the lock-delays begun by the expiry of a lease that asked for one.
+	DelaysStarted []LockDelay
+	// DelaysEnded are the lock-delays an EndLockDelay entry ended.
+	DelaysEnded []Ref
+}
+
+// Ref names a lease, or the lock-delay its expiry began: a resource and a token.
+type Ref struct {
+	Resource string
+	Token    uint64
+}
+
+// Checkpoint is a checkpoint applied to a current lease: its remaining TTL when the leader proposed it, and
+// whether it was renewed since the previous checkpoint.
+type Checkpoint struct {
+	Resource    string
+	Token       uint64
+	RemainingMs int64
+	Renewed     bool
 }
 
 // Event is one change of a resource's lease, for watchers.

@@ -11,8 +11,8 @@ import (
 )
 
 // applyEntries applies committed entries in order: commands to the FSM, configuration changes to raft and
-// the transport. After each command, whoever cares about its result hears of it: the proposer waiting for
-// it, the lessor, the blocking-acquire queue and watchers.
+// the transport. After each command, whoever cares about its result (fsm.Result) hears of it: the lessor,
+// watchers, metrics, the blocking-acquire queue and the proposer waiting for it.
 func (n *node) applyEntries(ents []*raftpb.Entry) error {
 	for _, e := range ents {
 		if e.GetIndex() <= n.applied.Load() {
@@ -55,11 +55,11 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 		// An unknown command means this binary is older than the cluster: stop rather than diverge.
 		return fmt.Errorf("apply entry %d: %w", index, err)
 	}
-	now := n.clock.Now()
-	n.lessor.applied(now, index, cmd, res)
+	// The listeners hear of the entry only through its result: the FSM alone decided what changed.
+	n.lessor.applied(n.clock.Now(), res)
 	n.watch.publish(index, res.Events)
-	n.metrics.applied(res.Events)
-	n.queue.applied(res.Events, cmd)
+	n.metrics.applied(res)
+	n.queue.applied(res)
 	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
 	return nil
 }

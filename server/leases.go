@@ -9,8 +9,9 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// The lease operations, as the leader runs them. The gRPC layer (service.go) validates requests, forwards
-// writes from followers to the leader, and maps errors to status codes.
+// The lease operations. Writes run on the leader, reached through node.write or node.serveForward
+// (forward.go), which validate them beforehand and stamp the answer's header and status afterwards; reads
+// run on any node.
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees.
 func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
@@ -77,6 +78,27 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*l
 	default:
 		return nil, invalid("request", "the state machine refused it (%v)", res.Code)
 	}
+}
+
+// renew renews one lease (the unary Renew).
+func (n *node) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
+	results, err := n.renewAll(ctx, []*leasepb.LeaseRef{{Resource: req.GetResource(), Token: req.GetToken()}})
+	if err != nil {
+		return nil, err
+	}
+	if results[0].GetGone() {
+		return nil, ErrNotCurrent
+	}
+	return &leasepb.RenewResponse{TtlMs: results[0].GetTtlMs()}, nil
+}
+
+// keepAlive renews the leases of one KeepAlive message; leases no longer current are reported gone.
+func (n *node) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error) {
+	results, err := n.renewAll(ctx, req.GetLeases())
+	if err != nil {
+		return nil, err
+	}
+	return &leasepb.KeepAliveResponse{Seq: req.GetSeq(), Results: results}, nil
 }
 
 // renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of

@@ -145,49 +145,39 @@ func (l *lessor) extend(gap time.Duration) {
 	}
 }
 
-// applied updates the lessor with one applied command and its result. Called by the Ready loop.
-func (l *lessor) applied(now time.Time, index uint64, cmd *leasepb.Command, res fsm.Result) {
+// applied updates the lessor with the result of one applied entry. Called by the Ready loop. The FSM
+// decided which leases and lock-delays the entry changed; the lessor follows, without checking again.
+func (l *lessor) applied(now time.Time, res fsm.Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range res.Events {
 		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
 			l.add(now, e.Lease)
 		} else {
-			l.remove(e.Lease.Resource, e.Lease.Token)
-		}
-		if e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED && e.Lease.LockDelayMs > 0 {
-			l.delays[e.Lease.Resource] = &delayTimer{token: e.Lease.Token, end: now.Add(ms(e.Lease.LockDelayMs))}
+			l.remove(e.Lease.Resource)
 		}
 	}
-	switch op := cmd.GetOp().(type) {
-	case *leasepb.Command_Checkpoint:
-		for _, cp := range op.Checkpoint.GetLeases() {
-			if t := l.current(cp.GetResource(), cp.GetToken()); t != nil {
-				t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.GetRemainingMs()), !cp.GetRenewed()
-			}
+	ch := res.Changes
+	for _, d := range ch.DelaysStarted {
+		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
+	}
+	for _, cp := range ch.Checkpointed {
+		if t := l.leases[cp.Resource]; t != nil {
+			t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.RemainingMs), !cp.Renewed
 		}
-	case *leasepb.Command_Renew:
-		if res.Code == fsm.OK {
-			if r := op.Renew; r.GetResource() != "" {
-				l.durablyRenewed(now, r.GetResource(), r.GetToken())
-			}
-			for _, ref := range op.Renew.GetLeases() {
-				l.durablyRenewed(now, ref.GetResource(), ref.GetToken())
-			}
-		}
-	case *leasepb.Command_EndLockDelay:
-		for _, ref := range op.EndLockDelay.GetDelays() {
-			if d, ok := l.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {
-				delete(l.delays, ref.GetResource())
-			}
-		}
+	}
+	for _, r := range ch.Renewed {
+		l.durablyRenewed(now, r.Resource)
+	}
+	for _, d := range ch.DelaysEnded {
+		delete(l.delays, d.Resource)
 	}
 }
 
 // durablyRenewed records a Renew entry for one lease. A durable renewal is a renewal: the next checkpoint
 // must not mark the lease idle again before the renewing call resets its deadline.
-func (l *lessor) durablyRenewed(now time.Time, resource string, token uint64) {
-	t := l.current(resource, token)
+func (l *lessor) durablyRenewed(now time.Time, resource string) {
+	t := l.leases[resource]
 	if t == nil {
 		return
 	}
@@ -214,8 +204,8 @@ func (l *lessor) add(now time.Time, ls fsm.Lease) {
 	}
 }
 
-func (l *lessor) remove(resource string, token uint64) {
-	t := l.current(resource, token)
+func (l *lessor) remove(resource string) {
+	t := l.leases[resource]
 	if t == nil {
 		return
 	}

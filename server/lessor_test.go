@@ -37,7 +37,7 @@ func (s *lessorSim) apply(cmd *leasepb.Command) fsm.Result {
 	}
 	now := s.clock.Now()
 	for _, l := range s.lessors {
-		l.applied(now, s.index, cmd, res)
+		l.applied(now, res)
 	}
 	for _, e := range res.Events {
 		if e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED {
@@ -75,7 +75,7 @@ func (s *lessorSim) renew(resource string, token uint64) bool {
 		return false
 	}
 	if r.idle {
-		if res := s.apply(renew(resource, token)); res.Code != fsm.OK {
+		if res := s.apply(renew(resource, token)); len(res.Changes.Renewed) == 0 {
 			return false
 		}
 	}
@@ -84,7 +84,7 @@ func (s *lessorSim) renew(resource string, token uint64) bool {
 }
 
 func renew(resource string, token uint64) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Resource: resource, Token: token}}}
+	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: []*leasepb.LeaseRef{{Resource: resource, Token: token}}}}}
 }
 
 func acquireCmd(resource string, ttl time.Duration) *leasepb.Command {

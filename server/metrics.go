@@ -74,8 +74,9 @@ var eventTypeLabel = map[leasepb.EventType]string{
 	leasepb.EventType_EVENT_TYPE_EXPIRED:  "expired",
 }
 
-func (m *metrics) applied(events []fsm.Event) {
-	for _, e := range events {
+// applied counts the grants, releases and expiries of an applied entry.
+func (m *metrics) applied(res fsm.Result) {
+	for _, e := range res.Events {
 		m.events.WithLabelValues(eventTypeLabel[e.Type]).Inc()
 	}
 }

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,8 +133,13 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, err
 	}
 	n.transport = tr
-	peers := n.initialMembers()
-	n.raft = startRaft(n, storage, snapIndex, peers)
+	peers, err := n.initialMembers()
+	if err == nil {
+		n.raft, err = startRaft(n, storage, snapIndex, peers)
+	}
+	if err != nil {
+		return nil, errors.Join(err, tr.Close())
+	}
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout())
 	s := &Server{
 		cfg: cfg, log: n.log, node: n, transport: tr, lessorOut: out,
@@ -174,7 +181,10 @@ func closeListeners(lis Listeners) {
 // initialMembers registers the founding members with the transport and returns them as raft peers.
 // The member table is rebuilt from the configuration at every start: membership changes, which would
 // need it persisted, arrive in a later issue.
-func (n *node) initialMembers() []raft.Peer {
+//
+// The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
+// raft's log matching requires them to be identical on every node (same index and term, same bytes).
+func (n *node) initialMembers() ([]raft.Peer, error) {
 	var peers []raft.Peer
 	for name, addr := range n.cfg.InitialCluster {
 		m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: addr}
@@ -184,13 +194,17 @@ func (n *node) initialMembers() []raft.Peer {
 			n.transport.AddPeer(m.Id, addr)
 		}
 		n.members[m.Id] = m
-		ctx, _ := proto.Marshal(&leasepb.Member{Id: m.Id, Name: name, PeerAddr: addr})
+		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(&leasepb.Member{Id: m.Id, Name: name, PeerAddr: addr})
+		if err != nil {
+			return nil, fmt.Errorf("encode member %s: %w", name, err)
+		}
 		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
 	}
-	return peers
+	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
+	return peers, nil
 }
 
-func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.Peer) raft.Node {
+func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.Peer) (raft.Node, error) {
 	c := &raft.Config{
 		ID:                        n.id,
 		ElectionTick:              n.cfg.ElectionTicks,
@@ -204,14 +218,24 @@ func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.P
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
+		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
+		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
+		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
+		DisableProposalForwarding: true,
 		Logger:                    newRaftLogger(n.log),
 	}
-	last, _ := storage.LastIndex()
-	hs, _, _ := storage.InitialState()
-	if last == 0 && raft.IsEmptyHardState(hs) {
-		return raft.StartNode(c, peers)
+	last, err := storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read last index from %s: %w", storage.Path(), err)
 	}
-	return raft.RestartNode(c)
+	hs, _, err := storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("read initial state from %s: %w", storage.Path(), err)
+	}
+	if last == 0 && raft.IsEmptyHardState(hs) {
+		return raft.StartNode(c, peers), nil
+	}
+	return raft.RestartNode(c), nil
 }
 
 // Start serves clients and peers and runs the node until Close.

@@ -104,6 +104,24 @@ func (l Limits) keepAlive(r *leasepb.KeepAliveRequest) error {
 	return nil
 }
 
+// write validates a client write (Acquire, Renew, Release or KeepAlive), in the form it travels in when
+// forwarded. A write is validated on the node a client sent it to and again on the leader it was forwarded
+// to: the leader proposes it, and must not trust a follower to have checked.
+func (l Limits) write(req *leasepb.ForwardRequest) error {
+	switch r := req.GetRequest().(type) {
+	case *leasepb.ForwardRequest_Acquire:
+		return l.acquire(r.Acquire)
+	case *leasepb.ForwardRequest_Renew:
+		return l.leaseRef(r.Renew.GetResource(), r.Renew.GetToken())
+	case *leasepb.ForwardRequest_Release:
+		return l.leaseRef(r.Release.GetResource(), r.Release.GetToken())
+	case *leasepb.ForwardRequest_KeepAlive:
+		return l.keepAlive(r.KeepAlive)
+	default:
+		return invalid("request", "not a write this node knows")
+	}
+}
+
 func (l Limits) list(r *leasepb.ListRequest) error {
 	if err := l.prefix("prefix", r.GetPrefix()); err != nil {
 		return err

@@ -62,20 +62,21 @@ func (q *waitQueue) leave(resource string, w *waiter) {
 	notify(ws[0])
 }
 
-// applied wakes the head waiter of every resource the command freed.
-func (q *waitQueue) applied(events []fsm.Event, cmd *leasepb.Command) {
+// applied wakes the head waiter of every resource an applied entry freed: a release, an expiry, the end
+// of a lock-delay.
+func (q *waitQueue) applied(res fsm.Result) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.queues) == 0 {
 		return
 	}
-	for _, e := range events {
+	for _, e := range res.Events {
 		if e.Type != leasepb.EventType_EVENT_TYPE_GRANTED {
 			q.wakeHead(e.Lease.Resource)
 		}
 	}
-	for _, ref := range cmd.GetEndLockDelay().GetDelays() {
-		q.wakeHead(ref.GetResource())
+	for _, d := range res.Changes.DelaysEnded {
+		q.wakeHead(d.Resource)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -133,4 +134,13 @@ func filterEvents(events []fsm.Event, match func(string) bool, from uint64) []fs
 		}
 	}
 	return out
+}
+
+// watchResponse is one message of a Watch stream.
+func (n *node) watchResponse(events []fsm.Event) *leasepb.WatchResponse {
+	resp := &leasepb.WatchResponse{Header: n.header(), Events: make([]*leasepb.Event, len(events))}
+	for i, e := range events {
+		resp.Events[i] = e.Proto()
+	}
+	return resp
 }

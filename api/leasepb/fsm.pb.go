@@ -500,13 +500,11 @@ func (x *CheckpointCmd) GetLeases() []*LeaseCheckpoint {
 	return nil
 }
 
-// RenewCmd makes the first renewal of leases marked idle durable before they are acknowledged: one lease
-// (resource, token), or many (leases), as one KeepAlive message renews many at once. Leases whose token is
-// no longer current are ignored.
+// RenewCmd makes the first renewal of leases marked idle durable before they are acknowledged: every idle
+// lease of one Renew call or KeepAlive message in one entry. Leases whose token is no longer current are
+// ignored.
 type RenewCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	Leases        []*LeaseRef            `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -540,20 +538,6 @@ func (x *RenewCmd) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RenewCmd.ProtoReflect.Descriptor instead.
 func (*RenewCmd) Descriptor() ([]byte, []int) {
 	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *RenewCmd) GetResource() string {
-	if x != nil {
-		return x.Resource
-	}
-	return ""
-}
-
-func (x *RenewCmd) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
 }
 
 func (x *RenewCmd) GetLeases() []*LeaseRef {
@@ -907,11 +891,9 @@ const file_leased_v1_fsm_proto_rawDesc = "" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\arenewed\x18\x04 \x01(\bR\arenewed\"C\n" +
 	"\rCheckpointCmd\x122\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1a.leased.v1.LeaseCheckpointR\x06leases\"i\n" +
-	"\bRenewCmd\x12\x1a\n" +
-	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x12+\n" +
-	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leases\">\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1a.leased.v1.LeaseCheckpointR\x06leases\"T\n" +
+	"\bRenewCmd\x12+\n" +
+	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leasesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bresourceR\x05token\">\n" +
 	"\x0fEndLockDelayCmd\x12+\n" +
 	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xa8\x02\n" +
 	"\vLeaseRecord\x12\x1a\n" +

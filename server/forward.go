@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// One path for every write (Acquire, Renew, Release, KeepAlive). A write travels as a ForwardRequest,
+// whichever node it reached: the gRPC handlers call write, the peer-port Forward RPC calls serveForward,
+// and both go through serveWrite, which validates, then runs the write here if this node leads, or else
+// forwards it to the leader once (a node serving a forwarded write never forwards it again). Validation,
+// the response header and the error status are applied there and nowhere else.
+
+// write serves a client's write: here if this node leads, else on the leader (one hop).
+func (n *node) write(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	return n.serveWrite(ctx, req, true)
+}
+
+// serveForward serves a write a follower forwarded. It never forwards again: a node that is not the
+// leader answers Unavailable with its leader hint, and the follower's client retries.
+func (n *node) serveForward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	return n.serveWrite(ctx, req, false)
+}
+
+// serveWrite validates req (with this node's limits: a leader never trusts a follower to have checked),
+// then runs it here if this node leads, or forwards it to the leader if mayForward. Errors come back as
+// gRPC statuses with the leader hint.
+func (n *node) serveWrite(ctx context.Context, req *leasepb.ForwardRequest, mayForward bool) (*leasepb.ForwardResponse, error) {
+	if err := n.cfg.Limits.write(req); err != nil {
+		return nil, n.status(err)
+	}
+	if !n.isLeader() {
+		if !mayForward {
+			return nil, n.status(n.notLeaderErr())
+		}
+		return n.forward(ctx, req)
+	}
+	resp, err := n.runWrite(ctx, req)
+	if err != nil {
+		return nil, n.status(err)
+	}
+	setHeader(resp, n.header())
+	return resp, nil
+}
+
+// runWrite runs a validated write on this node, the leader (leases.go).
+func (n *node) runWrite(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	switch r := req.GetRequest().(type) {
+	case *leasepb.ForwardRequest_Acquire:
+		a, err := n.acquire(ctx, r.Acquire)
+		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Acquire{Acquire: a}}, err
+	case *leasepb.ForwardRequest_Renew:
+		a, err := n.renew(ctx, r.Renew)
+		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Renew{Renew: a}}, err
+	case *leasepb.ForwardRequest_Release:
+		a, err := n.release(ctx, r.Release)
+		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Release{Release: a}}, err
+	case *leasepb.ForwardRequest_KeepAlive:
+		a, err := n.keepAlive(ctx, r.KeepAlive)
+		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_KeepAlive{KeepAlive: a}}, err
+	default:
+		return nil, invalid("request", "not a write this node knows") // Limits.write refused it already
+	}
+}
+
+// forward sends a write to the leader over the peer connection and relays its answer (or its status).
+func (n *node) forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+	leader := n.leader.Load()
+	if leader == raft.None || leader == n.id {
+		return nil, n.status(n.notLeaderErr())
+	}
+	client, ok := n.transport.PeerClient(leader)
+	if !ok {
+		return nil, n.status(ErrNoLeader)
+	}
+	req.ClusterId, req.From = n.clusterID, n.id
+	resp, err := client.Forward(ctx, req)
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+			return nil, err
+		}
+		return nil, n.status(ErrNoLeader)
+	}
+	n.learnLeaderAddr(resp)
+	return resp, nil
+}
+
+// learnLeaderAddr remembers the leader's client address from a forwarded answer, for leader hints.
+func (n *node) learnLeaderAddr(resp *leasepb.ForwardResponse) {
+	h := headerOf(resp)
+	if h.GetLeaderId() != 0 && h.GetLeaderAddr() != "" {
+		n.setClientAddr(h.GetLeaderId(), h.GetLeaderAddr())
+	}
+}
+
+// headerOf is the response header of a write's answer.
+func headerOf(resp *leasepb.ForwardResponse) *leasepb.ResponseHeader {
+	switch r := resp.GetResponse().(type) {
+	case *leasepb.ForwardResponse_Acquire:
+		return r.Acquire.GetHeader()
+	case *leasepb.ForwardResponse_Renew:
+		return r.Renew.GetHeader()
+	case *leasepb.ForwardResponse_Release:
+		return r.Release.GetHeader()
+	case *leasepb.ForwardResponse_KeepAlive:
+		return r.KeepAlive.GetHeader()
+	}
+	return nil
+}
+
+// setHeader stamps a write's answer with h.
+func setHeader(resp *leasepb.ForwardResponse, h *leasepb.ResponseHeader) {
+	switch r := resp.GetResponse().(type) {
+	case *leasepb.ForwardResponse_Acquire:
+		r.Acquire.Header = h
+	case *leasepb.ForwardResponse_Renew:
+		r.Renew.Header = h
+	case *leasepb.ForwardResponse_Release:
+		r.Release.Header = h
+	case *leasepb.ForwardResponse_KeepAlive:
+		r.KeepAlive.Header = h
+	}
+}
+
+// header describes this node and the leader it knows of.
+func (n *node) header() *leasepb.ResponseHeader {
+	hint := n.hint()
+	return &leasepb.ResponseHeader{
+		ClusterId:    n.clusterID,
+		MemberId:     n.id,
+		LeaderId:     hint.id,
+		LeaderAddr:   hint.addr,
+		RaftTerm:     n.term.Load(),
+		AppliedIndex: n.applied.Load(),
+	}
+}
+
+func (n *node) hint() leaderHint {
+	leader := n.leader.Load()
+	return leaderHint{id: leader, addr: n.clientAddrOf(leader)}
+}
+
+// status maps an error to a gRPC status, attaching the leader hint.
+func (n *node) status(err error) error { return toStatus(err, n.hint()) }
