@@ -169,3 +169,129 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 		}
 	})
 }
+
+// moveLeadership moves leadership away from the current leader, either by a leadership transfer to
+// another node or by isolating the leader until the others elect a new one (then healing), and waits
+// for the new leader. It returns the new leader.
+func (c *simCluster) moveLeadership(isolate bool) int {
+	c.t.Helper()
+	old := c.waitLeader(10 * time.Second)
+	if isolate {
+		c.net.Isolate(c.id(old))
+	} else {
+		to := (old + 1 + c.rng.IntN(c.size()-1)) % c.size()
+		c.node(old).raft.TransferLeadership(context.Background(), c.id(old), c.id(to))
+	}
+	l := -1
+	c.waitFor(10*time.Second, "a new leader", func() bool {
+		l = c.leader()
+		return l >= 0 && l != old
+	})
+	c.net.Heal()
+	return l
+}
+
+// TestSimDeadLeaseBoundAcrossLeaderFlaps is decision 3's bound on whole nodes: with leadership moved
+// every TTL/2 (by transfer, or by isolating the leader until the others elect one), a lease whose holder
+// died right after acquiring is expired within a bound of its grant, while a lease whose holder keeps
+// renewing (through whichever node it reaches) is never lost.
+//
+// The bound checked is the one the lessor gives, which is looser than ARCHITECTURE.md's
+// TTL + checkpoint interval + election timeout (docs/testing.md, Findings):
+//   - a checkpoint only marks idle a lease not renewed since the previous checkpoint, so the idle mark is
+//     durable up to two intervals after the last renewal (or the grant), and a leader that takes over
+//     before that gives the lease a full TTL from its takeover;
+//   - a takeover by election comes up to a leaderless gap after the old leader was cut off: raft's
+//     randomized election timeout, under twice ElectionTimeout; and the expiry itself needs a leader, so
+//     a move that falls on the deadline adds another such gap.
+//
+// Hence TTL + 2 x interval + 2 x (2 x election timeout). Seeds where the first move falls just before
+// the second checkpoint exceed the documented 5.5 s (6.45-7.4 s observed).
+//
+// It is a real check: with startDeadlines planted to give every lease a full TTL at every takeover (as
+// etcd's lessor does), the dead lease outlives every leader and the test fails with "never expired".
+func TestSimDeadLeaseBoundAcrossLeaderFlaps(t *testing.T) {
+	const ttl = 4 * time.Second
+	runSim(t, 3, func(cfg *Config) {
+		cfg.TickInterval, cfg.ElectionTicks = 50*time.Millisecond, 10
+		cfg.CheckpointInterval = time.Second
+	}, func(t *testing.T, c *simCluster) {
+		cfg := c.cfgs[0]
+		documented := ttl + cfg.CheckpointInterval + cfg.ElectionTimeout()
+		bound := ttl + 2*cfg.CheckpointInterval + 4*cfg.ElectionTimeout()
+		ctx := context.Background()
+		l := c.waitLeader(10 * time.Second)
+		alive, err := c.acquire(ctx, func(int) int { return l }, &leasepb.AcquireRequest{Resource: "alive", Holder: "a", TtlMs: ttl.Milliseconds(), RequestId: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grantedAt := time.Now()
+		if _, err := c.acquire(ctx, func(int) int { return l }, &leasepb.AcquireRequest{Resource: "dead", Holder: "d", TtlMs: ttl.Milliseconds(), RequestId: "d"}); err != nil {
+			t.Fatal(err)
+		}
+
+		// The live holder renews every 500 ms through a random node; the monitor watches every node's
+		// state machine each tick.
+		rctx, stop := context.WithCancel(ctx)
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			expiredAt time.Time
+			lostAlive bool
+		)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(c.seed, 7))
+			for rctx.Err() == nil {
+				callCtx, cancel := context.WithTimeout(rctx, 400*time.Millisecond)
+				_, _ = c.leases(rng.IntN(c.size())).Renew(callCtx, &leasepb.RenewRequest{Resource: "alive", Token: alive.GetLease().GetToken()})
+				cancel()
+				time.Sleep(500 * time.Millisecond)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			// A node judges a lease only once it has applied its grant (followers may lag).
+			sawDead, sawAlive := make([]bool, c.size()), make([]bool, c.size())
+			for rctx.Err() == nil {
+				for i := range c.size() {
+					dead, live := c.holds(i, "dead"), c.holds(i, "alive")
+					mu.Lock()
+					if dead != 0 {
+						sawDead[i] = true
+					} else if sawDead[i] && expiredAt.IsZero() {
+						expiredAt = time.Now()
+					}
+					if live == alive.GetLease().GetToken() {
+						sawAlive[i] = true
+					} else if sawAlive[i] {
+						lostAlive = true
+					}
+					mu.Unlock()
+				}
+				time.Sleep(cfg.TickInterval)
+			}
+		}()
+		// The first move comes at a random point of the lessor's checkpoint cycle, then one every TTL/2.
+		moves := 0
+		time.Sleep(time.Duration(c.rng.Int64N(int64(ttl / 2))))
+		for end := grantedAt.Add(3 * bound); time.Now().Before(end); moves++ {
+			c.moveLeadership(c.rng.IntN(2) == 0)
+			time.Sleep(ttl / 2)
+		}
+		stop()
+		wg.Wait()
+		if lostAlive {
+			t.Fatal("the lease whose holder kept renewing was lost")
+		}
+		if expiredAt.IsZero() {
+			t.Fatalf("the dead holder's lease was never expired across %d leader changes: leadership churn made it immortal", moves)
+		}
+		took := expiredAt.Sub(grantedAt)
+		t.Logf("dead lease expired %v after its grant, across %d leader changes (bound %v; documented %v)", took, moves, bound, documented)
+		if took > bound+2*cfg.TickInterval {
+			t.Fatalf("dead lease expired %v after its grant, bound %v", took, bound)
+		}
+	})
+}
