@@ -295,3 +295,105 @@ func TestSimDeadLeaseBoundAcrossLeaderFlaps(t *testing.T) {
 		}
 	})
 }
+
+// TestSimStalledLeaderDoesNotMassExpire: the leader's disk stops answering for 1.5 s — longer than the
+// leases' 1 s TTL, shorter than the election timeout, so it stays leader — while the holders keep trying
+// to renew (and fail: the leader's loop is blocked). When the write completes, the loop sees the gap in
+// its ticks and extends every deadline by it before expiring anything: no lease is lost, and renewals
+// resume. With the extension removed from node.tick, every lease is expired at once when the loop
+// resumes and the test fails.
+func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
+	const (
+		ttl    = time.Second
+		stall  = 1500 * time.Millisecond
+		leases = 20
+	)
+	runSim(t, 3, func(cfg *Config) {
+		cfg.TickInterval, cfg.ElectionTicks = 50*time.Millisecond, 40 // 2 s: the stall causes no election
+	}, func(t *testing.T, c *simCluster) {
+		ctx := context.Background()
+		l := c.waitLeader(20 * time.Second)
+		term := c.node(l).term.Load()
+		refs := make([]*leasepb.LeaseRef, leases)
+		for k := range refs {
+			r := fmt.Sprintf("held/%d", k)
+			resp, err := c.acquire(ctx, func(int) int { return l }, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: ttl.Milliseconds(), RequestId: r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs[k] = &leasepb.LeaseRef{Resource: r, Token: resp.GetLease().GetToken()}
+		}
+		rctx, stop := context.WithCancel(ctx)
+		var (
+			wg                sync.WaitGroup
+			mu                sync.Mutex
+			lost              []string
+			renewed, failures int
+		)
+		wg.Add(2)
+		go func() { // the holders: one KeepAlive for all leases every 250 ms, through a random node
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(c.seed, 9))
+			for rctx.Err() == nil {
+				callCtx, cancel := context.WithTimeout(rctx, 200*time.Millisecond)
+				_, err := c.node(rng.IntN(c.size())).keepAlive(callCtx, &leasepb.KeepAliveRequest{Leases: refs})
+				cancel()
+				mu.Lock()
+				if err == nil {
+					renewed++
+				} else {
+					failures++
+				}
+				mu.Unlock()
+				time.Sleep(250 * time.Millisecond)
+			}
+		}()
+		go func() { // every tick, on every node that has applied a grant: is it still there?
+			defer wg.Done()
+			seen := make([][]bool, c.size())
+			for i := range seen {
+				seen[i] = make([]bool, leases)
+			}
+			for rctx.Err() == nil {
+				for i := range c.size() {
+					for k, ref := range refs {
+						if c.holds(i, ref.Resource) == ref.Token {
+							seen[i][k] = true
+						} else if seen[i][k] {
+							mu.Lock()
+							lost = append(lost, fmt.Sprintf("%s on %s at %v", ref.Resource, c.cfgs[i].Name, time.Now().Format("15:04:05.000")))
+							seen[i][k] = false
+							mu.Unlock()
+						}
+					}
+				}
+				time.Sleep(c.tick())
+			}
+		}()
+		time.Sleep(2 * ttl) // renewals in steady state
+		c.logs[l].Stall(stall)
+		stalledAt := time.Now()
+		if _, err := c.acquire(ctx, func(int) int { return l }, &leasepb.AcquireRequest{Resource: "trigger", Holder: "h", TtlMs: 60_000, RequestId: "trigger"}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(stalledAt); took < stall {
+			t.Fatalf("the write that should have stalled took %v", took)
+		}
+		mu.Lock()
+		renewedBefore := renewed
+		mu.Unlock()
+		time.Sleep(3 * ttl) // renewals resume
+		stop()
+		wg.Wait()
+		t.Logf("keep-alives: %d succeeded (%d after the stall), %d failed", renewed, renewed-renewedBefore, failures)
+		if c.leader() != l || c.node(l).term.Load() != term {
+			t.Fatal("leadership changed: the stall was meant to stay below the election timeout")
+		}
+		if len(lost) > 0 {
+			t.Fatalf("%d lease losses after a %v leader stall, first: %v", len(lost), stall, lost[:min(3, len(lost))])
+		}
+		if renewed-renewedBefore == 0 {
+			t.Fatal("no renewal succeeded after the stall")
+		}
+	})
+}
