@@ -64,7 +64,8 @@ func TestSimLeaderLoss(t *testing.T) {
 
 // TestSimPartitionsKeepTokensAndGrantsSafe runs clients that acquire, hold and release (or abandon)
 // a few hot resources through random nodes, while a seeded schedule isolates nodes, cuts pairs and
-// one-way links, and heals, over a network that also drops, delays and reorders messages. Afterwards:
+// one-way links, crashes a node and restarts it on what it persisted, and heals, over a network that
+// also drops, delays and reorders messages. Afterwards:
 // I1 and I2 hold along every node's log, every acknowledged grant is in the log with its holder, and
 // every node's state machine is byte-identical to the others' and to a replay of its own log.
 func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
@@ -95,8 +96,13 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 					resource := fmt.Sprintf("r%d", rng.IntN(3))
 					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: 500 + rng.Int64N(1000),
 						RequestId: fmt.Sprintf("%s-%d", holder, k)}
+					svc := c.leases(rng.IntN(c.size()))
+					if svc == nil { // stopped: the client tries another node
+						time.Sleep(c.tick())
+						continue
+					}
 					callCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-					resp, err := c.leases(rng.IntN(c.size())).Acquire(callCtx, req)
+					resp, err := svc.Acquire(callCtx, req)
 					cancel()
 					if err != nil {
 						time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
@@ -109,16 +115,19 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						continue // abandoned: the lease must expire
 					}
-					callCtx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
-					_, _ = c.leases(rng.IntN(c.size())).Release(callCtx, &leasepb.ReleaseRequest{Resource: resource, Token: resp.GetLease().GetToken()})
-					cancel()
+					if svc = c.leases(rng.IntN(c.size())); svc != nil {
+						callCtx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+						_, _ = svc.Release(callCtx, &leasepb.ReleaseRequest{Resource: resource, Token: resp.GetLease().GetToken()})
+						cancel()
+					}
 				}
 			}()
 		}
 		faults := map[string]int{}
+		crashed := -1
 		for end := time.Now().Add(duration); time.Now().Before(end); {
 			a, b := c.id(c.rng.IntN(3)), c.id(c.rng.IntN(3))
-			switch k := c.rng.IntN(6); {
+			switch k := c.rng.IntN(7); {
 			case k == 0:
 				c.net.Heal()
 				faults["heal"]++
@@ -136,12 +145,24 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 			case k == 4 && a != b:
 				c.net.CutOneWay(a, b)
 				faults["cut-one-way"]++
+			case k == 5 && crashed < 0:
+				// A crash: the node is cut off and stopped, then restarted later on what it persisted.
+				crashed = c.rng.IntN(c.size())
+				c.stop(crashed, true)
+				faults["crash"]++
+			case k == 5:
+				c.start(crashed)
+				crashed = -1
+				faults["restart"]++
 			default:
-				faults["none"]++
+				faults["none"]++ // a ~1 in 6 chance per step of keeping the current faults
 			}
 			time.Sleep(time.Duration(300+c.rng.IntN(1200)) * time.Millisecond)
 		}
 		c.net.Heal()
+		if crashed >= 0 {
+			c.start(crashed)
+		}
 		stop()
 		wg.Wait()
 		c.net.SetFaults(sim.Faults{})

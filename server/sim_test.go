@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,13 +65,15 @@ func runSim(t *testing.T, size int, mutate func(*Config), body func(t *testing.T
 
 // simCluster is a cluster of nodes on one sim.Network. Node i keeps its log across stop and start.
 type simCluster struct {
-	t     *testing.T
-	seed  uint64
-	rng   *rand.Rand // the test's own choices (schedule, workload), drawn from the seed
-	net   *sim.Network
-	cfgs  []Config
-	ids   []raftlog.Identity
-	logs  []*sim.Storage
+	t    *testing.T
+	seed uint64
+	rng  *rand.Rand // the test's own choices (schedule, workload), drawn from the seed
+	net  *sim.Network
+	cfgs []Config
+	ids  []raftlog.Identity
+	logs []*sim.Storage
+
+	mu    sync.Mutex
 	nodes []*Server // nil while stopped
 }
 
@@ -124,13 +127,16 @@ func (e simEndpoint) Forward(ctx context.Context, req *leasepb.ForwardRequest) (
 func (c *simCluster) start(i int) {
 	c.t.Helper()
 	s, err := newServer(c.cfgs[i], c.ids[i], c.logs[i], func(n *node) (peerTransport, error) {
-		return c.net.Join(n.id, simEndpoint{raftAdapter{n}}), nil
+		return c.net.Transport(n.id), nil
 	})
 	if err != nil {
 		c.t.Fatalf("start %s: %v", c.cfgs[i].Name, err)
 	}
+	c.net.Attach(c.id(i), simEndpoint{raftAdapter{s.node}}) // as a real node starts serving peers
 	s.Start()
+	c.mu.Lock()
 	c.nodes[i] = s
+	c.mu.Unlock()
 }
 
 // stop closes node i as Server.Close does (a leader hands over first); crash first cuts it off, so it
@@ -139,16 +145,19 @@ func (c *simCluster) stop(i int, crash bool) {
 	if crash {
 		c.net.Leave(c.id(i))
 	}
-	if err := c.nodes[i].Close(); err != nil {
+	s := c.server(i)
+	c.mu.Lock()
+	c.nodes[i] = nil // callers see it stopped from now on
+	c.mu.Unlock()
+	if err := s.Close(); err != nil {
 		c.t.Errorf("close %s: %v", c.cfgs[i].Name, err)
 	}
 	c.net.Leave(c.id(i))
-	c.nodes[i] = nil
 }
 
 func (c *simCluster) close() {
-	for i, s := range c.nodes {
-		if s != nil {
+	for i := range c.nodes {
+		if c.server(i) != nil {
 			c.stop(i, false)
 		}
 	}
@@ -157,7 +166,7 @@ func (c *simCluster) close() {
 }
 
 func (c *simCluster) id(i int) uint64     { return c.ids[i].NodeID }
-func (c *simCluster) node(i int) *node    { return c.nodes[i].node }
+func (c *simCluster) node(i int) *node    { return c.server(i).node }
 func (c *simCluster) size() int           { return len(c.nodes) }
 func (c *simCluster) tick() time.Duration { return c.cfgs[0].TickInterval }
 
@@ -170,25 +179,51 @@ func (c *simCluster) index(id uint64) int {
 	return -1
 }
 
+// server is node i, or nil while it is stopped.
+func (c *simCluster) server(i int) *Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// running lists the nodes not stopped.
+func (c *simCluster) running() map[int]*node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[int]*node{}
+	for i, s := range c.nodes {
+		if s != nil {
+			out[i] = s.node
+		}
+	}
+	return out
+}
+
 // leases is node i's Leases service, called directly: validation, forwarding and status mapping as a
-// gRPC client would see them.
-func (c *simCluster) leases(i int) *leasesService { return &leasesService{n: c.node(i)} }
+// gRPC client would see them; nil while node i is stopped.
+func (c *simCluster) leases(i int) *leasesService {
+	if s := c.server(i); s != nil {
+		return &leasesService{n: s.node}
+	}
+	return nil
+}
 
 // leader is the running node that leads in the highest term and that a majority of the nodes follow,
 // or -1.
 func (c *simCluster) leader() int {
 	best, bestTerm := -1, uint64(0)
-	for i, s := range c.nodes {
-		if s != nil && s.node.isLeader() && s.node.term.Load() >= bestTerm {
-			best, bestTerm = i, s.node.term.Load()
+	nodes := c.running()
+	for i, n := range nodes {
+		if n.isLeader() && n.term.Load() >= bestTerm {
+			best, bestTerm = i, n.term.Load()
 		}
 	}
 	if best < 0 {
 		return -1
 	}
 	follow := 0
-	for _, s := range c.nodes {
-		if s != nil && s.node.leader.Load() == c.id(best) && s.node.term.Load() == bestTerm {
+	for _, n := range nodes {
+		if n.leader.Load() == c.id(best) && n.term.Load() == bestTerm {
 			follow++
 		}
 	}
@@ -243,7 +278,7 @@ func (c *simCluster) acquire(ctx context.Context, pick func(attempt int) int, re
 			resp *leasepb.AcquireResponse
 			err  = status.Error(codes.Unavailable, "node stopped")
 		)
-		if c.nodes[i] != nil {
+		if c.server(i) != nil {
 			callCtx, cancel := context.WithTimeout(ctx, time.Second)
 			resp, err = c.leases(i).Acquire(callCtx, req)
 			cancel()
@@ -286,10 +321,7 @@ func (c *simCluster) converge(within time.Duration) uint64 {
 	c.waitFor(within, "convergence of every node's state machine", func() bool {
 		synctest.Wait() // let every node finish what this instant started
 		var first []byte
-		for i, s := range c.nodes {
-			if s == nil {
-				continue
-			}
+		for i := range c.running() {
 			idx, data := c.fsmState(i)
 			if first == nil {
 				at, first = idx, data

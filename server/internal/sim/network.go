@@ -65,16 +65,19 @@ func New(seed uint64) *Network {
 	}
 }
 
-// Join attaches node id's endpoint (replacing an earlier one, after a restart) and returns the node's
-// transport. Messages to an id that has not joined, or has left, are lost.
-func (n *Network) Join(id uint64, ep Endpoint) *Transport {
+// Transport returns node id's side of the network, for sending. Nothing is delivered to id until it
+// attaches an endpoint.
+func (n *Network) Transport(id uint64) *Transport { return &Transport{net: n, id: id} }
+
+// Attach makes node id reachable at ep (replacing an earlier endpoint, after a restart). Messages to an
+// id with no endpoint are lost. Attach a node only once it can take messages (its raft exists).
+func (n *Network) Attach(id uint64, ep Endpoint) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.nodes[id] = ep
-	return &Transport{net: n, id: id}
 }
 
-// Leave detaches node id (it stopped or crashed): what is sent to it from now on is lost.
+// Leave detaches node id's endpoint (it stopped or crashed): what is sent to it from now on is lost.
 func (n *Network) Leave(id uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
