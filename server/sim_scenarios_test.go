@@ -93,7 +93,7 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 				defer wg.Done()
 				holder := fmt.Sprintf("w%d", w)
 				for k := 0; ctx.Err() == nil; k++ {
-					resource := fmt.Sprintf("r%d", rng.IntN(3))
+					resource := fmt.Sprintf("r%d", rng.IntN(5))
 					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: 500 + rng.Int64N(1000),
 						RequestId: fmt.Sprintf("%s-%d", holder, k)}
 					svc := c.leases(rng.IntN(c.size()))
@@ -167,7 +167,7 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 		wg.Wait()
 		c.net.SetFaults(sim.Faults{})
 		t.Logf("faults: %v; acknowledged grants: %d", faults, len(acks))
-		if len(acks) < 20 {
+		if len(acks) < 10 {
 			t.Fatalf("only %d grants acknowledged in %v: the workload hardly ran", len(acks), duration)
 		}
 		c.waitLeader(10 * time.Second)
