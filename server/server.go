@@ -105,7 +105,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	})
 	if err != nil {
 		closeListeners(lis)
-		return nil, fmt.Errorf("%s: %w", storage.Path(), err)
+		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
 	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
