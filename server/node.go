@@ -15,7 +15,8 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// peerTransport is what the node needs of the peer transport (server/transport implements it).
+// peerTransport is what the node needs of the peer transport (server/transport implements it;
+// server/internal/sim's in-memory network in simulations).
 type peerTransport interface {
 	Send(msgs []*raftpb.Message)
 	AddPeer(id uint64, addr string)
@@ -23,7 +24,8 @@ type peerTransport interface {
 	PeerClient(id uint64) (leasepb.RaftClient, bool)
 }
 
-// logStore is what the node needs of its raft log beyond what raft reads (raftlog.Storage implements it).
+// logStore is what the node needs of its raft log beyond what raft reads (raftlog.Storage implements it;
+// sim.Storage in simulations).
 type logStore interface {
 	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
 	CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)

@@ -93,6 +93,46 @@ func checkDataDir(dir string, want raftlog.Identity) error {
 }
 
 func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listeners) (*Server, error) {
+	if err := bindListeners(&cfg, &lis); err != nil {
+		return nil, err
+	}
+	var tr *transport.Transport
+	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
+		var err error
+		tr, err = transport.New(transport.Config{
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
+			Logger: n.log,
+		})
+		return tr, err
+	})
+	if err != nil {
+		if tr != nil {
+			err = errors.Join(err, tr.Close())
+		}
+		closeListeners(lis)
+		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
+	}
+	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
+	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
+	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
+	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
+	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
+	tr.Register(s.peerSrv)
+	return s, nil
+}
+
+// nodeStorage is a node's raft log: what raft reads, and what the node writes (raftlog.Storage; an
+// in-memory log in simulations).
+type nodeStorage interface {
+	raft.Storage
+	logStore
+}
+
+// newServer builds a node from its parts — its raft log, and a peer transport made once the node exists
+// (the transport delivers to it) — restoring the state machine from the log's snapshot. It opens no
+// listener and starts nothing: New adds the gRPC services on top; simulations run the node as it is,
+// with an in-memory log and network. cfg's addresses are only reported, never listened on.
+func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTransport func(*node) (peerTransport, error)) (*Server, error) {
 	snap, err := storage.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
@@ -100,7 +140,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	sm, snapIndex := fsm.New(), snap.GetMetadata().GetIndex()
 	if snapIndex > 0 {
 		if sm, err = fsm.Restore(snap.GetData()); err != nil {
-			return nil, fmt.Errorf("restore snapshot at %d from %s: %w", snapIndex, storage.Path(), err)
+			return nil, fmt.Errorf("restore snapshot at %d: %w", snapIndex, err)
 		}
 	}
 	out := make(chan *leasepb.Command, 4096)
@@ -121,36 +161,18 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	n.applied.Store(snapIndex)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.lessor.reset(sm, cfg.Clock.Now())
-	if err := bindListeners(&cfg, &lis); err != nil {
+	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
-	n.cfg = cfg
-	tr, err := transport.New(transport.Config{
-		ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
-		Logger: n.log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	n.transport = tr
 	peers, err := n.initialMembers()
 	if err == nil {
 		n.raft, err = startRaft(n, storage, snapIndex, peers)
 	}
 	if err != nil {
-		return nil, errors.Join(err, tr.Close())
+		return nil, err
 	}
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout())
-	s := &Server{
-		cfg: cfg, log: n.log, node: n, transport: tr, lessorOut: out,
-		clientLis: lis.Client, peerLis: lis.Peer, stop: make(chan struct{}),
-	}
-	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
-	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: n})
-	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: n})
-	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
-	tr.Register(s.peerSrv)
-	return s, nil
+	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
 }
 
 func bindListeners(cfg *Config, lis *Listeners) error {
@@ -204,7 +226,7 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 	return peers, nil
 }
 
-func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.Peer) (raft.Node, error) {
+func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (raft.Node, error) {
 	c := &raft.Config{
 		ID:                        n.id,
 		ElectionTick:              n.cfg.ElectionTicks,
@@ -226,11 +248,11 @@ func startRaft(n *node, storage *raftlog.Storage, applied uint64, peers []raft.P
 	}
 	last, err := storage.LastIndex()
 	if err != nil {
-		return nil, fmt.Errorf("read last index from %s: %w", storage.Path(), err)
+		return nil, fmt.Errorf("read last index: %w", err)
 	}
 	hs, _, err := storage.InitialState()
 	if err != nil {
-		return nil, fmt.Errorf("read initial state from %s: %w", storage.Path(), err)
+		return nil, fmt.Errorf("read initial state: %w", err)
 	}
 	if last == 0 && raft.IsEmptyHardState(hs) {
 		return raft.StartNode(c, peers), nil
@@ -243,8 +265,10 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(s.proposeLessorCommands)
-	s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
-	s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
+	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
+		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
+		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
+	}
 	s.log.Info("node started", "id", fmt.Sprintf("%x", s.node.id), "cluster", fmt.Sprintf("%x", s.node.clusterID),
 		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr)
 }
@@ -289,14 +313,21 @@ func (s *Server) Close() error {
 
 func (s *Server) shutdown() error {
 	s.node.watch.closeAll()
-	stopGRPC(s.clientSrv, 2*time.Second)
+	if s.clientSrv != nil {
+		stopGRPC(s.clientSrv, 2*time.Second)
+	}
 	s.transferLeadership()
 	close(s.node.stopped)
 	close(s.stop)
 	s.node.raft.Stop()
-	s.peerSrv.Stop()
+	if s.peerSrv != nil {
+		s.peerSrv.Stop()
+	}
 	s.wg.Wait()
-	err := s.transport.Close()
+	var err error
+	if s.transport != nil {
+		err = s.transport.Close()
+	}
 	return errors.Join(err, s.node.storage.Close())
 }
 
