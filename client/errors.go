@@ -62,6 +62,20 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
+// waitEndedError is a waiting Acquire whose context ended while the cluster still said "held". It is
+// the held answer (errors.Is ErrHeld, errors.As *HeldError), and says that the wait ended.
+type waitEndedError struct {
+	held  *HeldError
+	cause error
+}
+
+func (e *waitEndedError) Error() string {
+	return fmt.Sprintf("%v; gave up waiting (%v)", e.held, e.cause)
+}
+
+// Unwrap gives the held answer only: a wait that ran out is "still held", not a timeout.
+func (e *waitEndedError) Unwrap() error { return e.held }
+
 // CompactedError names the oldest index a Watch can start from.
 type CompactedError struct{ OldestIndex uint64 }
 
