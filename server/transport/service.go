@@ -108,7 +108,7 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 		t.log.Warn("rejecting raft stream from another cluster", slog.Uint64("peer", b.GetFrom()),
 			slog.Uint64("cluster", b.GetClusterId()), slog.Uint64("want_cluster", t.cfg.ClusterID))
 		return status.Errorf(codes.FailedPrecondition,
-			"cluster id mismatch: batch is for cluster %d, this node (raft id %d) is in cluster %d",
+			"cluster id mismatch: batch is for cluster %016x, this node (raft id %016x) is in cluster %016x",
 			b.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
 	}
 	if b.GetTo() != t.cfg.LocalID {
@@ -116,18 +116,18 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 		t.log.Warn("rejecting raft stream for another node", slog.Uint64("peer", b.GetFrom()),
 			slog.Uint64("to", b.GetTo()))
 		return status.Errorf(codes.FailedPrecondition,
-			"recipient mismatch: batch is for raft id %d, this node is raft id %d", b.GetTo(), t.cfg.LocalID)
+			"recipient mismatch: batch is for raft id %016x, this node is raft id %016x", b.GetTo(), t.cfg.LocalID)
 	}
 	for i, raw := range b.GetMessages() {
 		m := &raftpb.Message{}
 		if err := proto.Unmarshal(raw, m); err != nil {
 			t.stats.rejected.Add(1)
-			return status.Errorf(codes.InvalidArgument, "message %d of batch from %d: %v", i, b.GetFrom(), err)
+			return status.Errorf(codes.InvalidArgument, "message %d of batch from %016x: %v", i, b.GetFrom(), err)
 		}
 		if m.GetFrom() != b.GetFrom() || m.GetTo() != b.GetTo() {
 			t.stats.rejected.Add(1)
 			return status.Errorf(codes.InvalidArgument,
-				"message %d of batch from %d to %d is addressed from %d to %d",
+				"message %d of batch from %016x to %016x is addressed from %016x to %016x",
 				i, b.GetFrom(), b.GetTo(), m.GetFrom(), m.GetTo())
 		}
 		t.stats.received.Add(1)
@@ -152,7 +152,7 @@ func (s *service) Forward(ctx context.Context, req *leasepb.ForwardRequest) (*le
 	t := s.t
 	if req.GetClusterId() != t.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"cluster id mismatch: request is for cluster %d, this node (raft id %d) is in cluster %d",
+			"cluster id mismatch: request is for cluster %016x, this node (raft id %016x) is in cluster %016x",
 			req.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
 	}
 	if t.cfg.Forward == nil {
