@@ -26,6 +26,12 @@ var (
 	ErrLimit = errors.New("leased: limit reached")
 	// ErrCompacted: a Watch asked for events older than the server keeps. See *CompactedError.
 	ErrCompacted = errors.New("leased: watch history compacted")
+	// ErrUnsupported: the server does not implement the call yet (gRPC Unimplemented), e.g. the Cluster
+	// service's membership and snapshot calls.
+	ErrUnsupported = errors.New("leased: the server does not support this yet")
+	// ErrPrecondition: the Cluster service refused a request whose precondition failed (e.g. promoting a
+	// learner that has not caught up).
+	ErrPrecondition = errors.New("leased: precondition failed")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("leased: client closed")
 
@@ -127,6 +133,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, msg)
 	case codes.Canceled:
 		return fmt.Errorf("%w: %s", context.Canceled, msg)
+	case codes.Unimplemented:
+		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
 	}
 	return err
 }

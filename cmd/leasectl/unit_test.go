@@ -55,7 +55,9 @@ func TestUsageErrorsExitTwoBeforeNetwork(t *testing.T) {
 		{"member", "frob"},
 		{"member", "add", "n4"},
 		{"member", "add", "n4", "--peer-addr", "nope"},
-		{"member", "promote", "abc"},
+		{"member", "promote", "n4"}, // ids are hex, as member list prints them
+		{"member", "promote", "0"},
+		{"member", "remove", "00000000000000001"},
 		{"member", "remove"},
 		{"snapshot"},
 		{"snapshot", "save"},
@@ -169,7 +171,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("acquire: %w", client.ErrInvalid), 2},
 		{fmt.Errorf("acquire: %w", &client.HeldError{Resource: "r", Holder: "h", Token: 3}), 3},
 		{fmt.Errorf("x: %w", client.ErrHeld), 3},
-		{fmt.Errorf("member promote: %w", errPrecondition), 3},
+		{fmt.Errorf("member promote: %w", client.ErrPrecondition), 3},
 		{fmt.Errorf("get: %w", client.ErrNotFound), 4},
 		{fmt.Errorf("lease lost: %w", client.ErrExpired), 4},
 		{fmt.Errorf("x: %w", client.ErrUnavailable), 5},
@@ -179,7 +181,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", errInterrupted), 1},
 		{&exitStatus{code: 7}, 7},
 		{&exitStatus{code: 127, err: errors.New("start nope: not found")}, 127},
-		{grpcError("member list", errors.New("plain")), 1},
+		{fmt.Errorf("member list: %w", client.ErrUnsupported), 1},
 	}
 	for _, c := range cases {
 		if got := exitCode(c.err); got != c.want {
