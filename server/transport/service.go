@@ -105,16 +105,16 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 	t := s.t
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream from another cluster", slog.Uint64("peer", b.GetFrom()),
-			slog.Uint64("cluster", b.GetClusterId()), slog.Uint64("want_cluster", t.cfg.ClusterID))
+		t.log.Warn("rejecting raft stream from another cluster", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+			slog.String("cluster", leasepb.FormatID(b.GetClusterId())), slog.String("want_cluster", leasepb.FormatID(t.cfg.ClusterID)))
 		return status.Errorf(codes.FailedPrecondition,
 			"cluster id mismatch: batch is for cluster %016x, this node (raft id %016x) is in cluster %016x",
 			b.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
 	}
 	if b.GetTo() != t.cfg.LocalID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream for another node", slog.Uint64("peer", b.GetFrom()),
-			slog.Uint64("to", b.GetTo()))
+		t.log.Warn("rejecting raft stream for another node", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+			slog.String("to", leasepb.FormatID(b.GetTo())))
 		return status.Errorf(codes.FailedPrecondition,
 			"recipient mismatch: batch is for raft id %016x, this node is raft id %016x", b.GetTo(), t.cfg.LocalID)
 	}
@@ -140,7 +140,7 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 			}
 			// Raft tolerates a lost message; one it refused is no reason to drop the stream.
 			t.stats.processErrors.Add(1)
-			t.log.Debug("raft refused message", slog.Uint64("peer", m.GetFrom()),
+			t.log.Debug("raft refused message", slog.String("peer", leasepb.FormatID(m.GetFrom())),
 				slog.String("type", m.GetType().String()), slog.Any("err", err))
 		}
 	}
