@@ -26,6 +26,12 @@ var (
 	ErrLimit = errors.New("leased: limit reached")
 	// ErrCompacted: a Watch asked for events older than the server keeps. See *CompactedError.
 	ErrCompacted = errors.New("leased: watch history compacted")
+	// ErrUnsupported: the server does not implement the call yet (gRPC Unimplemented), e.g. the Cluster
+	// service's membership and snapshot calls.
+	ErrUnsupported = errors.New("leased: the server does not support this yet")
+	// ErrPrecondition: the Cluster service refused a request whose precondition failed (e.g. promoting a
+	// learner that has not caught up).
+	ErrPrecondition = errors.New("leased: precondition failed")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("leased: client closed")
 
@@ -61,6 +67,20 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// waitEndedError is a waiting Acquire whose context ended while the cluster still said "held". It is
+// the held answer (errors.Is ErrHeld, errors.As *HeldError), and says that the wait ended.
+type waitEndedError struct {
+	held  *HeldError
+	cause error
+}
+
+func (e *waitEndedError) Error() string {
+	return fmt.Sprintf("%v; gave up waiting (%v)", e.held, e.cause)
+}
+
+// Unwrap gives the held answer only: a wait that ran out is "still held", not a timeout.
+func (e *waitEndedError) Unwrap() error { return e.held }
 
 // CompactedError names the oldest index a Watch can start from.
 type CompactedError struct{ OldestIndex uint64 }
@@ -113,6 +133,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, msg)
 	case codes.Canceled:
 		return fmt.Errorf("%w: %s", context.Canceled, msg)
+	case codes.Unimplemented:
+		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
 	}
 	return err
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 )
@@ -174,7 +176,9 @@ func WithValue(v []byte) AcquireOption { return func(o *acquireOptions) { o.valu
 // WithHolder overrides the client's holder name for this lease.
 func WithHolder(h string) AcquireOption { return func(o *acquireOptions) { o.holder = h } }
 
-// WithWait blocks until the resource is granted (FIFO among waiters) or ctx ends.
+// WithWait blocks until the resource is granted (FIFO among waiters) or ctx ends. If ctx ends while the
+// resource is still held, Acquire returns an error wrapping ErrHeld (errors.As gives the *HeldError the
+// cluster last answered with), not a context error.
 func WithWait() AcquireOption { return func(o *acquireOptions) { o.wait = true } }
 
 // WithRequestID sets the idempotency key. By default each Acquire call draws a random one and reuses it for
@@ -202,17 +206,59 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	}
 	req := &leasepb.AcquireRequest{
 		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
-		RequestId: o.requestID, Wait: o.wait, LockDelayMs: o.lockDelay.Milliseconds(),
+		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(),
 	}
 	if o.wait {
-		// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
-			defer cancel()
-		}
+		return c.acquireWaiting(ctx, req, o.margin)
 	}
 	sentAt := c.clock.Now() // before the first attempt: the grant cannot be older than this
+	resp, err := c.acquireOnce(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return c.hold(resp.GetLease(), sentAt, o.margin)
+}
+
+// acquireWaiting is Acquire WithWait. It first asks without waiting (the same request id throughout, so
+// the attempts are one intent): a free resource is granted at once, and a held one is answered with its
+// holder. Only then does it queue. If ctx ends while queued, the cluster's last word was "held", and
+// that is the answer: an error wrapping ErrHeld (the *HeldError of that answer), not a timeout. A
+// timeout or ErrUnavailable comes back only when the cluster never answered.
+func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest, margin time.Duration) (*Lease, error) {
+	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
+		defer cancel()
+	}
+	sentAt := c.clock.Now()
+	resp, err := c.acquireOnce(ctx, req)
+	if err == nil {
+		return c.hold(resp.GetLease(), sentAt, margin)
+	}
+	var held *HeldError
+	if !errors.As(err, &held) {
+		return nil, err
+	}
+	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
+	waiting.Wait = true
+	resp, err = c.acquireOnce(ctx, waiting)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
+		}
+		return nil, err
+	}
+	// The grant happened when the resource freed, at a moment this client cannot know; a renewal sent
+	// now starts a validity window that is certainly no longer than the cluster's.
+	if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
+		return nil, err
+	}
+	return c.hold(resp.GetLease(), sentAt, margin)
+}
+
+// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names.
+func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
 	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
 		return leasepb.NewLeasesClient(conn).Acquire(ctx, req)
 	})
@@ -220,14 +266,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return nil, err
 	}
 	c.follow(resp.GetHeader())
-	if o.wait {
-		// The grant happened when the resource freed, at a moment this client cannot know; a renewal
-		// sent now starts a validity window that is certainly no longer than the cluster's.
-		if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
-			return nil, err
-		}
-	}
-	return c.hold(resp.GetLease(), sentAt, o.margin)
+	return resp, nil
 }
 
 // renewNow renews a lease synchronously and returns when the renewal was sent.

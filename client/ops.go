@@ -216,24 +216,3 @@ func (c *Client) watchOnce(ctx context.Context, wo WatchOptions, from uint64, fn
 		}
 	}
 }
-
-// NodeStatus is one node's report about itself.
-type NodeStatus = leasepb.StatusResponse
-
-// Status asks one endpoint about itself (it needs no leader).
-func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, error) {
-	conn, err := c.conn(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		defer cancel()
-	}
-	st, err := leasepb.NewClusterClient(conn).Status(ctx, &leasepb.StatusRequest{})
-	return st, fromStatus(err)
-}
-
-// Endpoints are the configured endpoints.
-func (c *Client) Endpoints() []string { return append([]string(nil), c.cfg.Endpoints...) }

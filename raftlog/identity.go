@@ -22,9 +22,9 @@ type Identity struct {
 // "unknown": it accepts whatever identity an existing file records.
 func (id Identity) IsZero() bool { return id == Identity{} }
 
-// String formats id as cluster/node in hex, the way raft logs node ids.
+// String formats id as cluster/node in 16-digit hex, the way leased prints ids everywhere.
 func (id Identity) String() string {
-	return fmt.Sprintf("cluster %x node %x", id.ClusterID, id.NodeID)
+	return fmt.Sprintf("cluster %016x node %016x", id.ClusterID, id.NodeID)
 }
 
 func (id Identity) encode() []byte {

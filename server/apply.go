@@ -103,7 +103,7 @@ func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte
 	}
 	m := new(leasepb.Member)
 	if err := proto.Unmarshal(context, m); err != nil || m.GetId() != id {
-		n.log.Warn("conf change without member details", "id", id, "err", err)
+		n.log.Warn("conf change without member details", "id", leasepb.FormatID(id), "err", err)
 		m = &leasepb.Member{Id: id}
 	}
 	m.IsLearner = change.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode

@@ -210,7 +210,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		n.log.Info("became leader", "term", n.term.Load())
 		n.lessor.promote(n.clock.Now())
 	case !isLeader && wasLeader:
-		n.log.Info("lost leadership", "leader", ss.Lead)
+		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		n.lessor.demote()
 		n.queue.failAll(ErrNotLeader)
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers

@@ -269,7 +269,7 @@ func (s *Server) Start() {
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
 	}
-	s.log.Info("node started", "id", fmt.Sprintf("%x", s.node.id), "cluster", fmt.Sprintf("%x", s.node.clusterID),
+	s.log.Info("node started", "id", leasepb.FormatID(s.node.id), "cluster", leasepb.FormatID(s.node.clusterID),
 		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr)
 }
 
@@ -363,7 +363,7 @@ func (s *Server) transferLeadership() {
 	if target == 0 {
 		return
 	}
-	n.log.Info("transferring leadership before shutdown", "to", fmt.Sprintf("%x", target))
+	n.log.Info("transferring leadership before shutdown", "to", leasepb.FormatID(target))
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ElectionTimeout())
 	defer cancel()
 	n.raft.TransferLeadership(ctx, n.id, target)

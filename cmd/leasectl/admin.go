@@ -1,77 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/client"
 )
 
-// The member and snapshot commands call the Cluster service directly: the SDK has no methods for them
-// (membership and snapshots are operator actions, not something programs embed). Each call goes to the
-// endpoints in turn, following a leader hint, until one answers with something other than Unavailable.
-
-// clusterCall runs rpc against the endpoints until one answers.
-func clusterCall[T any](ctx context.Context, a *app, op string, rpc func(context.Context, leasepb.ClusterClient) (T, error)) (T, error) {
-	var zero T
-	creds := insecure.NewCredentials()
-	if a.tlsConfig != nil {
-		creds = credentials.NewTLS(a.tlsConfig)
-	}
-	queue := append([]string(nil), a.endpoints...)
-	tried := map[string]bool{}
-	var lastErr error
-	for len(queue) > 0 && len(tried) < 2*len(a.endpoints)+1 {
-		ep := queue[0]
-		queue = queue[1:]
-		if tried[ep] {
-			continue
-		}
-		tried[ep] = true
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		out, err := rpc(ctx, leasepb.NewClusterClient(conn))
-		_ = conn.Close()
-		if err == nil {
-			return out, nil
-		}
-		lastErr = err
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			break
-		}
-		if hint := leaderHintOf(err); hint != "" && !tried[hint] {
-			queue = append([]string{hint}, queue...)
-		}
-	}
-	return zero, grpcError(op, lastErr)
-}
-
-func leaderHintOf(err error) string {
-	st, _ := status.FromError(err)
-	for _, d := range st.Details() {
-		if h, ok := d.(*leasepb.LeaderHint); ok {
-			return h.GetLeaderAddr()
-		}
-	}
-	return ""
-}
+// The member and snapshot commands are the SDK's Cluster-service calls (client.MemberList, ...,
+// client.Snapshot): the SDK finds the leader, follows its hints and retries, as for every other command.
 
 func (a *app) memberCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -102,13 +45,13 @@ the server's answer.)`,
 		RunE: a.body(func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.requestContext(cmd.Context())
 			defer cancel()
-			resp, err := clusterCall(ctx, a, "member list", func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberListResponse, error) {
-				return cc.MemberList(ctx, &leasepb.MemberListRequest{})
+			return a.withClient("", func(c *client.Client) error {
+				members, err := c.MemberList(ctx)
+				if err != nil {
+					return fmt.Errorf("member list: %w", err)
+				}
+				return a.printMembers(members)
 			})
-			if err != nil {
-				return err
-			}
-			return a.printMembers(resp.GetMembers())
 		}),
 	}
 
@@ -135,55 +78,47 @@ the server's answer.)`,
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.requestContext(cmd.Context())
 			defer cancel()
-			resp, err := clusterCall(ctx, a, "member add", func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberAddResponse, error) {
-				return cc.MemberAdd(ctx, &leasepb.MemberAddRequest{Name: args[0], PeerAddr: peerAddr, ClientAddr: clientAddr})
+			return a.withClient("", func(c *client.Client) error {
+				members, err := c.MemberAdd(ctx, args[0], peerAddr, clientAddr)
+				if err != nil {
+					return fmt.Errorf("member add: %w", err)
+				}
+				return a.printMembers(members)
 			})
-			if err != nil {
-				return err
-			}
-			return a.printMembers(resp.GetMembers())
 		}),
 	}
 	add.Flags().StringVar(&peerAddr, "peer-addr", "", "address the new node receives raft traffic on (required)")
 	add.Flags().StringVar(&clientAddr, "client-addr", "", "address the new node serves clients on")
 	_ = add.MarkFlagRequired("peer-addr")
 
-	idCommand := func(use, short, example string, rpc func(context.Context, leasepb.ClusterClient, uint64) ([]*leasepb.Member, error)) *cobra.Command {
+	idCommand := func(use, short, example string, rpc func(*client.Client, context.Context, uint64) ([]client.Member, error)) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " ID", Short: short, Example: example,
 			Args: func(cmd *cobra.Command, args []string) error {
 				if len(args) != 1 {
 					return usagef(cmd, "expected one member ID")
 				}
-				if id, err := strconv.ParseUint(args[0], 10, 64); err != nil || id == 0 {
-					return usagef(cmd, "member ID must be a positive number, got %q", args[0])
+				if id, err := leasepb.ParseID(args[0]); err != nil || id == 0 {
+					return usagef(cmd, "member ID must be a non-zero hex id as member list prints it, got %q", args[0])
 				}
 				return nil
 			},
 			RunE: a.body(func(cmd *cobra.Command, args []string) error {
-				id, _ := strconv.ParseUint(args[0], 10, 64)
+				id, _ := leasepb.ParseID(args[0])
 				ctx, cancel := a.requestContext(cmd.Context())
 				defer cancel()
-				members, err := clusterCall(ctx, a, "member "+use, func(ctx context.Context, cc leasepb.ClusterClient) ([]*leasepb.Member, error) {
-					return rpc(ctx, cc, id)
+				return a.withClient("", func(c *client.Client) error {
+					members, err := rpc(c, ctx, id)
+					if err != nil {
+						return fmt.Errorf("member %s %s: %w", use, leasepb.FormatID(id), err)
+					}
+					return a.printMembers(members)
 				})
-				if err != nil {
-					return err
-				}
-				return a.printMembers(members)
 			}),
 		}
 	}
-	promote := idCommand("promote", "Make a caught-up learner a voter", `  leasectl member promote 4`,
-		func(ctx context.Context, cc leasepb.ClusterClient, id uint64) ([]*leasepb.Member, error) {
-			resp, err := cc.MemberPromote(ctx, &leasepb.MemberPromoteRequest{Id: id})
-			return resp.GetMembers(), err
-		})
-	remove := idCommand("remove", "Remove a member from the Raft configuration", `  leasectl member remove 4`,
-		func(ctx context.Context, cc leasepb.ClusterClient, id uint64) ([]*leasepb.Member, error) {
-			resp, err := cc.MemberRemove(ctx, &leasepb.MemberRemoveRequest{Id: id})
-			return resp.GetMembers(), err
-		})
+	promote := idCommand("promote", "Make a caught-up learner a voter", `  leasectl member promote 4`, (*client.Client).MemberPromote)
+	remove := idCommand("remove", "Remove a member from the Raft configuration", `  leasectl member remove 4`, (*client.Client).MemberRemove)
 	cmd.AddCommand(list, add, promote, remove)
 	return cmd
 }
@@ -197,18 +132,18 @@ func nameArg(cmd *cobra.Command, args []string) error {
 
 // memberJSON is the shape of the member commands' JSON output, one line per member.
 type memberJSON struct {
-	ID         uint64 `json:"id"`
+	ID         string `json:"id"` // leasepb.FormatID: ids use all 64 bits, more than a JSON number keeps
 	Name       string `json:"name"`
 	PeerAddr   string `json:"peer_addr"`
 	ClientAddr string `json:"client_addr"`
 	IsLearner  bool   `json:"is_learner"`
 }
 
-func (a *app) printMembers(ms []*leasepb.Member) error {
+func (a *app) printMembers(ms []client.Member) error {
 	if a.jsonOut() {
 		for _, m := range ms {
-			if err := a.emitJSON(memberJSON{ID: m.GetId(), Name: m.GetName(), PeerAddr: m.GetPeerAddr(),
-				ClientAddr: m.GetClientAddr(), IsLearner: m.GetIsLearner()}); err != nil {
+			if err := a.emitJSON(memberJSON{ID: leasepb.FormatID(m.ID), Name: m.Name, PeerAddr: m.PeerAddr,
+				ClientAddr: m.ClientAddr, IsLearner: m.IsLearner}); err != nil {
 				return err
 			}
 		}
@@ -216,7 +151,7 @@ func (a *app) printMembers(ms []*leasepb.Member) error {
 	}
 	t := a.newTable("ID", "NAME", "PEER ADDRESS", "CLIENT ADDRESS", "LEARNER")
 	for _, m := range ms {
-		t.row(strconv.FormatUint(m.GetId(), 10), m.GetName(), m.GetPeerAddr(), orDash(m.GetClientAddr()), strconv.FormatBool(m.GetIsLearner()))
+		t.row(leasepb.FormatID(m.ID), m.Name, m.PeerAddr, orDash(m.ClientAddr), strconv.FormatBool(m.IsLearner))
 	}
 	return t.flush()
 }
@@ -283,47 +218,14 @@ func (a *app) saveSnapshot(ctx context.Context, path string) (size int64, index 
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	type result struct {
-		size  int64
-		index uint64
-	}
-	res, err := clusterCall(ctx, a, "snapshot save", func(ctx context.Context, cc leasepb.ClusterClient) (result, error) {
-		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-			return result{}, err
-		}
-		if err := tmp.Truncate(0); err != nil {
-			return result{}, err
-		}
-		stream, err := cc.Snapshot(ctx, &leasepb.SnapshotRequest{})
-		if err != nil {
-			return result{}, err
-		}
-		h := sha256.New()
-		w := io.MultiWriter(tmp, h)
-		var r result
-		for {
-			chunk, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return r, errors.New("stream ended before the last chunk")
-			}
-			if err != nil {
-				return r, err
-			}
-			if _, err := w.Write(chunk.GetData()); err != nil {
-				return r, err
-			}
-			r.size += int64(len(chunk.GetData()))
-			r.index = chunk.GetAppliedIndex()
-			if chunk.GetRemainingBytes() == 0 {
-				if sum := chunk.GetSha256(); !bytes.Equal(sum, h.Sum(nil)) {
-					return r, fmt.Errorf("checksum mismatch: got %x, the server says %x", h.Sum(nil), sum)
-				}
-				return r, nil
-			}
-		}
+	var info client.SnapshotInfo
+	err = a.withClient("", func(c *client.Client) error {
+		var err error
+		info, err = c.Snapshot(ctx, tmp)
+		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("snapshot save: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
 		return 0, 0, fmt.Errorf("snapshot save: %w", err)
@@ -334,5 +236,5 @@ func (a *app) saveSnapshot(ctx context.Context, path string) (size int64, index 
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return 0, 0, fmt.Errorf("snapshot save: %w", err)
 	}
-	return res.size, res.index, nil
+	return info.Size, info.AppliedIndex, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,8 +89,12 @@ func testLifecycle(t *testing.T, eps []string) {
 	if heldJSON["code"] != float64(3) || heldJSON["holder"] != "alice" {
 		t.Fatalf("held JSON: %v", heldJSON)
 	}
-	// --wait that times out while the resource stays held: still exit 3.
-	want(t, ctl(t, eps, "acquire", "life/a", "--ttl", "10s", "--holder", "bob", "--wait", "--wait-timeout", "300ms"), 3)
+	// --wait that times out while the resource stays held: still exit 3, naming the holder. (The SDK
+	// answers "held" once the cluster said so; only the first answer has to arrive within the timeout.)
+	waited := want(t, ctl(t, eps, "acquire", "life/a", "--ttl", "10s", "--holder", "bob", "--wait", "--wait-timeout", "1s"), 3)
+	if !strings.Contains(waited.stderr, "held by alice") {
+		t.Fatalf("wait timed out: %v", waited)
+	}
 
 	// The same request id and holder is a retry: the same grant, not "held".
 	r1 := mustJSON[leaseJSON](t, want(t, ctl(t, eps, "-o", "json", "acquire", "life/idem", "--ttl", "10s", "--holder", "h", "--request-id", "job-1"), 0).stdout)
@@ -178,19 +183,33 @@ func testStatus(t *testing.T, eps []string) {
 	if leaders != 1 || len(names) != len(eps) {
 		t.Fatalf("want one leader among distinct nodes, got %s", r.stdout)
 	}
+	hexID := regexp.MustCompile(`^[0-9a-f]{16}$`)
+	var leaderID string
 	for _, l := range lines {
-		if n := mustJSON[nodeJSON](t, l); n.Leader != leaderName {
-			t.Errorf("%s follows %q, the leader is %q", n.Name, n.Leader, leaderName)
+		if n := mustJSON[nodeJSON](t, l); n.Role == "leader" {
+			leaderID = n.ID
+		}
+	}
+	for _, l := range lines {
+		if n := mustJSON[nodeJSON](t, l); n.Leader != leaderName || n.LeaderID != leaderID {
+			t.Errorf("%s follows %q (%s), the leader is %q (%s)", n.Name, n.Leader, n.LeaderID, leaderName, leaderID)
+		}
+		// Ids are JSON strings of 16 lower-case hex digits, never numbers (jq rounds those above 2^53).
+		raw := mustJSON[map[string]any](t, l)
+		for _, k := range []string{"id", "leader_id"} {
+			if v, ok := raw[k].(string); !ok || !hexID.MatchString(v) {
+				t.Errorf("%s is %#v, want a string of 16 hex digits: %s", k, raw[k], l)
+			}
 		}
 	}
 	// One endpoint that nothing listens on is a row, not a failure.
 	r = want(t, ctl(t, append([]string{dead}, eps...), "-o", "json", "status"), 0)
 	first := mustJSON[nodeJSON](t, strings.SplitN(r.stdout, "\n", 2)[0])
-	if first.Role != "unreachable" || first.Healthy || first.ClientAddr != dead {
+	if first.Role != "unreachable" || first.Healthy || first.ClientAddr != dead || first.ID != "" {
 		t.Fatalf("unreachable row: %+v", first)
 	}
 	table := want(t, ctl(t, eps, "status"), 0)
-	if !strings.Contains(table.stdout, "NAME") || !strings.Contains(table.stdout, "leader") {
+	if !strings.Contains(table.stdout, "NAME") || !strings.Contains(table.stdout, "leader") || !strings.Contains(table.stdout, leaderID) {
 		t.Fatalf("status table: %v", table)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/client"
 )
@@ -23,9 +21,6 @@ const (
 	exitNotFound    = 4 // no such lease, or the token is no longer the current grant
 	exitUnavailable = 5 // no leader reachable, or the request timed out
 )
-
-// errPrecondition is a failed precondition other than a held resource (exit 3).
-var errPrecondition = errors.New("precondition failed")
 
 // errInterrupted: leasectl received SIGINT or SIGTERM while waiting (exit 1).
 var errInterrupted = errors.New("interrupted")
@@ -98,7 +93,7 @@ func exitCode(err error) int {
 		return status.code
 	case errors.As(err, &usage), errors.Is(err, client.ErrInvalid):
 		return exitUsage
-	case errors.Is(err, client.ErrHeld), errors.Is(err, errPrecondition):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrPrecondition):
 		return exitHeld
 	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrReleased):
 		return exitNotFound
@@ -148,33 +143,4 @@ func (a *app) reportError(err error, code int, root *cobra.Command) {
 		return
 	}
 	fmt.Fprintf(a.stderr, "leasectl: %s\n", msg)
-}
-
-// grpcError maps an error of a direct Cluster-service call (member, snapshot) onto the SDK's sentinels, so
-// exitCode treats it like any SDK error; codes without a sentinel keep the server's words.
-func grpcError(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	switch st.Code() {
-	case codes.Unimplemented:
-		return fmt.Errorf("%s: the server does not support this yet (Unimplemented: %s)", op, st.Message())
-	case codes.Unavailable:
-		return fmt.Errorf("%s: %w: %s", op, client.ErrUnavailable, st.Message())
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("%s: %w: %s", op, context.DeadlineExceeded, st.Message())
-	case codes.NotFound:
-		return fmt.Errorf("%s: %w: %s", op, client.ErrNotFound, st.Message())
-	case codes.InvalidArgument:
-		return fmt.Errorf("%s: %w: %s", op, client.ErrInvalid, st.Message())
-	case codes.FailedPrecondition:
-		return fmt.Errorf("%s: %w: %s", op, errPrecondition, st.Message())
-	case codes.ResourceExhausted:
-		return fmt.Errorf("%s: %w: %s", op, client.ErrLimit, st.Message())
-	}
-	return fmt.Errorf("%s: %s: %s", op, st.Code(), st.Message())
 }

@@ -13,15 +13,16 @@ import (
 	"github.com/leased/leased/client"
 )
 
-// nodeJSON is the shape of status's JSON output, one line per endpoint.
+// nodeJSON is the shape of status's JSON output, one line per endpoint. Ids are strings of 16 hex digits
+// (leasepb.FormatID): they use all 64 bits, more than a JSON number keeps. "" means none known.
 type nodeJSON struct {
 	Name         string `json:"name"`
-	ID           uint64 `json:"id"`
+	ID           string `json:"id"`
 	ClientAddr   string `json:"client_addr"`
 	Role         string `json:"role"`
 	Term         uint64 `json:"term"`
 	Leader       string `json:"leader"`
-	LeaderID     uint64 `json:"leader_id"`
+	LeaderID     string `json:"leader_id"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	DBSizeBytes  int64  `json:"db_size_bytes"`
@@ -89,7 +90,7 @@ answered and knows a leader. status exits with code 5 when no reachable node kno
 					if leader == "" && st.GetLeaderId() != 0 {
 						leader = orDash(st.GetHeader().GetLeaderAddr())
 						if leader == "-" {
-							leader = strconv.FormatUint(st.GetLeaderId(), 10)
+							leader = leasepb.FormatID(st.GetLeaderId())
 						}
 					}
 					addr := st.GetClientAddr()
@@ -97,8 +98,8 @@ answered and knows a leader. status exits with code 5 when no reachable node kno
 						addr = a.endpoints[i]
 					}
 					rows[i] = nodeJSON{
-						Name: st.GetName(), ID: st.GetId(), ClientAddr: addr, Role: roleName(st.GetRole()),
-						Term: st.GetTerm(), Leader: leader, LeaderID: st.GetLeaderId(),
+						Name: st.GetName(), ID: idOrNone(st.GetId()), ClientAddr: addr, Role: roleName(st.GetRole()),
+						Term: st.GetTerm(), Leader: leader, LeaderID: idOrNone(st.GetLeaderId()),
 						CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
 						DBSizeBytes: st.GetDbSizeBytes(), LiveLeases: st.GetLiveLeases(), Version: st.GetVersion(),
 						Healthy: st.GetLeaderId() != 0,
@@ -115,6 +116,14 @@ answered and knows a leader. status exits with code 5 when no reachable node kno
 			})
 		}),
 	}
+}
+
+// idOrNone spells a raft id, or "" for 0 (no such node known).
+func idOrNone(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return leasepb.FormatID(id)
 }
 
 func unreachableSummary(rows []nodeJSON) string {
@@ -135,17 +144,17 @@ func (a *app) printStatus(rows []nodeJSON) error {
 		}
 		return errors.Join(errs...)
 	}
-	t := a.newTable("NAME", "ADDRESS", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "DB SIZE", "LEASES", "VERSION", "HEALTH")
+	t := a.newTable("NAME", "ID", "ADDRESS", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "DB SIZE", "LEASES", "VERSION", "HEALTH")
 	for _, r := range rows {
 		if r.Role == "unreachable" {
-			t.row("-", r.ClientAddr, r.Role, "-", "-", "-", "-", "-", "-", "-", "unhealthy: "+shorten(r.Error, 60))
+			t.row("-", "-", r.ClientAddr, r.Role, "-", "-", "-", "-", "-", "-", "-", "unhealthy: "+shorten(r.Error, 60))
 			continue
 		}
 		health := "healthy"
 		if !r.Healthy {
 			health = "unhealthy: no leader"
 		}
-		t.row(orDash(r.Name), r.ClientAddr, r.Role, strconv.FormatUint(r.Term, 10), orDash(r.Leader),
+		t.row(orDash(r.Name), orDash(r.ID), r.ClientAddr, r.Role, strconv.FormatUint(r.Term, 10), orDash(r.Leader),
 			strconv.FormatUint(r.CommitIndex, 10), strconv.FormatUint(r.AppliedIndex, 10), bytesHuman(r.DBSizeBytes),
 			strconv.FormatUint(r.LiveLeases, 10), orDash(r.Version), health)
 	}

@@ -55,7 +55,9 @@ func TestUsageErrorsExitTwoBeforeNetwork(t *testing.T) {
 		{"member", "frob"},
 		{"member", "add", "n4"},
 		{"member", "add", "n4", "--peer-addr", "nope"},
-		{"member", "promote", "abc"},
+		{"member", "promote", "n4"}, // ids are hex, as member list prints them
+		{"member", "promote", "0"},
+		{"member", "remove", "00000000000000001"},
 		{"member", "remove"},
 		{"snapshot"},
 		{"snapshot", "save"},
@@ -169,7 +171,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("acquire: %w", client.ErrInvalid), 2},
 		{fmt.Errorf("acquire: %w", &client.HeldError{Resource: "r", Holder: "h", Token: 3}), 3},
 		{fmt.Errorf("x: %w", client.ErrHeld), 3},
-		{fmt.Errorf("member promote: %w", errPrecondition), 3},
+		{fmt.Errorf("member promote: %w", client.ErrPrecondition), 3},
 		{fmt.Errorf("get: %w", client.ErrNotFound), 4},
 		{fmt.Errorf("lease lost: %w", client.ErrExpired), 4},
 		{fmt.Errorf("x: %w", client.ErrUnavailable), 5},
@@ -179,7 +181,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", errInterrupted), 1},
 		{&exitStatus{code: 7}, 7},
 		{&exitStatus{code: 127, err: errors.New("start nope: not found")}, 127},
-		{grpcError("member list", errors.New("plain")), 1},
+		{fmt.Errorf("member list: %w", client.ErrUnsupported), 1},
 	}
 	for _, c := range cases {
 		if got := exitCode(c.err); got != c.want {
@@ -225,7 +227,8 @@ func TestJSONShapes(t *testing.T) {
 		{leaseJSON{}, []string{"resource", "holder", "token", "ttl_ms", "value"}},
 		{infoJSON{}, []string{"resource", "holder", "token", "remaining_ms", "value"}},
 		{eventJSON{}, []string{"type", "resource", "holder", "token", "index"}},
-		{nodeJSON{}, []string{"name", "client_addr", "role", "term", "leader", "commit_index", "applied_index", "db_size_bytes", "version", "healthy"}},
+		{nodeJSON{}, []string{"name", "id", "client_addr", "role", "term", "leader", "leader_id", "commit_index", "applied_index", "db_size_bytes", "live_leases", "version", "healthy"}},
+		{memberJSON{}, []string{"id", "name", "peer_addr", "client_addr", "is_learner"}},
 		{leaderJSON{}, []string{"resource", "holder", "token", "value"}},
 	}
 	for _, c := range cases {
@@ -242,6 +245,37 @@ func TestJSONShapes(t *testing.T) {
 				t.Errorf("%T: no %q in %s", c.v, k, b)
 			}
 		}
+	}
+}
+
+// Member ids are printed as FormatID spells them, in JSON as strings (jq rounds numbers above 2^53).
+func TestMembersPrintHexIDs(t *testing.T) {
+	ms := []client.Member{{ID: 1<<63 | 0xa3, Name: "n1", PeerAddr: "10.0.0.1:7201"}, {ID: 4, Name: "n4", PeerAddr: "10.0.0.4:7201", IsLearner: true}}
+	var out strings.Builder
+	a := &app{stdout: &out, output: "json"}
+	if err := a.printMembers(ms); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want one line per member, got %q", out.String())
+	}
+	for i, want := range []string{"80000000000000a3", "0000000000000004"} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["id"] != want {
+			t.Errorf("member %d: id %#v, want %q", i, m["id"], want)
+		}
+	}
+	out.Reset()
+	a.output = "table"
+	if err := a.printMembers(ms); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "80000000000000a3") || !strings.Contains(out.String(), "0000000000000004") {
+		t.Errorf("member table: %q", out.String())
 	}
 }
 

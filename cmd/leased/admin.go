@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leased/leased/api/leasepb"
 )
 
 // adminServer is the node's small HTTP server for operators and orchestrators:
@@ -68,7 +70,7 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 		case leader == 0:
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 		default:
-			fmt.Fprintf(w, "ok: leader %x\n", leader)
+			fmt.Fprintf(w, "ok: leader %s\n", leasepb.FormatID(leader))
 		}
 	})
 	if a.metrics != nil {

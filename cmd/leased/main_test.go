@@ -91,13 +91,19 @@ func TestAdminEndpoints(t *testing.T) {
 	node := &fakeNode{}
 	srv := httptest.NewServer(a.handler(node))
 	defer srv.Close()
+	var body string
 	get := func(path string) int {
 		t.Helper()
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = string(b)
 		return resp.StatusCode
 	}
 	if c := get("/healthz"); c != 200 {
@@ -106,9 +112,17 @@ func TestAdminEndpoints(t *testing.T) {
 	if c := get("/readyz"); c != 503 {
 		t.Errorf("/readyz without a leader %d, want 503", c)
 	}
-	node.leader.Store(7)
+	node.leader.Store(0xa3)
 	if c := get("/readyz"); c != 200 {
 		t.Errorf("/readyz with a leader %d, want 200", c)
+	}
+	// The one spelling of ids: 16 lower-case hex digits.
+	if body != "ok: leader 00000000000000a3\n" {
+		t.Errorf("/readyz with a leader says %q", body)
+	}
+	node.leader.Store(1<<63 + 0xbeef)
+	if get("/readyz"); body != "ok: leader 800000000000beef\n" {
+		t.Errorf("/readyz with a large leader id says %q", body)
 	}
 	a.setStopping()
 	if c := get("/readyz"); c != 503 {

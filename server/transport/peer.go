@@ -78,7 +78,7 @@ func (p *peer) discard() {
 }
 
 func (p *peer) logger() *slog.Logger {
-	return p.t.log.With(slog.Uint64("peer", p.id), slog.String("addr", p.addr))
+	return p.t.log.With(slog.String("peer", leasepb.FormatID(p.id)), slog.String("addr", p.addr))
 }
 
 // run sends queued messages until the peer is stopped. The stream is opened lazily, when there is

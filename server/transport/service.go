@@ -105,29 +105,29 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 	t := s.t
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream from another cluster", slog.Uint64("peer", b.GetFrom()),
-			slog.Uint64("cluster", b.GetClusterId()), slog.Uint64("want_cluster", t.cfg.ClusterID))
+		t.log.Warn("rejecting raft stream from another cluster", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+			slog.String("cluster", leasepb.FormatID(b.GetClusterId())), slog.String("want_cluster", leasepb.FormatID(t.cfg.ClusterID)))
 		return status.Errorf(codes.FailedPrecondition,
-			"cluster id mismatch: batch is for cluster %d, this node (raft id %d) is in cluster %d",
+			"cluster id mismatch: batch is for cluster %016x, this node (raft id %016x) is in cluster %016x",
 			b.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
 	}
 	if b.GetTo() != t.cfg.LocalID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream for another node", slog.Uint64("peer", b.GetFrom()),
-			slog.Uint64("to", b.GetTo()))
+		t.log.Warn("rejecting raft stream for another node", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+			slog.String("to", leasepb.FormatID(b.GetTo())))
 		return status.Errorf(codes.FailedPrecondition,
-			"recipient mismatch: batch is for raft id %d, this node is raft id %d", b.GetTo(), t.cfg.LocalID)
+			"recipient mismatch: batch is for raft id %016x, this node is raft id %016x", b.GetTo(), t.cfg.LocalID)
 	}
 	for i, raw := range b.GetMessages() {
 		m := &raftpb.Message{}
 		if err := proto.Unmarshal(raw, m); err != nil {
 			t.stats.rejected.Add(1)
-			return status.Errorf(codes.InvalidArgument, "message %d of batch from %d: %v", i, b.GetFrom(), err)
+			return status.Errorf(codes.InvalidArgument, "message %d of batch from %016x: %v", i, b.GetFrom(), err)
 		}
 		if m.GetFrom() != b.GetFrom() || m.GetTo() != b.GetTo() {
 			t.stats.rejected.Add(1)
 			return status.Errorf(codes.InvalidArgument,
-				"message %d of batch from %d to %d is addressed from %d to %d",
+				"message %d of batch from %016x to %016x is addressed from %016x to %016x",
 				i, b.GetFrom(), b.GetTo(), m.GetFrom(), m.GetTo())
 		}
 		t.stats.received.Add(1)
@@ -140,7 +140,7 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 			}
 			// Raft tolerates a lost message; one it refused is no reason to drop the stream.
 			t.stats.processErrors.Add(1)
-			t.log.Debug("raft refused message", slog.Uint64("peer", m.GetFrom()),
+			t.log.Debug("raft refused message", slog.String("peer", leasepb.FormatID(m.GetFrom())),
 				slog.String("type", m.GetType().String()), slog.Any("err", err))
 		}
 	}
@@ -152,7 +152,7 @@ func (s *service) Forward(ctx context.Context, req *leasepb.ForwardRequest) (*le
 	t := s.t
 	if req.GetClusterId() != t.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"cluster id mismatch: request is for cluster %d, this node (raft id %d) is in cluster %d",
+			"cluster id mismatch: request is for cluster %016x, this node (raft id %016x) is in cluster %016x",
 			req.GetClusterId(), t.cfg.LocalID, t.cfg.ClusterID)
 	}
 	if t.cfg.Forward == nil {

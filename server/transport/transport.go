@@ -50,7 +50,7 @@ func New(cfg Config) (*Transport, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Transport{
 		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("component", "transport"), slog.Uint64("local", cfg.LocalID)),
+		log:     cfg.Logger.With(slog.String("component", "transport"), slog.String("local", leasepb.FormatID(cfg.LocalID))),
 		reports: newReporter(cfg.Raft),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -88,7 +88,7 @@ func (t *Transport) UpdatePeer(id uint64, addr string) {
 
 func (t *Transport) setPeer(id uint64, addr string, add bool) {
 	if id == 0 || id == t.cfg.LocalID {
-		t.log.Warn("ignoring peer with invalid id", slog.Uint64("peer", id), slog.String("addr", addr))
+		t.log.Warn("ignoring peer with invalid id", slog.String("peer", leasepb.FormatID(id)), slog.String("addr", addr))
 		return
 	}
 	t.mu.RLock()
@@ -101,7 +101,7 @@ func (t *Transport) setPeer(id uint64, addr string, add bool) {
 	// Dial outside the lock: grpc.NewClient does no I/O, but there is no reason to stall Send on it.
 	p, err := newPeer(t, id, addr)
 	if err != nil {
-		t.log.Error("cannot create peer client", slog.Uint64("peer", id), slog.String("addr", addr),
+		t.log.Error("cannot create peer client", slog.String("peer", leasepb.FormatID(id)), slog.String("addr", addr),
 			slog.Any("err", err))
 		return
 	}
@@ -119,10 +119,10 @@ func (t *Transport) setPeer(id uint64, addr string, add bool) {
 
 	if old != nil {
 		old.stop()
-		t.log.Info("peer address updated", slog.Uint64("peer", id), slog.String("from", old.addr),
+		t.log.Info("peer address updated", slog.String("peer", leasepb.FormatID(id)), slog.String("from", old.addr),
 			slog.String("to", addr))
 	} else {
-		t.log.Info("peer added", slog.Uint64("peer", id), slog.String("addr", addr))
+		t.log.Info("peer added", slog.String("peer", leasepb.FormatID(id)), slog.String("addr", addr))
 	}
 }
 
@@ -135,7 +135,7 @@ func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Unlock()
 	if p != nil {
 		p.stop()
-		t.log.Info("peer removed", slog.Uint64("peer", id))
+		t.log.Info("peer removed", slog.String("peer", leasepb.FormatID(id)))
 	}
 }
 
