@@ -1,11 +1,9 @@
 # leased — developer entry points. `make help` lists them.
 SHELL := /bin/bash
 GO ?= go
-BUF_VERSION := v1.75.0
-BUF := $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 FUZZTIME ?= 60s
 
-.PHONY: help test test-short proto proto-lint build cluster bench fuzz vet fmt clean chaos
+.PHONY: help test test-short proto proto-check build cluster bench fuzz vet fmt clean chaos
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -13,9 +11,11 @@ help: ## list the targets
 test: ## the whole test suite (race detector on); starts PostgreSQL and Redis for the adapter tests
 	./scripts/test.sh
 
-proto: ## regenerate api/leasepb from api/proto (pinned buf and plugins, fetched as Go modules)
-	$(BUF) lint
-	$(BUF) generate
+proto: ## regenerate api/leasepb and api/wirepb from api/proto (pinned buf and plugins, fetched as Go modules)
+	./scripts/proto.sh
+
+proto-check: ## lint the protos, check the generated code is current, buf breaking of the public API vs HEAD~1
+	./scripts/proto.sh check
 
 build: ## build leased and leasectl into ./bin
 	$(GO) build -o bin/ ./cmd/...

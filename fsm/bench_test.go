@@ -5,13 +5,13 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
-func distinctAcquires(n int, requestIDs bool) []*leasepb.Command {
-	cmds := make([]*leasepb.Command, n)
+func distinctAcquires(n int, requestIDs bool) []*wirepb.Command {
+	cmds := make([]*wirepb.Command, n)
 	for i := range cmds {
-		c := &leasepb.AcquireCmd{Resource: fmt.Sprintf("r/%07d", i), Holder: fmt.Sprintf("h%03d", i%1000), TtlMs: 10_000}
+		c := &wirepb.AcquireCmd{Resource: fmt.Sprintf("r/%07d", i), Holder: fmt.Sprintf("h%03d", i%1000), TtlMs: 10_000}
 		if requestIDs {
 			c.RequestId = fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15)
 		}

@@ -1,8 +1,11 @@
 package fsm
 
-import "github.com/leased/leased/api/leasepb"
+import (
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
+)
 
-func (f *FSM) acquire(index uint64, c *leasepb.AcquireCmd) Result {
+func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	if c.GetResource() == "" || c.GetHolder() == "" || c.GetTtlMs() <= 0 || c.GetLockDelayMs() < 0 {
 		return Result{Code: Invalid}
 	}
@@ -42,7 +45,7 @@ func (f *FSM) acquire(index uint64, c *leasepb.AcquireCmd) Result {
 
 // refuse answers an acquire that cannot be granted, checking in order: the same intent retried (its
 // grant, replayed), held by anyone else, in lock-delay, holder at its limit.
-func (f *FSM) refuse(c *leasepb.AcquireCmd) Result {
+func (f *FSM) refuse(c *wirepb.AcquireCmd) Result {
 	if cur, ok := f.lookup(c.Resource); ok {
 		if cur.holder.name == c.Holder && c.RequestId != "" && cur.requestID == c.RequestId {
 			// A retry of the intent that made this grant: answer with it, unchanged (decision 5).
@@ -56,7 +59,7 @@ func (f *FSM) refuse(c *leasepb.AcquireCmd) Result {
 	return Result{Code: HolderLimit}
 }
 
-func (f *FSM) release(index uint64, c *leasepb.ReleaseCmd) Result {
+func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 	l, ok := f.current(c.GetResource(), c.GetToken())
 	if plantedReleaseIgnoresToken { // tests/chaos planted bug: a constant false unless built with -tags plantbug
 		l, ok = f.lookup(c.GetResource())
@@ -69,7 +72,7 @@ func (f *FSM) release(index uint64, c *leasepb.ReleaseCmd) Result {
 	return Result{Code: OK, Lease: released, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_RELEASED, Index: index, Lease: released}}}
 }
 
-func (f *FSM) expire(index uint64, c *leasepb.ExpireCmd) Result {
+func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
 	var (
 		events []Event
 		delays []LockDelay
@@ -90,7 +93,7 @@ func (f *FSM) expire(index uint64, c *leasepb.ExpireCmd) Result {
 	return Result{Code: OK, Events: events, Changes: Changes{DelaysStarted: delays}}
 }
 
-func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
+func (f *FSM) checkpoint(c *wirepb.CheckpointCmd) Result {
 	var done []Checkpoint
 	for _, cp := range c.GetLeases() {
 		l, ok := f.current(cp.GetResource(), cp.GetToken())
@@ -105,7 +108,7 @@ func (f *FSM) checkpoint(c *leasepb.CheckpointCmd) Result {
 	return Result{Code: OK, Changes: Changes{Checkpointed: done}}
 }
 
-func (f *FSM) renew(c *leasepb.RenewCmd) Result {
+func (f *FSM) renew(c *wirepb.RenewCmd) Result {
 	var renewed []Ref
 	for _, ref := range c.GetLeases() { // stale refs are ignored
 		if l, ok := f.current(ref.GetResource(), ref.GetToken()); ok {
@@ -116,7 +119,7 @@ func (f *FSM) renew(c *leasepb.RenewCmd) Result {
 	return Result{Code: OK, Changes: Changes{Renewed: renewed}}
 }
 
-func (f *FSM) endLockDelay(c *leasepb.EndLockDelayCmd) Result {
+func (f *FSM) endLockDelay(c *wirepb.EndLockDelayCmd) Result {
 	var ended []Ref
 	for _, ref := range c.GetDelays() {
 		if d, ok := f.delays[ref.GetResource()]; ok && d.token == ref.GetToken() {

@@ -18,6 +18,7 @@ var allowedImports = map[string]bool{
 	"github.com/google/btree":              true,
 	"google.golang.org/protobuf/proto":     true,
 	"github.com/leased/leased/api/leasepb": true,
+	"github.com/leased/leased/api/wirepb":  true,
 }
 
 func TestFSMImportsOnlyDeterministicPackages(t *testing.T) {

@@ -3,7 +3,7 @@
 // # Basics
 //
 // Every node applies the same committed Raft log entries, in order, to its own FSM. Each entry carries one
-// leasepb.Command; Apply(index, command) changes the state and returns a Result, including the watch events
+// wirepb.Command; Apply(index, command) changes the state and returns a Result, including the watch events
 // the entry caused. A grant's fencing token is the index of the entry that granted it, so tokens are unique
 // and strictly increasing in grant order.
 //

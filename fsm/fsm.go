@@ -9,7 +9,7 @@ import (
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Sentinel errors. Apply returns them only for faults of the caller (the server), never for a command that
@@ -67,8 +67,8 @@ func (f *FSM) ApplyEntry(index uint64, data []byte) (Result, error) {
 }
 
 // DecodeCommand parses a log entry's data.
-func DecodeCommand(data []byte) (*leasepb.Command, error) {
-	cmd := new(leasepb.Command)
+func DecodeCommand(data []byte) (*wirepb.Command, error) {
+	cmd := new(wirepb.Command)
 	if err := proto.Unmarshal(data, cmd); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
 	}
@@ -76,29 +76,29 @@ func DecodeCommand(data []byte) (*leasepb.Command, error) {
 }
 
 // EncodeCommand is the inverse of DecodeCommand.
-func EncodeCommand(cmd *leasepb.Command) ([]byte, error) {
+func EncodeCommand(cmd *wirepb.Command) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 }
 
 // Apply applies the command of the entry at index. Indexes must strictly increase; the error is non-nil
 // only for an out-of-order index or an unknown command, and then nothing changed.
-func (f *FSM) Apply(index uint64, cmd *leasepb.Command) (Result, error) {
+func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 	if index <= f.applied {
 		return Result{}, fmt.Errorf("%w: got %d after %d", ErrIndexNotIncreasing, index, f.applied)
 	}
 	var res Result
 	switch op := cmd.GetOp().(type) {
-	case *leasepb.Command_Acquire:
+	case *wirepb.Command_Acquire:
 		res = f.acquire(index, op.Acquire)
-	case *leasepb.Command_Release:
+	case *wirepb.Command_Release:
 		res = f.release(index, op.Release)
-	case *leasepb.Command_Expire:
+	case *wirepb.Command_Expire:
 		res = f.expire(index, op.Expire)
-	case *leasepb.Command_Checkpoint:
+	case *wirepb.Command_Checkpoint:
 		res = f.checkpoint(op.Checkpoint)
-	case *leasepb.Command_Renew:
+	case *wirepb.Command_Renew:
 		res = f.renew(op.Renew)
-	case *leasepb.Command_EndLockDelay:
+	case *wirepb.Command_EndLockDelay:
 		res = f.endLockDelay(op.EndLockDelay)
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)

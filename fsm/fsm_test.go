@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 func TestAcquireGrantsFreeResourceWithTokenEqualToIndex(t *testing.T) {
@@ -51,23 +52,23 @@ func TestAcquireRetryWithSameRequestIDReturnsSameGrant(t *testing.T) {
 func TestAcquireRejections(t *testing.T) {
 	tests := []struct {
 		name  string
-		setup []*leasepb.Command
-		cmd   *leasepb.Command
+		setup []*wirepb.Command
+		cmd   *wirepb.Command
 		want  Code
 	}{
-		{"held by another holder", []*leasepb.Command{acq("r", "h1", "a")}, acq("r", "h2", "a"), Held},
-		{"same holder, other request id", []*leasepb.Command{acq("r", "h1", "a")}, acq("r", "h1", "b"), Held},
-		{"same holder, no request id", []*leasepb.Command{acq("r", "h1", "")}, acq("r", "h1", ""), Held},
+		{"held by another holder", []*wirepb.Command{acq("r", "h1", "a")}, acq("r", "h2", "a"), Held},
+		{"same holder, other request id", []*wirepb.Command{acq("r", "h1", "a")}, acq("r", "h1", "b"), Held},
+		{"same holder, no request id", []*wirepb.Command{acq("r", "h1", "")}, acq("r", "h1", ""), Held},
 		{"empty resource", nil, acq("", "h", ""), Invalid},
 		{"empty holder", nil, acq("r", "", ""), Invalid},
-		{"zero ttl", nil, acqWith(&leasepb.AcquireCmd{Resource: "r", Holder: "h"}), Invalid},
-		{"negative lock delay", nil, acqWith(&leasepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1, LockDelayMs: -1}), Invalid},
-		{"holder limit", []*leasepb.Command{acq("a", "h", ""), acq("b", "h", "")},
-			acqWith(&leasepb.AcquireCmd{Resource: "c", Holder: "h", TtlMs: 1, HolderLimit: 2}), HolderLimit},
-		{"lock delayed after expiry", []*leasepb.Command{
-			acqWith(&leasepb.AcquireCmd{Resource: "r", Holder: "h1", TtlMs: 1, LockDelayMs: 5000}), expire("r", 1)},
+		{"zero ttl", nil, acqWith(&wirepb.AcquireCmd{Resource: "r", Holder: "h"}), Invalid},
+		{"negative lock delay", nil, acqWith(&wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1, LockDelayMs: -1}), Invalid},
+		{"holder limit", []*wirepb.Command{acq("a", "h", ""), acq("b", "h", "")},
+			acqWith(&wirepb.AcquireCmd{Resource: "c", Holder: "h", TtlMs: 1, HolderLimit: 2}), HolderLimit},
+		{"lock delayed after expiry", []*wirepb.Command{
+			acqWith(&wirepb.AcquireCmd{Resource: "r", Holder: "h1", TtlMs: 1, LockDelayMs: 5000}), expire("r", 1)},
 			acq("r", "h2", ""), LockDelayed},
-		{"unknown op is not a rejection but an error", nil, &leasepb.Command{}, Code(255)},
+		{"unknown op is not a rejection but an error", nil, &wirepb.Command{}, Code(255)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,7 +136,7 @@ func TestReleaseOnlyWithCurrentToken(t *testing.T) {
 		t.Fatalf("second release = %v, want NotCurrent", res.Code)
 	}
 	// A voluntary release never starts a lock-delay.
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 1000}))
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 1000}))
 	a.apply(rel("d", 6))
 	if _, delayed := a.f.LockDelayOf("d"); delayed {
 		t.Fatalf("release started a lock-delay")
@@ -172,8 +173,8 @@ func TestExpireIsIdempotentAndIgnoresStaleTokens(t *testing.T) {
 
 func TestLockDelayEndsOnlyForItsExpiry(t *testing.T) {
 	a := newApplier(t)
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1, LockDelayMs: 3000})) // 1
-	a.apply(expire("r", 1))                                                                        // 2
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1, LockDelayMs: 3000})) // 1
+	a.apply(expire("r", 1))                                                                       // 2
 	d, ok := a.f.LockDelayOf("r")
 	if !ok || d.Token != 1 || d.Index != 2 || d.DelayMs != 3000 {
 		t.Fatalf("lock-delay = %+v %v, want token 1 index 2 3000ms", d, ok)
@@ -195,8 +196,8 @@ func TestCheckpointAndRenew(t *testing.T) {
 	a := newApplier(t)
 	a.apply(acq("r", "h", "")) // 1
 	a.apply(checkpoint(
-		&leasepb.LeaseCheckpoint{Resource: "r", Token: 1, RemainingMs: 4000, Renewed: false},
-		&leasepb.LeaseCheckpoint{Resource: "gone", Token: 3, RemainingMs: 1},
+		&wirepb.LeaseCheckpoint{Resource: "r", Token: 1, RemainingMs: 4000, Renewed: false},
+		&wirepb.LeaseCheckpoint{Resource: "gone", Token: 3, RemainingMs: 1},
 	))
 	l, _ := a.f.Get("r")
 	if !l.Checkpointed || l.Renewed || l.RemainingMs != 4000 {
@@ -222,12 +223,12 @@ func TestCheckpointAndRenew(t *testing.T) {
 // and none of the command's stale references (the server's listeners consume nothing else).
 func TestResultSaysWhatChanged(t *testing.T) {
 	a := newApplier(t)
-	a.apply(acq("a", "h", ""))                                                                   // 1
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 50})) // 2
+	a.apply(acq("a", "h", ""))                                                                  // 1
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 50})) // 2
 	res := a.apply(checkpoint(
-		&leasepb.LeaseCheckpoint{Resource: "a", Token: 1, RemainingMs: 700, Renewed: true},
-		&leasepb.LeaseCheckpoint{Resource: "a", Token: 9, RemainingMs: 1},
-		&leasepb.LeaseCheckpoint{Resource: "d", Token: 2, RemainingMs: -5},
+		&wirepb.LeaseCheckpoint{Resource: "a", Token: 1, RemainingMs: 700, Renewed: true},
+		&wirepb.LeaseCheckpoint{Resource: "a", Token: 9, RemainingMs: 1},
+		&wirepb.LeaseCheckpoint{Resource: "d", Token: 2, RemainingMs: -5},
 	)) // 3
 	want := []Checkpoint{{Resource: "a", Token: 1, RemainingMs: 700, Renewed: true}, {Resource: "d", Token: 2, RemainingMs: 0}}
 	if !slices.Equal(res.Changes.Checkpointed, want) {

@@ -4,22 +4,23 @@ import (
 	"testing"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Command builders keep the tests readable.
 
-func acq(resource, holder, requestID string) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+func acq(resource, holder, requestID string) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
 		Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID,
 	}}}
 }
 
-func acqWith(c *leasepb.AcquireCmd) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: c}}
+func acqWith(c *wirepb.AcquireCmd) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: c}}
 }
 
-func rel(resource string, token uint64) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Release{Release: &leasepb.ReleaseCmd{Resource: resource, Token: token}}}
+func rel(resource string, token uint64) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{Resource: resource, Token: token}}}
 }
 
 func refs(pairs ...any) []*leasepb.LeaseRef {
@@ -30,20 +31,20 @@ func refs(pairs ...any) []*leasepb.LeaseRef {
 	return out
 }
 
-func expire(pairs ...any) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs(pairs...)}}}
+func expire(pairs ...any) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs(pairs...)}}}
 }
 
-func endDelay(pairs ...any) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_EndLockDelay{EndLockDelay: &leasepb.EndLockDelayCmd{Delays: refs(pairs...)}}}
+func endDelay(pairs ...any) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_EndLockDelay{EndLockDelay: &wirepb.EndLockDelayCmd{Delays: refs(pairs...)}}}
 }
 
-func renew(pairs ...any) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: refs(pairs...)}}}
+func renew(pairs ...any) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: refs(pairs...)}}}
 }
 
-func checkpoint(cps ...*leasepb.LeaseCheckpoint) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}}
+func checkpoint(cps ...*wirepb.LeaseCheckpoint) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}
 }
 
 // applier applies commands at consecutive indexes and fails the test on an Apply error.
@@ -55,7 +56,7 @@ type applier struct {
 
 func newApplier(t testing.TB) *applier { return &applier{t: t, f: New(), next: 1} }
 
-func (a *applier) apply(cmd *leasepb.Command) Result {
+func (a *applier) apply(cmd *wirepb.Command) Result {
 	a.t.Helper()
 	res, err := a.f.Apply(a.next, cmd)
 	if err != nil {
@@ -75,13 +76,13 @@ func mustSnapshot(t testing.TB, f *FSM) []byte {
 }
 
 // sampleCommands has one command of every kind, for fuzz seeds.
-func sampleCommands() []*leasepb.Command {
-	return []*leasepb.Command{
+func sampleCommands() []*wirepb.Command {
+	return []*wirepb.Command{
 		acq("svc/leader", "node-9", "q"),
-		acqWith(&leasepb.AcquireCmd{Resource: "new", Holder: "h", TtlMs: 1, Value: []byte("v"), LockDelayMs: 10, HolderLimit: 1}),
+		acqWith(&wirepb.AcquireCmd{Resource: "new", Holder: "h", TtlMs: 1, Value: []byte("v"), LockDelayMs: 10, HolderLimit: 1}),
 		rel("svc/leader", 1),
 		expire("cron/backup", 2, "svc/leader", 1),
-		checkpoint(&leasepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 7, Renewed: true}),
+		checkpoint(&wirepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 7, Renewed: true}),
 		renew("cron/backup", 2),
 		endDelay("cron/vacuum", 3),
 	}

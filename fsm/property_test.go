@@ -10,19 +10,20 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // genCommand draws commands over a small set of resources and holders so that conflicts, retries, stale
 // tokens and lock-delays all happen often. Tokens are drawn near the current index so some are current.
-func genCommand(next uint64) *rapid.Generator[*leasepb.Command] {
+func genCommand(next uint64) *rapid.Generator[*wirepb.Command] {
 	resource := rapid.SampledFrom([]string{"a", "a/b", "b", "c", "db/1"})
 	holder := rapid.SampledFrom([]string{"h1", "h2", "h3"})
 	requestID := rapid.SampledFrom([]string{"", "q1", "q2"})
 	token := rapid.Uint64Range(1, next+1)
-	return rapid.Custom(func(t *rapid.T) *leasepb.Command {
+	return rapid.Custom(func(t *rapid.T) *wirepb.Command {
 		switch rapid.IntRange(0, 6).Draw(t, "op") {
 		case 0, 1:
-			return acqWith(&leasepb.AcquireCmd{
+			return acqWith(&wirepb.AcquireCmd{
 				Resource: resource.Draw(t, "resource"), Holder: holder.Draw(t, "holder"),
 				TtlMs: 1000, RequestId: requestID.Draw(t, "request"),
 				LockDelayMs: rapid.SampledFrom([]int64{0, 0, 500}).Draw(t, "delay"),
@@ -32,16 +33,16 @@ func genCommand(next uint64) *rapid.Generator[*leasepb.Command] {
 			return rel(resource.Draw(t, "resource"), token.Draw(t, "token"))
 		case 3:
 			n := rapid.IntRange(1, 3).Draw(t, "n")
-			c := &leasepb.ExpireCmd{}
+			c := &wirepb.ExpireCmd{}
 			for range n {
 				c.Leases = append(c.Leases, &leasepb.LeaseRef{Resource: resource.Draw(t, "resource"), Token: token.Draw(t, "token")})
 			}
-			return &leasepb.Command{Op: &leasepb.Command_Expire{Expire: c}}
+			return &wirepb.Command{Op: &wirepb.Command_Expire{Expire: c}}
 		case 4:
-			return checkpoint(&leasepb.LeaseCheckpoint{Resource: resource.Draw(t, "resource"), Token: token.Draw(t, "token"),
+			return checkpoint(&wirepb.LeaseCheckpoint{Resource: resource.Draw(t, "resource"), Token: token.Draw(t, "token"),
 				RemainingMs: rapid.Int64Range(0, 1000).Draw(t, "remaining"), Renewed: rapid.Bool().Draw(t, "renewed")})
 		case 5:
-			return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: []*leasepb.LeaseRef{
+			return &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: []*leasepb.LeaseRef{
 				{Resource: resource.Draw(t, "resource"), Token: token.Draw(t, "token")},
 				{Resource: resource.Draw(t, "resource"), Token: token.Draw(t, "token")},
 			}}}}
@@ -57,19 +58,19 @@ type invariantChecker struct {
 	lastGrant map[string]uint64 // per resource, the last granted token
 	highest   uint64
 	live      map[string]uint64 // model of the live grants, built from events only
-	model     map[string]*leasepb.AcquireCmd
+	model     map[string]*wirepb.AcquireCmd
 	delayed   map[string]uint64 // resource -> expired token, while in lock-delay
 }
 
 func newInvariantChecker() *invariantChecker {
 	return &invariantChecker{lastGrant: map[string]uint64{}, live: map[string]uint64{},
-		model: map[string]*leasepb.AcquireCmd{}, delayed: map[string]uint64{}}
+		model: map[string]*wirepb.AcquireCmd{}, delayed: map[string]uint64{}}
 }
 
 // expect predicts the result code and event count of cmd from the reference model, and updates the model.
-func (c *invariantChecker) expect(cmd *leasepb.Command) (Code, int) {
+func (c *invariantChecker) expect(cmd *wirepb.Command) (Code, int) {
 	switch op := cmd.Op.(type) {
-	case *leasepb.Command_Acquire:
+	case *wirepb.Command_Acquire:
 		a := op.Acquire
 		if cur, held := c.model[a.Resource]; held {
 			if cur.Holder == a.Holder && a.RequestId != "" && cur.RequestId == a.RequestId {
@@ -91,13 +92,13 @@ func (c *invariantChecker) expect(cmd *leasepb.Command) (Code, int) {
 		}
 		c.model[a.Resource] = a
 		return OK, 1
-	case *leasepb.Command_Release:
+	case *wirepb.Command_Release:
 		if c.live[op.Release.Resource] == op.Release.Token && op.Release.Token != 0 {
 			delete(c.model, op.Release.Resource)
 			return OK, 1
 		}
 		return NotCurrent, 0
-	case *leasepb.Command_Expire:
+	case *wirepb.Command_Expire:
 		n := 0
 		for _, ref := range op.Expire.Leases {
 			if l, ok := c.model[ref.Resource]; ok && c.live[ref.Resource] == ref.Token {
@@ -110,9 +111,9 @@ func (c *invariantChecker) expect(cmd *leasepb.Command) (Code, int) {
 			}
 		}
 		return OK, n
-	case *leasepb.Command_Renew:
+	case *wirepb.Command_Renew:
 		return OK, 0
-	case *leasepb.Command_EndLockDelay:
+	case *wirepb.Command_EndLockDelay:
 		for _, ref := range op.EndLockDelay.Delays {
 			if c.delayed[ref.Resource] == ref.Token {
 				delete(c.delayed, ref.Resource)
@@ -122,7 +123,7 @@ func (c *invariantChecker) expect(cmd *leasepb.Command) (Code, int) {
 	return OK, 0
 }
 
-func (c *invariantChecker) observe(t *rapid.T, index uint64, cmd *leasepb.Command, res Result) {
+func (c *invariantChecker) observe(t *rapid.T, index uint64, cmd *wirepb.Command, res Result) {
 	live := maps.Clone(c.live)
 	wantCode, wantEvents := c.expect(cmd)
 	c.live = live // expect may have consumed expired refs; events rebuild the live model below
@@ -179,7 +180,7 @@ func (c *invariantChecker) compare(t *rapid.T, f *FSM) {
 func TestPropertyInvariantsAndSnapshotContinuation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 120).Draw(t, "n")
-		cmds := make([]*leasepb.Command, n)
+		cmds := make([]*wirepb.Command, n)
 		for i := range cmds {
 			cmds[i] = genCommand(uint64(i+1)).Draw(t, fmt.Sprintf("cmd%d", i))
 		}

@@ -10,11 +10,11 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Snapshot envelope: magic (8 bytes) | version (uint32, big endian) | body length (uint64, big endian) |
-// CRC-32C of the body (uint32, big endian) | body (a deterministic leasepb.SnapshotBody).
+// CRC-32C of the body (uint32, big endian) | body (a deterministic wirepb.SnapshotBody).
 const (
 	snapshotMagic   = "LEASEDSN"
 	snapshotVersion = 1
@@ -28,11 +28,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot encodes the whole state. Equal states encode to equal bytes.
 func (f *FSM) Snapshot() ([]byte, error) {
-	body := &leasepb.SnapshotBody{
+	body := &wirepb.SnapshotBody{
 		AppliedIndex: f.applied,
 		HighestToken: f.highest,
-		Leases:       make([]*leasepb.LeaseRecord, 0, f.byResource.Len()),
-		LockDelays:   make([]*leasepb.LockDelayRecord, 0, len(f.delays)),
+		Leases:       make([]*wirepb.LeaseRecord, 0, f.byResource.Len()),
+		LockDelays:   make([]*wirepb.LockDelayRecord, 0, len(f.delays)),
 	}
 	f.byResource.Ascend(func(e entry) bool {
 		body.Leases = append(body.Leases, e.lease.record())
@@ -40,7 +40,7 @@ func (f *FSM) Snapshot() ([]byte, error) {
 	})
 	for _, r := range sortedKeys(f.delays) {
 		d := f.delays[r]
-		body.LockDelays = append(body.LockDelays, &leasepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
+		body.LockDelays = append(body.LockDelays, &wirepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
 	}
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
@@ -54,8 +54,8 @@ func (f *FSM) Snapshot() ([]byte, error) {
 	return append(out, payload...), nil
 }
 
-func (l *lease) record() *leasepb.LeaseRecord {
-	return &leasepb.LeaseRecord{
+func (l *lease) record() *wirepb.LeaseRecord {
+	return &wirepb.LeaseRecord{
 		Resource:     l.resource,
 		Holder:       l.holder.name,
 		Token:        l.token,
@@ -76,7 +76,7 @@ func Restore(data []byte) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := new(leasepb.SnapshotBody)
+	body := new(wirepb.SnapshotBody)
 	if err := proto.Unmarshal(payload, body); err != nil {
 		return nil, fmt.Errorf("%w: decode body: %v", ErrBadSnapshot, err)
 	}
@@ -104,7 +104,7 @@ func openEnvelope(data []byte) ([]byte, error) {
 }
 
 // fromBody builds an FSM from a decoded body, rejecting anything a correct FSM could not have produced.
-func fromBody(body *leasepb.SnapshotBody) (*FSM, error) {
+func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
 	if f.highest > f.applied {
@@ -129,7 +129,7 @@ func fromBody(body *leasepb.SnapshotBody) (*FSM, error) {
 	return f, nil
 }
 
-func checkRecord(r *leasepb.LeaseRecord, prev string, i int, highest uint64) error {
+func checkRecord(r *wirepb.LeaseRecord, prev string, i int, highest uint64) error {
 	switch {
 	case r.Resource == "" || r.Holder == "":
 		return fmt.Errorf("%w: lease %d has an empty resource or holder", ErrBadSnapshot, i)
@@ -143,7 +143,7 @@ func checkRecord(r *leasepb.LeaseRecord, prev string, i int, highest uint64) err
 	return nil
 }
 
-func checkDelay(d *leasepb.LockDelayRecord, prev string, i int, f *FSM) error {
+func checkDelay(d *wirepb.LockDelayRecord, prev string, i int, f *FSM) error {
 	switch {
 	case d.Resource == "" || d.Resource <= prev:
 		return fmt.Errorf("%w: lock-delay %d out of order, duplicated or unnamed", ErrBadSnapshot, i)
@@ -156,7 +156,7 @@ func checkDelay(d *leasepb.LockDelayRecord, prev string, i int, f *FSM) error {
 	return nil
 }
 
-func (f *FSM) leaseFromRecord(r *leasepb.LeaseRecord) *lease {
+func (f *FSM) leaseFromRecord(r *wirepb.LeaseRecord) *lease {
 	h := f.holders[r.Holder]
 	if h == nil {
 		h = newHolder(r.Holder)

@@ -10,16 +10,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 func sampleState(t testing.TB) *FSM {
 	a := newApplier(t)
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "svc/leader", Holder: "node-1", TtlMs: 5000, Value: []byte("10.0.0.1:80"), RequestId: "q"}))
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "cron/backup", Holder: "node-2", TtlMs: 9000, LockDelayMs: 1500}))
-	a.apply(acqWith(&leasepb.AcquireCmd{Resource: "cron/vacuum", Holder: "node-2", TtlMs: 9000, LockDelayMs: 1500}))
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-1", TtlMs: 5000, Value: []byte("10.0.0.1:80"), RequestId: "q"}))
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "cron/backup", Holder: "node-2", TtlMs: 9000, LockDelayMs: 1500}))
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "cron/vacuum", Holder: "node-2", TtlMs: 9000, LockDelayMs: 1500}))
 	a.apply(expire("cron/vacuum", 3))
-	a.apply(checkpoint(&leasepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 1234}))
+	a.apply(checkpoint(&wirepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 1234}))
 	return a.f
 }
 
@@ -51,7 +51,7 @@ func TestSameLogGivesByteIdenticalSnapshots(t *testing.T) {
 		a := newApplier(t)
 		for i := range 50 {
 			r := fmt.Sprintf("res-%02d", (i*37)%50)
-			tok := a.apply(acqWith(&leasepb.AcquireCmd{Resource: r, Holder: fmt.Sprintf("h%d", i%7), TtlMs: 100, LockDelayMs: 10})).Lease.Token
+			tok := a.apply(acqWith(&wirepb.AcquireCmd{Resource: r, Holder: fmt.Sprintf("h%d", i%7), TtlMs: 100, LockDelayMs: 10})).Lease.Token
 			if i%2 == 0 {
 				a.apply(expire(r, int(tok)))
 			}
@@ -68,7 +68,7 @@ func TestSameLogGivesByteIdenticalSnapshots(t *testing.T) {
 
 func TestRestoreRejectsDamagedSnapshots(t *testing.T) {
 	good := mustSnapshot(t, sampleState(t))
-	reseal := func(body *leasepb.SnapshotBody) []byte {
+	reseal := func(body *wirepb.SnapshotBody) []byte {
 		payload, _ := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 		out := append([]byte(nil), good[:headerSize]...)
 		binary.BigEndian.PutUint64(out[12:], uint64(len(payload)))
@@ -86,16 +86,16 @@ func TestRestoreRejectsDamagedSnapshots(t *testing.T) {
 		"flipped bit":    flip,
 		"wrong magic":    append([]byte("NOTASNAP"), good[8:]...),
 		"wrong version":  badVersion,
-		"duplicate lease": reseal(&leasepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*leasepb.LeaseRecord{
+		"duplicate lease": reseal(&wirepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*wirepb.LeaseRecord{
 			{Resource: "a", Holder: "h", Token: 1, TtlMs: 1}, {Resource: "a", Holder: "h", Token: 2, TtlMs: 1}}}),
-		"unsorted leases": reseal(&leasepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*leasepb.LeaseRecord{
+		"unsorted leases": reseal(&wirepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*wirepb.LeaseRecord{
 			{Resource: "b", Holder: "h", Token: 1, TtlMs: 1}, {Resource: "a", Holder: "h", Token: 2, TtlMs: 1}}}),
-		"token above highest": reseal(&leasepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*leasepb.LeaseRecord{
+		"token above highest": reseal(&wirepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5, Leases: []*wirepb.LeaseRecord{
 			{Resource: "a", Holder: "h", Token: 6, TtlMs: 1}}}),
-		"highest above applied": reseal(&leasepb.SnapshotBody{AppliedIndex: 4, HighestToken: 5}),
-		"leased and delayed": reseal(&leasepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5,
-			Leases:     []*leasepb.LeaseRecord{{Resource: "a", Holder: "h", Token: 5, TtlMs: 1}},
-			LockDelays: []*leasepb.LockDelayRecord{{Resource: "a", Token: 2, Index: 3, DelayMs: 1}}}),
+		"highest above applied": reseal(&wirepb.SnapshotBody{AppliedIndex: 4, HighestToken: 5}),
+		"leased and delayed": reseal(&wirepb.SnapshotBody{AppliedIndex: 9, HighestToken: 5,
+			Leases:     []*wirepb.LeaseRecord{{Resource: "a", Holder: "h", Token: 5, TtlMs: 1}},
+			LockDelays: []*wirepb.LockDelayRecord{{Resource: "a", Token: 2, Index: 3, DelayMs: 1}}}),
 	}
 	for name, data := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -52,7 +52,7 @@ type Config struct {
 	Version string
 }
 
-// Limits are enforced at the edge, before anything is proposed. docs/api.md documents the defaults.
+// Limits are enforced at the edge, before anything is proposed. docs/design.md ("Limits") documents the defaults.
 type Limits struct {
 	MaxResourceBytes   int
 	MaxHolderBytes     int

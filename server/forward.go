@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // One path for every write (Acquire, Renew, Release, KeepAlive). A write travels as a ForwardRequest,
@@ -17,20 +18,20 @@ import (
 // the response header and the error status are applied there and nowhere else.
 
 // write serves a client's write: here if this node leads, else on the leader (one hop).
-func (n *node) write(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (n *node) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	return n.serveWrite(ctx, req, true)
 }
 
 // serveForward serves a write a follower forwarded. It never forwards again: a node that is not the
 // leader answers Unavailable with its leader hint, and the follower's client retries.
-func (n *node) serveForward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (n *node) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	return n.serveWrite(ctx, req, false)
 }
 
 // serveWrite validates req (with this node's limits: a leader never trusts a follower to have checked),
 // then runs it here if this node leads, or forwards it to the leader if mayForward. Errors come back as
 // gRPC statuses with the leader hint.
-func (n *node) serveWrite(ctx context.Context, req *leasepb.ForwardRequest, mayForward bool) (*leasepb.ForwardResponse, error) {
+func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
 	if err := n.cfg.Limits.write(req); err != nil {
 		return nil, n.status(err)
 	}
@@ -49,27 +50,27 @@ func (n *node) serveWrite(ctx context.Context, req *leasepb.ForwardRequest, mayF
 }
 
 // runWrite runs a validated write on this node, the leader (leases.go).
-func (n *node) runWrite(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	switch r := req.GetRequest().(type) {
-	case *leasepb.ForwardRequest_Acquire:
+	case *wirepb.ForwardRequest_Acquire:
 		a, err := n.acquire(ctx, r.Acquire)
-		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Acquire{Acquire: a}}, err
-	case *leasepb.ForwardRequest_Renew:
+		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Acquire{Acquire: a}}, err
+	case *wirepb.ForwardRequest_Renew:
 		a, err := n.renew(ctx, r.Renew)
-		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Renew{Renew: a}}, err
-	case *leasepb.ForwardRequest_Release:
+		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Renew{Renew: a}}, err
+	case *wirepb.ForwardRequest_Release:
 		a, err := n.release(ctx, r.Release)
-		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_Release{Release: a}}, err
-	case *leasepb.ForwardRequest_KeepAlive:
+		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Release{Release: a}}, err
+	case *wirepb.ForwardRequest_KeepAlive:
 		a, err := n.keepAlive(ctx, r.KeepAlive)
-		return &leasepb.ForwardResponse{Response: &leasepb.ForwardResponse_KeepAlive{KeepAlive: a}}, err
+		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_KeepAlive{KeepAlive: a}}, err
 	default:
 		return nil, invalid("request", "not a write this node knows") // Limits.write refused it already
 	}
 }
 
 // forward sends a write to the leader over the peer connection and relays its answer (or its status).
-func (n *node) forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	leader := n.leader.Load()
 	if leader == raft.None || leader == n.id {
 		return nil, n.status(n.notLeaderErr())
@@ -91,7 +92,7 @@ func (n *node) forward(ctx context.Context, req *leasepb.ForwardRequest) (*lease
 }
 
 // learnLeaderAddr remembers the leader's client address from a forwarded answer, for leader hints.
-func (n *node) learnLeaderAddr(resp *leasepb.ForwardResponse) {
+func (n *node) learnLeaderAddr(resp *wirepb.ForwardResponse) {
 	h := headerOf(resp)
 	if h.GetLeaderId() != 0 && h.GetLeaderAddr() != "" {
 		n.setClientAddr(h.GetLeaderId(), h.GetLeaderAddr())
@@ -99,30 +100,30 @@ func (n *node) learnLeaderAddr(resp *leasepb.ForwardResponse) {
 }
 
 // headerOf is the response header of a write's answer.
-func headerOf(resp *leasepb.ForwardResponse) *leasepb.ResponseHeader {
+func headerOf(resp *wirepb.ForwardResponse) *leasepb.ResponseHeader {
 	switch r := resp.GetResponse().(type) {
-	case *leasepb.ForwardResponse_Acquire:
+	case *wirepb.ForwardResponse_Acquire:
 		return r.Acquire.GetHeader()
-	case *leasepb.ForwardResponse_Renew:
+	case *wirepb.ForwardResponse_Renew:
 		return r.Renew.GetHeader()
-	case *leasepb.ForwardResponse_Release:
+	case *wirepb.ForwardResponse_Release:
 		return r.Release.GetHeader()
-	case *leasepb.ForwardResponse_KeepAlive:
+	case *wirepb.ForwardResponse_KeepAlive:
 		return r.KeepAlive.GetHeader()
 	}
 	return nil
 }
 
 // setHeader stamps a write's answer with h.
-func setHeader(resp *leasepb.ForwardResponse, h *leasepb.ResponseHeader) {
+func setHeader(resp *wirepb.ForwardResponse, h *leasepb.ResponseHeader) {
 	switch r := resp.GetResponse().(type) {
-	case *leasepb.ForwardResponse_Acquire:
+	case *wirepb.ForwardResponse_Acquire:
 		r.Acquire.Header = h
-	case *leasepb.ForwardResponse_Renew:
+	case *wirepb.ForwardResponse_Renew:
 		r.Renew.Header = h
-	case *leasepb.ForwardResponse_Release:
+	case *wirepb.ForwardResponse_Release:
 		r.Release.Header = h
-	case *leasepb.ForwardResponse_KeepAlive:
+	case *wirepb.ForwardResponse_KeepAlive:
 		r.KeepAlive.Header = h
 	}
 }

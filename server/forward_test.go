@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -19,7 +20,7 @@ func TestForwardedWriteRunsOnTheLeaderOnly(t *testing.T) {
 	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	li, fi := c.WaitLeader(), c.Follower()
-	acq := func(i int, resource string) (*leasepb.ForwardResponse, error) {
+	acq := func(i int, resource string) (*wirepb.ForwardResponse, error) {
 		conn, err := grpc.NewClient(c.Node(i).PeerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -29,9 +30,9 @@ func TestForwardedWriteRunsOnTheLeaderOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return leasepb.NewRaftClient(conn).Forward(ctx, &leasepb.ForwardRequest{
+		return wirepb.NewRaftClient(conn).Forward(ctx, &wirepb.ForwardRequest{
 			ClusterId: vt.GetHeader().GetClusterId(), From: c.Node(fi).ID(),
-			Request: &leasepb.ForwardRequest_Acquire{Acquire: &leasepb.AcquireRequest{Resource: resource, Holder: "h", TtlMs: 5000}},
+			Request: &wirepb.ForwardRequest_Acquire{Acquire: &leasepb.AcquireRequest{Resource: resource, Holder: "h", TtlMs: 5000}},
 		})
 	}
 	resp, err := acq(li, "on-leader")
@@ -76,19 +77,19 @@ func TestForwardedWritesAreValidatedOnTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	peer := leasepb.NewRaftClient(conn)
+	peer := wirepb.NewRaftClient(conn)
 
 	tooMany := make([]*leasepb.LeaseRef, c.Config(li).Limits.MaxKeepAliveLeases+1)
 	for i := range tooMany {
 		tooMany[i] = &leasepb.LeaseRef{Resource: fmt.Sprintf("r%d", i), Token: uint64(i + 1)}
 	}
-	for name, fwd := range map[string]*leasepb.ForwardRequest{
-		"acquire without holder": {Request: &leasepb.ForwardRequest_Acquire{Acquire: &leasepb.AcquireRequest{Resource: "r", TtlMs: 5000}}},
-		"release of nothing":     {Request: &leasepb.ForwardRequest_Release{Release: &leasepb.ReleaseRequest{}}},
-		"release with token 0":   {Request: &leasepb.ForwardRequest_Release{Release: &leasepb.ReleaseRequest{Resource: "r"}}},
-		"renew of a bad name":    {Request: &leasepb.ForwardRequest_Renew{Renew: &leasepb.RenewRequest{Resource: "a//b", Token: 1}}},
-		"keepalive over limit":   {Request: &leasepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: tooMany}}},
-		"keepalive bad ref":      {Request: &leasepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: []*leasepb.LeaseRef{{Resource: "r"}}}}},
+	for name, fwd := range map[string]*wirepb.ForwardRequest{
+		"acquire without holder": {Request: &wirepb.ForwardRequest_Acquire{Acquire: &leasepb.AcquireRequest{Resource: "r", TtlMs: 5000}}},
+		"release of nothing":     {Request: &wirepb.ForwardRequest_Release{Release: &leasepb.ReleaseRequest{}}},
+		"release with token 0":   {Request: &wirepb.ForwardRequest_Release{Release: &leasepb.ReleaseRequest{Resource: "r"}}},
+		"renew of a bad name":    {Request: &wirepb.ForwardRequest_Renew{Renew: &leasepb.RenewRequest{Resource: "a//b", Token: 1}}},
+		"keepalive over limit":   {Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: tooMany}}},
+		"keepalive bad ref":      {Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: []*leasepb.LeaseRef{{Resource: "r"}}}}},
 		"no request":             {},
 	} {
 		t.Run(name, func(t *testing.T) {

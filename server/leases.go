@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -45,7 +46,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
 		Resource:    req.GetResource(),
 		Holder:      req.GetHolder(),
 		TtlMs:       req.GetTtlMs(),
@@ -140,7 +141,7 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		}
 	}
 	if len(idle) > 0 {
-		if _, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: idle}}}); err != nil {
+		if _, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: idle}}}); err != nil {
 			return nil, err
 		}
 	}
@@ -172,7 +173,7 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*lease
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
-	res, _, err := n.propose(ctx, &leasepb.Command{Op: &leasepb.Command_Release{Release: &leasepb.ReleaseCmd{
+	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
 		Resource: req.GetResource(), Token: req.GetToken(),
 	}}})
 	if err != nil {

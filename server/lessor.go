@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -24,7 +25,7 @@ type lessor struct {
 	interval time.Duration // checkpoint interval
 	retry    time.Duration // re-propose an expiry not applied within this
 	batch    int
-	out      chan<- *leasepb.Command
+	out      chan<- *wirepb.Command
 
 	leader         bool
 	leases         map[string]*leaseTimer
@@ -58,7 +59,7 @@ type delayTimer struct {
 	proposed time.Time
 }
 
-func newLessor(cfg Config, out chan<- *leasepb.Command) *lessor {
+func newLessor(cfg Config, out chan<- *wirepb.Command) *lessor {
 	return &lessor{
 		interval: cfg.CheckpointInterval,
 		retry:    2 * cfg.ElectionTimeout(),
@@ -247,12 +248,12 @@ func (l *lessor) expireDue(now time.Time) {
 		heap.Fix(&l.deadlines, 0)
 		refs = append(refs, &leasepb.LeaseRef{Resource: t.resource, Token: t.token})
 		if len(refs) == l.batch {
-			l.send(&leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs}}})
+			l.send(&wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}})
 			refs = nil
 		}
 	}
 	if len(refs) > 0 {
-		l.send(&leasepb.Command{Op: &leasepb.Command_Expire{Expire: &leasepb.ExpireCmd{Leases: refs}}})
+		l.send(&wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}})
 	}
 }
 
@@ -266,7 +267,7 @@ func (l *lessor) endDelays(now time.Time) {
 		refs = append(refs, &leasepb.LeaseRef{Resource: resource, Token: d.token})
 	}
 	if len(refs) > 0 {
-		l.send(&leasepb.Command{Op: &leasepb.Command_EndLockDelay{EndLockDelay: &leasepb.EndLockDelayCmd{Delays: refs}}})
+		l.send(&wirepb.Command{Op: &wirepb.Command_EndLockDelay{EndLockDelay: &wirepb.EndLockDelayCmd{Delays: refs}}})
 	}
 }
 
@@ -274,28 +275,28 @@ func (l *lessor) endDelays(now time.Time) {
 // log, its remaining TTL. Leases renewed since need no entry: the log already says "renewed", which is
 // still true; idle leases need none either: their checkpointed remainder still holds.
 func (l *lessor) checkpoint(now time.Time) {
-	var cps []*leasepb.LeaseCheckpoint
+	var cps []*wirepb.LeaseCheckpoint
 	for _, t := range l.leases {
 		if t.renewed || t.idle || t.expiring {
 			t.renewed = false
 			continue
 		}
-		cps = append(cps, &leasepb.LeaseCheckpoint{
+		cps = append(cps, &wirepb.LeaseCheckpoint{
 			Resource: t.resource, Token: t.token, RemainingMs: max(t.deadline.Sub(now), 0).Milliseconds(),
 		})
 		if len(cps) == l.batch {
-			l.send(&leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}})
+			l.send(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
 			cps = nil
 		}
 	}
 	if len(cps) > 0 {
-		l.send(&leasepb.Command{Op: &leasepb.Command_Checkpoint{Checkpoint: &leasepb.CheckpointCmd{Leases: cps}}})
+		l.send(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
 	}
 }
 
 // send hands a command to the proposer without blocking the Ready loop; a dropped expiry is retried
 // after l.retry, a dropped checkpoint at the next interval.
-func (l *lessor) send(cmd *leasepb.Command) {
+func (l *lessor) send(cmd *wirepb.Command) {
 	select {
 	case l.out <- cmd:
 	default:

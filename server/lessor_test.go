@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -15,21 +16,21 @@ type lessorSim struct {
 	clock   *ManualClock
 	sm      *fsm.FSM
 	index   uint64
-	out     chan *leasepb.Command
+	out     chan *wirepb.Command
 	lessors []*lessor
 	leader  int // -1: none
 	expired map[string]time.Time
 }
 
 func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
-	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan *leasepb.Command, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan *wirepb.Command, 1<<16), leader: -1, expired: map[string]time.Time{}}
 	for range nodes {
 		s.lessors = append(s.lessors, newLessor(cfg, s.out))
 	}
 	return s
 }
 
-func (s *lessorSim) apply(cmd *leasepb.Command) fsm.Result {
+func (s *lessorSim) apply(cmd *wirepb.Command) fsm.Result {
 	s.index++
 	res, err := s.sm.Apply(s.index, cmd)
 	if err != nil {
@@ -83,12 +84,12 @@ func (s *lessorSim) renew(resource string, token uint64) bool {
 	return err == nil
 }
 
-func renew(resource string, token uint64) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Renew{Renew: &leasepb.RenewCmd{Leases: []*leasepb.LeaseRef{{Resource: resource, Token: token}}}}}
+func renew(resource string, token uint64) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: []*leasepb.LeaseRef{{Resource: resource, Token: token}}}}}
 }
 
-func acquireCmd(resource string, ttl time.Duration) *leasepb.Command {
-	return &leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{
+func acquireCmd(resource string, ttl time.Duration) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
 		Resource: resource, Holder: "h-" + resource, TtlMs: ttl.Milliseconds(),
 	}}}
 }
@@ -197,7 +198,7 @@ func TestLockDelayEndsAfterDelay(t *testing.T) {
 	cfg := TestConfig()
 	s := newLessorSim(t, 1, cfg)
 	s.elect(0)
-	s.apply(&leasepb.Command{Op: &leasepb.Command_Acquire{Acquire: &leasepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 500, LockDelayMs: 2000}}})
+	s.apply(&wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 500, LockDelayMs: 2000}}})
 	s.step(time.Second, 10*time.Millisecond)
 	if _, ok := s.sm.LockDelayOf("r"); !ok {
 		t.Fatal("no lock-delay after expiry")

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -21,7 +22,7 @@ type peerTransport interface {
 	Send(msgs []*raftpb.Message)
 	AddPeer(id uint64, addr string)
 	RemovePeer(id uint64)
-	PeerClient(id uint64) (leasepb.RaftClient, bool)
+	PeerClient(id uint64) (wirepb.RaftClient, bool)
 }
 
 // logStore is what the node needs of its raft log beyond what raft reads (raftlog.Storage implements it;

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -18,7 +18,7 @@ import (
 
 // propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
-func (n *node) propose(ctx context.Context, cmd *leasepb.Command) (res fsm.Result, index uint64, err error) {
+func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error) {
 	defer func() { n.metrics.proposed(err) }()
 	if err := n.stoppedErr(); err != nil {
 		return fsm.Result{}, 0, err
@@ -61,7 +61,7 @@ func (n *node) proposeErr(ctx context.Context, err error) error {
 
 // proposeAsync appends cmd without waiting; the lessor uses it for expirations and checkpoints, whose
 // effects it observes when they apply.
-func (n *node) proposeAsync(cmd *leasepb.Command) {
+func (n *node) proposeAsync(cmd *wirepb.Command) {
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 	if err != nil {
 		n.log.Error("encode lessor command", "err", err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -21,17 +22,17 @@ type leasesService struct {
 }
 
 func (s *leasesService) Acquire(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	resp, err := s.n.write(ctx, &leasepb.ForwardRequest{Request: &leasepb.ForwardRequest_Acquire{Acquire: req}})
+	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Acquire{Acquire: req}})
 	return resp.GetAcquire(), err
 }
 
 func (s *leasesService) Renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
-	resp, err := s.n.write(ctx, &leasepb.ForwardRequest{Request: &leasepb.ForwardRequest_Renew{Renew: req}})
+	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Renew{Renew: req}})
 	return resp.GetRenew(), err
 }
 
 func (s *leasesService) Release(ctx context.Context, req *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
-	resp, err := s.n.write(ctx, &leasepb.ForwardRequest{Request: &leasepb.ForwardRequest_Release{Release: req}})
+	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: req}})
 	return resp.GetRelease(), err
 }
 
@@ -46,7 +47,7 @@ func (s *leasesService) KeepAlive(stream grpc.BidiStreamingServer[leasepb.KeepAl
 		if err != nil {
 			return err
 		}
-		resp, err := s.n.write(ctx, &leasepb.ForwardRequest{Request: &leasepb.ForwardRequest_KeepAlive{KeepAlive: req}})
+		resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: req}})
 		if err != nil {
 			return err
 		}

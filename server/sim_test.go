@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/sim"
@@ -119,7 +120,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 // forward handler.
 type simEndpoint struct{ raftAdapter }
 
-func (e simEndpoint) Forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	return e.n.serveForward(ctx, req)
 }
 

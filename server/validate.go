@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Request validation at the edge: every limit is checked before anything is proposed, and a bad request
-// changes nothing. The limits are documented in api/proto/leased/v1/leases.proto and docs/api.md.
+// changes nothing. The limits are documented in api/proto/leased/v1/leases.proto and docs/design.md ("Limits").
 
 func (l Limits) resource(field, r string) error {
 	switch {
@@ -107,15 +108,15 @@ func (l Limits) keepAlive(r *leasepb.KeepAliveRequest) error {
 // write validates a client write (Acquire, Renew, Release or KeepAlive), in the form it travels in when
 // forwarded. A write is validated on the node a client sent it to and again on the leader it was forwarded
 // to: the leader proposes it, and must not trust a follower to have checked.
-func (l Limits) write(req *leasepb.ForwardRequest) error {
+func (l Limits) write(req *wirepb.ForwardRequest) error {
 	switch r := req.GetRequest().(type) {
-	case *leasepb.ForwardRequest_Acquire:
+	case *wirepb.ForwardRequest_Acquire:
 		return l.acquire(r.Acquire)
-	case *leasepb.ForwardRequest_Renew:
+	case *wirepb.ForwardRequest_Renew:
 		return l.leaseRef(r.Renew.GetResource(), r.Renew.GetToken())
-	case *leasepb.ForwardRequest_Release:
+	case *wirepb.ForwardRequest_Release:
 		return l.leaseRef(r.Release.GetResource(), r.Release.GetToken())
-	case *leasepb.ForwardRequest_KeepAlive:
+	case *wirepb.ForwardRequest_KeepAlive:
 		return l.keepAlive(r.KeepAlive)
 	default:
 		return invalid("request", "not a write this node knows")

@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Raft is what the transport needs of the local raft node. The server's node implements it.
@@ -37,7 +37,7 @@ type Raft interface {
 }
 
 // ForwardFunc runs a follower's forwarded client request on this node; see Config.Forward.
-type ForwardFunc func(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error)
+type ForwardFunc func(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error)
 
 // Config configures a Transport. Zero durations and sizes take the defaults listed on each field.
 type Config struct {

@@ -17,7 +17,7 @@ other voters and learners are:
 	t.AddPeer(2, "10.0.0.2:7001")
 
 The Ready loop hands outgoing messages to Send; inbound messages reach the node through Raft.Process.
-PeerClient returns a leasepb.RaftClient on a peer's connection for calling Forward on the leader.
+PeerClient returns a wirepb.RaftClient on a peer's connection for calling Forward on the leader.
 
 Each peer gets a bounded queue and one goroutine that owns one long-lived client stream (Raft.Stream)
 to it. The goroutine takes whatever has piled up in the queue, up to MaxBatchMessages messages or

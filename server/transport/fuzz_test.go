@@ -7,14 +7,14 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // FuzzDeliverPeerBatch feeds arbitrary bytes, as a peer's RaftBatch, to the receiving side: it must reject
 // or deliver without panicking, and deliver only messages addressed as the batch says.
 func FuzzDeliverPeerBatch(f *testing.F) {
 	good := func(msgs ...*raftpb.Message) []byte {
-		b := &leasepb.RaftBatch{ClusterId: 7, From: 2, To: 1}
+		b := &wirepb.RaftBatch{ClusterId: 7, From: 2, To: 1}
 		for _, m := range msgs {
 			raw, _ := proto.Marshal(m)
 			b.Messages = append(b.Messages, raw)
@@ -28,7 +28,7 @@ func FuzzDeliverPeerBatch(f *testing.F) {
 	f.Add(good())
 	f.Add([]byte{0x08, 0x07, 0x10, 0x02})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b := new(leasepb.RaftBatch)
+		b := new(wirepb.RaftBatch)
 		if err := proto.Unmarshal(data, b); err != nil {
 			return
 		}

@@ -16,10 +16,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // raftStream is the client side of one Raft.Stream call.
-type raftStream = grpc.ClientStreamingClient[leasepb.RaftBatch, leasepb.RaftStreamEnd]
+type raftStream = grpc.ClientStreamingClient[wirepb.RaftBatch, wirepb.RaftStreamEnd]
 
 // peer owns the link to one remote node: a bounded queue that Send fills without blocking, and one
 // goroutine (run) that drains it into a single long-lived stream, reconnecting with backoff. The
@@ -30,7 +31,7 @@ type peer struct {
 	id     uint64
 	addr   string
 	conn   *grpc.ClientConn
-	client leasepb.RaftClient
+	client wirepb.RaftClient
 	queue  chan *raftpb.Message
 
 	ctx    context.Context
@@ -54,7 +55,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		id:     id,
 		addr:   addr,
 		conn:   conn,
-		client: leasepb.NewRaftClient(conn),
+		client: wirepb.NewRaftClient(conn),
 		queue:  make(chan *raftpb.Message, t.cfg.QueueSize),
 		ctx:    ctx,
 		cancel: cancel,
@@ -174,7 +175,7 @@ func (p *peer) open() (*link, error) {
 		defer close(l.ended)
 		// The peer answers a Stream only when it ends it, so this returns at the stream's end: the peer's
 		// status, or Canceled once close cancels the stream. gRPC allows it alongside Send.
-		l.err = s.RecvMsg(new(leasepb.RaftStreamEnd))
+		l.err = s.RecvMsg(new(wirepb.RaftStreamEnd))
 		if l.err == nil {
 			l.err = errors.New("peer closed the stream")
 		}
@@ -217,7 +218,7 @@ func (p *peer) next() (*raftpb.Message, bool) {
 // limits. It never waits for more messages: batching comes from messages that piled up while the
 // previous batch was on the wire, so an idle link adds no latency. msgs are the messages in the batch;
 // on error (a message too large to send at all, or one that cannot be encoded) they are the ones lost.
-func (p *peer) collect(first *raftpb.Message) (*leasepb.RaftBatch, []*raftpb.Message, error) {
+func (p *peer) collect(first *raftpb.Message) (*wirepb.RaftBatch, []*raftpb.Message, error) {
 	cfg := &p.t.cfg
 	// A batch must also fit in one gRPC message, whatever MaxBatchBytes says.
 	limit := min(cfg.MaxBatchBytes, cfg.MaxMsgBytes-batchOverhead)
@@ -249,7 +250,7 @@ fill:
 	// One allocation for every message's encoding. It is not reused after Send: gRPC allows stats
 	// handlers to read a sent message lazily.
 	buf := make([]byte, 0, total)
-	batch := &leasepb.RaftBatch{
+	batch := &wirepb.RaftBatch{
 		ClusterId: cfg.ClusterID,
 		From:      cfg.LocalID,
 		To:        p.id,

@@ -13,17 +13,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Register registers the transport's Raft service (Stream, and Forward through Config.Forward) on s.
 // Create s with ServerOptions so it accepts messages as large as the peers send.
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
-	leasepb.RegisterRaftServer(s, t.Service())
+	wirepb.RegisterRaftServer(s, t.Service())
 }
 
 // Service returns the transport's implementation of the Raft service, for servers that register it
 // themselves.
-func (t *Transport) Service() leasepb.RaftServer {
+func (t *Transport) Service() wirepb.RaftServer {
 	return &service{t: t}
 }
 
@@ -36,7 +37,7 @@ func (t *Transport) ServerOptions() []grpc.ServerOption {
 // service is the server side of the Raft service. It is a separate type so the Transport's own method
 // set stays about sending.
 type service struct {
-	leasepb.UnimplementedRaftServer
+	wirepb.UnimplementedRaftServer
 	t *Transport
 }
 
@@ -48,7 +49,7 @@ var errTransportClosed = status.Error(codes.Unavailable, "raft transport is clos
 // closes even while the peer is silent: a blocked Recv cannot be interrupted, but returning from the
 // handler makes gRPC abort the stream, which releases Recv. Without this, grpc.Server.GracefulStop
 // would wait forever for peers that keep their streams open.
-func (s *service) Stream(srv grpc.ClientStreamingServer[leasepb.RaftBatch, leasepb.RaftStreamEnd]) error {
+func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb.RaftStreamEnd]) error {
 	t := s.t
 	t.mu.RLock()
 	if t.closed {
@@ -62,7 +63,7 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[leasepb.RaftBatch, lease
 	defer cancel()
 	defer context.AfterFunc(t.ctx, cancel)()
 
-	batches := make(chan *leasepb.RaftBatch)
+	batches := make(chan *wirepb.RaftBatch)
 	recvErr := make(chan error, 1)
 	go func() {
 		defer t.wg.Done()
@@ -88,7 +89,7 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[leasepb.RaftBatch, lease
 			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
-				return srv.SendAndClose(&leasepb.RaftStreamEnd{})
+				return srv.SendAndClose(&wirepb.RaftStreamEnd{})
 			}
 			return err
 		case <-ctx.Done():
@@ -101,7 +102,7 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[leasepb.RaftBatch, lease
 }
 
 // deliver checks one batch and hands its messages to raft. An error ends the stream.
-func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
+func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch) error {
 	t := s.t
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
@@ -148,7 +149,7 @@ func (s *service) deliver(ctx context.Context, b *leasepb.RaftBatch) error {
 }
 
 // Forward checks the cluster id and hands the request to Config.Forward.
-func (s *service) Forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	t := s.t
 	if req.GetClusterId() != t.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition,

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Transport sends raft messages to peers and receives theirs. Create it with New; all methods are safe
@@ -184,7 +185,7 @@ func (t *Transport) drop(m *raftpb.Message) {
 // PeerClient returns a Raft service client on the connection to peer id, so the server can call
 // Forward on the leader without a second connection. The client stops working (Canceled) once the peer
 // is updated or removed; callers should fetch a fresh one per request.
-func (t *Transport) PeerClient(id uint64) (leasepb.RaftClient, bool) {
+func (t *Transport) PeerClient(id uint64) (wirepb.RaftClient, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	p := t.peers[id]

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -226,7 +226,7 @@ func TestStreamRejectsBadBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	client := leasepb.NewRaftClient(conn)
+	client := wirepb.NewRaftClient(conn)
 	encode := func(m *raftpb.Message) []byte {
 		t.Helper()
 		raw, err := proto.Marshal(m)
@@ -239,14 +239,14 @@ func TestStreamRejectsBadBatches(t *testing.T) {
 
 	for _, tc := range []struct {
 		name  string
-		batch *leasepb.RaftBatch
+		batch *wirepb.RaftBatch
 		code  codes.Code
 	}{
-		{"good", &leasepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 2, Messages: [][]byte{good}}, codes.OK},
-		{"wrong cluster", &leasepb.RaftBatch{ClusterId: 0xBAD, From: 1, To: 2, Messages: [][]byte{good}}, codes.FailedPrecondition},
-		{"wrong recipient", &leasepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 3, Messages: [][]byte{good}}, codes.FailedPrecondition},
-		{"undecodable", &leasepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 2, Messages: [][]byte{{0xff, 0xff, 0xff}}}, codes.InvalidArgument},
-		{"inconsistent sender", &leasepb.RaftBatch{ClusterId: 0xC1, From: 3, To: 2, Messages: [][]byte{good}}, codes.InvalidArgument},
+		{"good", &wirepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 2, Messages: [][]byte{good}}, codes.OK},
+		{"wrong cluster", &wirepb.RaftBatch{ClusterId: 0xBAD, From: 1, To: 2, Messages: [][]byte{good}}, codes.FailedPrecondition},
+		{"wrong recipient", &wirepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 3, Messages: [][]byte{good}}, codes.FailedPrecondition},
+		{"undecodable", &wirepb.RaftBatch{ClusterId: 0xC1, From: 1, To: 2, Messages: [][]byte{{0xff, 0xff, 0xff}}}, codes.InvalidArgument},
+		{"inconsistent sender", &wirepb.RaftBatch{ClusterId: 0xC1, From: 3, To: 2, Messages: [][]byte{good}}, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, err := client.Stream(context.Background())
@@ -392,11 +392,11 @@ func TestUpdateAndRemovePeer(t *testing.T) {
 // The server can call Forward on a peer over the transport's connection.
 func TestForwardOverPeerClient(t *testing.T) {
 	leader := startNode(t, 2, func(c *Config) {
-		c.Forward = func(_ context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+		c.Forward = func(_ context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 			if req.GetFrom() != 1 {
 				return nil, status.Error(codes.InvalidArgument, "unexpected sender")
 			}
-			return &leasepb.ForwardResponse{}, nil
+			return &wirepb.ForwardResponse{}, nil
 		}
 	})
 	plain := startNode(t, 3, nil)
@@ -408,14 +408,14 @@ func TestForwardOverPeerClient(t *testing.T) {
 		t.Fatal("no client for peer 2")
 	}
 	ctx := context.Background()
-	if _, err := client.Forward(ctx, &leasepb.ForwardRequest{ClusterId: 0xC1, From: 1}); err != nil {
+	if _, err := client.Forward(ctx, &wirepb.ForwardRequest{ClusterId: 0xC1, From: 1}); err != nil {
 		t.Fatalf("Forward: %v", err)
 	}
-	if _, err := client.Forward(ctx, &leasepb.ForwardRequest{ClusterId: 0xBAD, From: 1}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := client.Forward(ctx, &wirepb.ForwardRequest{ClusterId: 0xBAD, From: 1}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Forward from another cluster: %v, want FailedPrecondition", err)
 	}
 	client3, _ := f.tr.PeerClient(3)
-	if _, err := client3.Forward(ctx, &leasepb.ForwardRequest{ClusterId: 0xC1, From: 1}); status.Code(err) != codes.Unimplemented {
+	if _, err := client3.Forward(ctx, &wirepb.ForwardRequest{ClusterId: 0xC1, From: 1}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("Forward without a handler: %v, want Unimplemented", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 // Endpoint is what the network delivers to on a node: raft messages and delivery reports, and requests
@@ -22,7 +22,7 @@ type Endpoint interface {
 	Process(ctx context.Context, m *raftpb.Message) error
 	ReportUnreachable(id uint64)
 	ReportSnapshot(id uint64, st raft.SnapshotStatus)
-	Forward(ctx context.Context, req *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error)
+	Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error)
 }
 
 // Faults are applied to every message on a link that is not cut.
@@ -310,7 +310,7 @@ func (t *Transport) RemovePeer(uint64) {}
 
 // PeerClient returns a client whose Forward runs on peer id's endpoint, if the links both ways are up
 // when it is called (else codes.Unavailable, as a broken connection). Only Forward is implemented.
-func (t *Transport) PeerClient(id uint64) (leasepb.RaftClient, bool) {
+func (t *Transport) PeerClient(id uint64) (wirepb.RaftClient, bool) {
 	if id == t.id || id == raft.None {
 		return nil, false
 	}
@@ -318,12 +318,12 @@ func (t *Transport) PeerClient(id uint64) (leasepb.RaftClient, bool) {
 }
 
 type forwardClient struct {
-	leasepb.RaftClient // nil: Stream is not used by the node; calling it panics
-	t                  *Transport
-	to                 uint64
+	wirepb.RaftClient // nil: Stream is not used by the node; calling it panics
+	t                 *Transport
+	to                uint64
 }
 
-func (c forwardClient) Forward(ctx context.Context, req *leasepb.ForwardRequest, _ ...grpc.CallOption) (*leasepb.ForwardResponse, error) {
+func (c forwardClient) Forward(ctx context.Context, req *wirepb.ForwardRequest, _ ...grpc.CallOption) (*wirepb.ForwardResponse, error) {
 	net := c.t.net
 	if !net.Reachable(c.t.id, c.to) || !net.Reachable(c.to, c.t.id) {
 		return nil, status.Error(codes.Unavailable, "sim: peer unreachable")
@@ -332,13 +332,13 @@ func (c forwardClient) Forward(ctx context.Context, req *leasepb.ForwardRequest,
 	if ep == nil {
 		return nil, status.Error(codes.Unavailable, "sim: peer unreachable")
 	}
-	resp, err := ep.Forward(ctx, proto.Clone(req).(*leasepb.ForwardRequest))
+	resp, err := ep.Forward(ctx, proto.Clone(req).(*wirepb.ForwardRequest))
 	if !net.Reachable(c.to, c.t.id) {
 		// The answer is lost on the way back: the outcome is unknown to the caller.
 		return nil, status.Error(codes.Unavailable, "sim: peer unreachable")
 	}
 	if resp != nil {
-		resp = proto.Clone(resp).(*leasepb.ForwardResponse)
+		resp = proto.Clone(resp).(*wirepb.ForwardResponse)
 	}
 	return resp, err
 }

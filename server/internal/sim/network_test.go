@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,11 +36,11 @@ func (r *recorder) Process(_ context.Context, m *raftpb.Message) error {
 }
 func (r *recorder) ReportUnreachable(uint64)                   {}
 func (r *recorder) ReportSnapshot(uint64, raft.SnapshotStatus) {}
-func (r *recorder) Forward(context.Context, *leasepb.ForwardRequest) (*leasepb.ForwardResponse, error) {
+func (r *recorder) Forward(context.Context, *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.forward++
-	return &leasepb.ForwardResponse{}, nil
+	return &wirepb.ForwardResponse{}, nil
 }
 
 func msgs(from, to uint64, n int) []*raftpb.Message {
@@ -139,7 +139,7 @@ func TestCutsPartitionsAndHeal(t *testing.T) {
 		}
 		// A forwarded request does not cross the partition; it does once healed.
 		c, _ := net.Transport(2).PeerClient(1)
-		if _, err := c.Forward(context.Background(), &leasepb.ForwardRequest{}); status.Code(err) != codes.Unavailable {
+		if _, err := c.Forward(context.Background(), &wirepb.ForwardRequest{}); status.Code(err) != codes.Unavailable {
 			t.Fatalf("forward across a partition: %v", err)
 		}
 		net.Heal()
@@ -150,7 +150,7 @@ func TestCutsPartitionsAndHeal(t *testing.T) {
 		net.Transport(1).Send(msgs(1, 3, 5))
 		net.Transport(1).Send(msgs(1, 2, 5))
 		net.Heal()
-		if _, err := c.Forward(context.Background(), &leasepb.ForwardRequest{}); err != nil {
+		if _, err := c.Forward(context.Background(), &wirepb.ForwardRequest{}); err != nil {
 			t.Fatalf("forward after heal: %v", err)
 		}
 		synctest.Wait()

@@ -5,9 +5,9 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             (unknown)
-// source: leased/v1/raft.proto
+// source: leased/internal/v1/raft.proto
 
-package leasepb
+package wirepb
 
 import (
 	context "context"
@@ -22,8 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Raft_Stream_FullMethodName  = "/leased.v1.Raft/Stream"
-	Raft_Forward_FullMethodName = "/leased.v1.Raft/Forward"
+	Raft_Stream_FullMethodName  = "/leased.internal.v1.Raft/Stream"
+	Raft_Forward_FullMethodName = "/leased.internal.v1.Raft/Forward"
 )
 
 // RaftClient is the client API for Raft service.
@@ -147,7 +147,7 @@ func _Raft_Forward_Handler(srv interface{}, ctx context.Context, dec func(interf
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Raft_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "leased.v1.Raft",
+	ServiceName: "leased.internal.v1.Raft",
 	HandlerType: (*RaftServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
@@ -162,5 +162,5 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "leased/v1/raft.proto",
+	Metadata: "leased/internal/v1/raft.proto",
 }

@@ -11,11 +11,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        (unknown)
-// source: leased/v1/fsm.proto
+// source: leased/internal/v1/fsm.proto
 
-package leasepb
+package wirepb
 
 import (
+	leasepb "github.com/leased/leased/api/leasepb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -51,7 +52,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[0]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -63,7 +64,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[0]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -76,7 +77,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{0}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Command) GetProposalId() uint64 {
@@ -206,7 +207,7 @@ type AcquireCmd struct {
 
 func (x *AcquireCmd) Reset() {
 	*x = AcquireCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[1]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +219,7 @@ func (x *AcquireCmd) String() string {
 func (*AcquireCmd) ProtoMessage() {}
 
 func (x *AcquireCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[1]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +232,7 @@ func (x *AcquireCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireCmd.ProtoReflect.Descriptor instead.
 func (*AcquireCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *AcquireCmd) GetResource() string {
@@ -294,7 +295,7 @@ type ReleaseCmd struct {
 
 func (x *ReleaseCmd) Reset() {
 	*x = ReleaseCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[2]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +307,7 @@ func (x *ReleaseCmd) String() string {
 func (*ReleaseCmd) ProtoMessage() {}
 
 func (x *ReleaseCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[2]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +320,7 @@ func (x *ReleaseCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseCmd.ProtoReflect.Descriptor instead.
 func (*ReleaseCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReleaseCmd) GetResource() string {
@@ -340,14 +341,14 @@ func (x *ReleaseCmd) GetToken() uint64 {
 // or duplicate expirations are harmless.
 type ExpireCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Leases        []*LeaseRef            `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases        []*leasepb.LeaseRef    `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExpireCmd) Reset() {
 	*x = ExpireCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[3]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +360,7 @@ func (x *ExpireCmd) String() string {
 func (*ExpireCmd) ProtoMessage() {}
 
 func (x *ExpireCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[3]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,10 +373,10 @@ func (x *ExpireCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireCmd.ProtoReflect.Descriptor instead.
 func (*ExpireCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *ExpireCmd) GetLeases() []*LeaseRef {
+func (x *ExpireCmd) GetLeases() []*leasepb.LeaseRef {
 	if x != nil {
 		return x.Leases
 	}
@@ -399,7 +400,7 @@ type LeaseCheckpoint struct {
 
 func (x *LeaseCheckpoint) Reset() {
 	*x = LeaseCheckpoint{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[4]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +412,7 @@ func (x *LeaseCheckpoint) String() string {
 func (*LeaseCheckpoint) ProtoMessage() {}
 
 func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[4]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +425,7 @@ func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseCheckpoint.ProtoReflect.Descriptor instead.
 func (*LeaseCheckpoint) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LeaseCheckpoint) GetResource() string {
@@ -465,7 +466,7 @@ type CheckpointCmd struct {
 
 func (x *CheckpointCmd) Reset() {
 	*x = CheckpointCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[5]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +478,7 @@ func (x *CheckpointCmd) String() string {
 func (*CheckpointCmd) ProtoMessage() {}
 
 func (x *CheckpointCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[5]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +491,7 @@ func (x *CheckpointCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointCmd.ProtoReflect.Descriptor instead.
 func (*CheckpointCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckpointCmd) GetLeases() []*LeaseCheckpoint {
@@ -505,14 +506,14 @@ func (x *CheckpointCmd) GetLeases() []*LeaseCheckpoint {
 // ignored.
 type RenewCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Leases        []*LeaseRef            `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases        []*leasepb.LeaseRef    `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewCmd) Reset() {
 	*x = RenewCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[6]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +525,7 @@ func (x *RenewCmd) String() string {
 func (*RenewCmd) ProtoMessage() {}
 
 func (x *RenewCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[6]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,10 +538,10 @@ func (x *RenewCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCmd.ProtoReflect.Descriptor instead.
 func (*RenewCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *RenewCmd) GetLeases() []*LeaseRef {
+func (x *RenewCmd) GetLeases() []*leasepb.LeaseRef {
 	if x != nil {
 		return x.Leases
 	}
@@ -550,14 +551,14 @@ func (x *RenewCmd) GetLeases() []*LeaseRef {
 // EndLockDelayCmd ends the lock-delay that began when the lease with token expired.
 type EndLockDelayCmd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Delays        []*LeaseRef            `protobuf:"bytes,1,rep,name=delays,proto3" json:"delays,omitempty"`
+	Delays        []*leasepb.LeaseRef    `protobuf:"bytes,1,rep,name=delays,proto3" json:"delays,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndLockDelayCmd) Reset() {
 	*x = EndLockDelayCmd{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[7]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +570,7 @@ func (x *EndLockDelayCmd) String() string {
 func (*EndLockDelayCmd) ProtoMessage() {}
 
 func (x *EndLockDelayCmd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[7]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,10 +583,10 @@ func (x *EndLockDelayCmd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelayCmd.ProtoReflect.Descriptor instead.
 func (*EndLockDelayCmd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *EndLockDelayCmd) GetDelays() []*LeaseRef {
+func (x *EndLockDelayCmd) GetDelays() []*leasepb.LeaseRef {
 	if x != nil {
 		return x.Delays
 	}
@@ -613,7 +614,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[8]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +626,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[8]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +639,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaseRecord) GetResource() string {
@@ -726,7 +727,7 @@ type LockDelayRecord struct {
 
 func (x *LockDelayRecord) Reset() {
 	*x = LockDelayRecord{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[9]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +739,7 @@ func (x *LockDelayRecord) String() string {
 func (*LockDelayRecord) ProtoMessage() {}
 
 func (x *LockDelayRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[9]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +752,7 @@ func (x *LockDelayRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockDelayRecord.ProtoReflect.Descriptor instead.
 func (*LockDelayRecord) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockDelayRecord) GetResource() string {
@@ -796,7 +797,7 @@ type SnapshotBody struct {
 
 func (x *SnapshotBody) Reset() {
 	*x = SnapshotBody{}
-	mi := &file_leased_v1_fsm_proto_msgTypes[10]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +809,7 @@ func (x *SnapshotBody) String() string {
 func (*SnapshotBody) ProtoMessage() {}
 
 func (x *SnapshotBody) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_fsm_proto_msgTypes[10]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +822,7 @@ func (x *SnapshotBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBody.ProtoReflect.Descriptor instead.
 func (*SnapshotBody) Descriptor() ([]byte, []int) {
-	return file_leased_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotBody) GetAppliedIndex() uint64 {
@@ -852,22 +853,22 @@ func (x *SnapshotBody) GetLockDelays() []*LockDelayRecord {
 	return nil
 }
 
-var File_leased_v1_fsm_proto protoreflect.FileDescriptor
+var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
-const file_leased_v1_fsm_proto_rawDesc = "" +
+const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x13leased/v1/fsm.proto\x12\tleased.v1\x1a\x16leased/v1/leases.proto\"\xf3\x02\n" +
+	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"\xa9\x03\n" +
 	"\aCommand\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\x04R\n" +
-	"proposalId\x121\n" +
-	"\aacquire\x18\x02 \x01(\v2\x15.leased.v1.AcquireCmdH\x00R\aacquire\x121\n" +
-	"\arelease\x18\x03 \x01(\v2\x15.leased.v1.ReleaseCmdH\x00R\arelease\x12.\n" +
-	"\x06expire\x18\x04 \x01(\v2\x14.leased.v1.ExpireCmdH\x00R\x06expire\x12:\n" +
+	"proposalId\x12:\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1e.leased.internal.v1.AcquireCmdH\x00R\aacquire\x12:\n" +
+	"\arelease\x18\x03 \x01(\v2\x1e.leased.internal.v1.ReleaseCmdH\x00R\arelease\x127\n" +
+	"\x06expire\x18\x04 \x01(\v2\x1d.leased.internal.v1.ExpireCmdH\x00R\x06expire\x12C\n" +
 	"\n" +
-	"checkpoint\x18\x05 \x01(\v2\x18.leased.v1.CheckpointCmdH\x00R\n" +
-	"checkpoint\x12+\n" +
-	"\x05renew\x18\x06 \x01(\v2\x13.leased.v1.RenewCmdH\x00R\x05renew\x12B\n" +
-	"\x0eend_lock_delay\x18\a \x01(\v2\x1a.leased.v1.EndLockDelayCmdH\x00R\fendLockDelayB\x04\n" +
+	"checkpoint\x18\x05 \x01(\v2!.leased.internal.v1.CheckpointCmdH\x00R\n" +
+	"checkpoint\x124\n" +
+	"\x05renew\x18\x06 \x01(\v2\x1c.leased.internal.v1.RenewCmdH\x00R\x05renew\x12K\n" +
+	"\x0eend_lock_delay\x18\a \x01(\v2#.leased.internal.v1.EndLockDelayCmdH\x00R\fendLockDelayB\x04\n" +
 	"\x02op\"\xd3\x01\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
@@ -889,9 +890,9 @@ const file_leased_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12!\n" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12\x18\n" +
-	"\arenewed\x18\x04 \x01(\bR\arenewed\"C\n" +
-	"\rCheckpointCmd\x122\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1a.leased.v1.LeaseCheckpointR\x06leases\"T\n" +
+	"\arenewed\x18\x04 \x01(\bR\arenewed\"L\n" +
+	"\rCheckpointCmd\x12;\n" +
+	"\x06leases\x18\x01 \x03(\v2#.leased.internal.v1.LeaseCheckpointR\x06leases\"T\n" +
 	"\bRenewCmd\x12+\n" +
 	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leasesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bresourceR\x05token\">\n" +
 	"\x0fEndLockDelayCmd\x12+\n" +
@@ -913,54 +914,54 @@ const file_leased_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xc5\x01\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xd7\x01\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
-	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x12.\n" +
-	"\x06leases\x18\x03 \x03(\v2\x16.leased.v1.LeaseRecordR\x06leases\x12;\n" +
-	"\vlock_delays\x18\x04 \x03(\v2\x1a.leased.v1.LockDelayRecordR\n" +
-	"lockDelaysB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
+	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
+	"\x06leases\x18\x03 \x03(\v2\x1f.leased.internal.v1.LeaseRecordR\x06leases\x12D\n" +
+	"\vlock_delays\x18\x04 \x03(\v2#.leased.internal.v1.LockDelayRecordR\n" +
+	"lockDelaysB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
-	file_leased_v1_fsm_proto_rawDescOnce sync.Once
-	file_leased_v1_fsm_proto_rawDescData []byte
+	file_leased_internal_v1_fsm_proto_rawDescOnce sync.Once
+	file_leased_internal_v1_fsm_proto_rawDescData []byte
 )
 
-func file_leased_v1_fsm_proto_rawDescGZIP() []byte {
-	file_leased_v1_fsm_proto_rawDescOnce.Do(func() {
-		file_leased_v1_fsm_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_leased_v1_fsm_proto_rawDesc), len(file_leased_v1_fsm_proto_rawDesc)))
+func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
+	file_leased_internal_v1_fsm_proto_rawDescOnce.Do(func() {
+		file_leased_internal_v1_fsm_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)))
 	})
-	return file_leased_v1_fsm_proto_rawDescData
+	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
-var file_leased_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),         // 0: leased.v1.Command
-	(*AcquireCmd)(nil),      // 1: leased.v1.AcquireCmd
-	(*ReleaseCmd)(nil),      // 2: leased.v1.ReleaseCmd
-	(*ExpireCmd)(nil),       // 3: leased.v1.ExpireCmd
-	(*LeaseCheckpoint)(nil), // 4: leased.v1.LeaseCheckpoint
-	(*CheckpointCmd)(nil),   // 5: leased.v1.CheckpointCmd
-	(*RenewCmd)(nil),        // 6: leased.v1.RenewCmd
-	(*EndLockDelayCmd)(nil), // 7: leased.v1.EndLockDelayCmd
-	(*LeaseRecord)(nil),     // 8: leased.v1.LeaseRecord
-	(*LockDelayRecord)(nil), // 9: leased.v1.LockDelayRecord
-	(*SnapshotBody)(nil),    // 10: leased.v1.SnapshotBody
-	(*LeaseRef)(nil),        // 11: leased.v1.LeaseRef
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_leased_internal_v1_fsm_proto_goTypes = []any{
+	(*Command)(nil),          // 0: leased.internal.v1.Command
+	(*AcquireCmd)(nil),       // 1: leased.internal.v1.AcquireCmd
+	(*ReleaseCmd)(nil),       // 2: leased.internal.v1.ReleaseCmd
+	(*ExpireCmd)(nil),        // 3: leased.internal.v1.ExpireCmd
+	(*LeaseCheckpoint)(nil),  // 4: leased.internal.v1.LeaseCheckpoint
+	(*CheckpointCmd)(nil),    // 5: leased.internal.v1.CheckpointCmd
+	(*RenewCmd)(nil),         // 6: leased.internal.v1.RenewCmd
+	(*EndLockDelayCmd)(nil),  // 7: leased.internal.v1.EndLockDelayCmd
+	(*LeaseRecord)(nil),      // 8: leased.internal.v1.LeaseRecord
+	(*LockDelayRecord)(nil),  // 9: leased.internal.v1.LockDelayRecord
+	(*SnapshotBody)(nil),     // 10: leased.internal.v1.SnapshotBody
+	(*leasepb.LeaseRef)(nil), // 11: leased.v1.LeaseRef
 }
-var file_leased_v1_fsm_proto_depIdxs = []int32{
-	1,  // 0: leased.v1.Command.acquire:type_name -> leased.v1.AcquireCmd
-	2,  // 1: leased.v1.Command.release:type_name -> leased.v1.ReleaseCmd
-	3,  // 2: leased.v1.Command.expire:type_name -> leased.v1.ExpireCmd
-	5,  // 3: leased.v1.Command.checkpoint:type_name -> leased.v1.CheckpointCmd
-	6,  // 4: leased.v1.Command.renew:type_name -> leased.v1.RenewCmd
-	7,  // 5: leased.v1.Command.end_lock_delay:type_name -> leased.v1.EndLockDelayCmd
-	11, // 6: leased.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
-	4,  // 7: leased.v1.CheckpointCmd.leases:type_name -> leased.v1.LeaseCheckpoint
-	11, // 8: leased.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	11, // 9: leased.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
-	8,  // 10: leased.v1.SnapshotBody.leases:type_name -> leased.v1.LeaseRecord
-	9,  // 11: leased.v1.SnapshotBody.lock_delays:type_name -> leased.v1.LockDelayRecord
+var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
+	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
+	2,  // 1: leased.internal.v1.Command.release:type_name -> leased.internal.v1.ReleaseCmd
+	3,  // 2: leased.internal.v1.Command.expire:type_name -> leased.internal.v1.ExpireCmd
+	5,  // 3: leased.internal.v1.Command.checkpoint:type_name -> leased.internal.v1.CheckpointCmd
+	6,  // 4: leased.internal.v1.Command.renew:type_name -> leased.internal.v1.RenewCmd
+	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
+	11, // 6: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	4,  // 7: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
+	11, // 8: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	11, // 9: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	8,  // 10: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
+	9,  // 11: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
@@ -968,13 +969,12 @@ var file_leased_v1_fsm_proto_depIdxs = []int32{
 	0,  // [0:12] is the sub-list for field type_name
 }
 
-func init() { file_leased_v1_fsm_proto_init() }
-func file_leased_v1_fsm_proto_init() {
-	if File_leased_v1_fsm_proto != nil {
+func init() { file_leased_internal_v1_fsm_proto_init() }
+func file_leased_internal_v1_fsm_proto_init() {
+	if File_leased_internal_v1_fsm_proto != nil {
 		return
 	}
-	file_leased_v1_leases_proto_init()
-	file_leased_v1_fsm_proto_msgTypes[0].OneofWrappers = []any{
+	file_leased_internal_v1_fsm_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Acquire)(nil),
 		(*Command_Release)(nil),
 		(*Command_Expire)(nil),
@@ -986,17 +986,17 @@ func file_leased_v1_fsm_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_fsm_proto_rawDesc), len(file_leased_v1_fsm_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_leased_v1_fsm_proto_goTypes,
-		DependencyIndexes: file_leased_v1_fsm_proto_depIdxs,
-		MessageInfos:      file_leased_v1_fsm_proto_msgTypes,
+		GoTypes:           file_leased_internal_v1_fsm_proto_goTypes,
+		DependencyIndexes: file_leased_internal_v1_fsm_proto_depIdxs,
+		MessageInfos:      file_leased_internal_v1_fsm_proto_msgTypes,
 	}.Build()
-	File_leased_v1_fsm_proto = out.File
-	file_leased_v1_fsm_proto_goTypes = nil
-	file_leased_v1_fsm_proto_depIdxs = nil
+	File_leased_internal_v1_fsm_proto = out.File
+	file_leased_internal_v1_fsm_proto_goTypes = nil
+	file_leased_internal_v1_fsm_proto_depIdxs = nil
 }

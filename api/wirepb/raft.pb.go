@@ -5,11 +5,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        (unknown)
-// source: leased/v1/raft.proto
+// source: leased/internal/v1/raft.proto
 
-package leasepb
+package wirepb
 
 import (
+	leasepb "github.com/leased/leased/api/leasepb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -39,7 +40,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_leased_v1_raft_proto_msgTypes[0]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +52,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_raft_proto_msgTypes[0]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +65,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_leased_v1_raft_proto_rawDescGZIP(), []int{0}
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *RaftBatch) GetClusterId() uint64 {
@@ -104,7 +105,7 @@ type RaftStreamEnd struct {
 
 func (x *RaftStreamEnd) Reset() {
 	*x = RaftStreamEnd{}
-	mi := &file_leased_v1_raft_proto_msgTypes[1]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +117,7 @@ func (x *RaftStreamEnd) String() string {
 func (*RaftStreamEnd) ProtoMessage() {}
 
 func (x *RaftStreamEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_raft_proto_msgTypes[1]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +130,7 @@ func (x *RaftStreamEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftStreamEnd.ProtoReflect.Descriptor instead.
 func (*RaftStreamEnd) Descriptor() ([]byte, []int) {
-	return file_leased_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{1}
 }
 
 // ForwardRequest carries one client request to the leader.
@@ -151,7 +152,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_leased_v1_raft_proto_msgTypes[2]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +164,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_raft_proto_msgTypes[2]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +177,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_leased_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardRequest) GetClusterId() uint64 {
@@ -200,7 +201,7 @@ func (x *ForwardRequest) GetRequest() isForwardRequest_Request {
 	return nil
 }
 
-func (x *ForwardRequest) GetAcquire() *AcquireRequest {
+func (x *ForwardRequest) GetAcquire() *leasepb.AcquireRequest {
 	if x != nil {
 		if x, ok := x.Request.(*ForwardRequest_Acquire); ok {
 			return x.Acquire
@@ -209,7 +210,7 @@ func (x *ForwardRequest) GetAcquire() *AcquireRequest {
 	return nil
 }
 
-func (x *ForwardRequest) GetRenew() *RenewRequest {
+func (x *ForwardRequest) GetRenew() *leasepb.RenewRequest {
 	if x != nil {
 		if x, ok := x.Request.(*ForwardRequest_Renew); ok {
 			return x.Renew
@@ -218,7 +219,7 @@ func (x *ForwardRequest) GetRenew() *RenewRequest {
 	return nil
 }
 
-func (x *ForwardRequest) GetRelease() *ReleaseRequest {
+func (x *ForwardRequest) GetRelease() *leasepb.ReleaseRequest {
 	if x != nil {
 		if x, ok := x.Request.(*ForwardRequest_Release); ok {
 			return x.Release
@@ -227,7 +228,7 @@ func (x *ForwardRequest) GetRelease() *ReleaseRequest {
 	return nil
 }
 
-func (x *ForwardRequest) GetKeepAlive() *KeepAliveRequest {
+func (x *ForwardRequest) GetKeepAlive() *leasepb.KeepAliveRequest {
 	if x != nil {
 		if x, ok := x.Request.(*ForwardRequest_KeepAlive); ok {
 			return x.KeepAlive
@@ -241,19 +242,19 @@ type isForwardRequest_Request interface {
 }
 
 type ForwardRequest_Acquire struct {
-	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
+	Acquire *leasepb.AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
 }
 
 type ForwardRequest_Renew struct {
-	Renew *RenewRequest `protobuf:"bytes,4,opt,name=renew,proto3,oneof"`
+	Renew *leasepb.RenewRequest `protobuf:"bytes,4,opt,name=renew,proto3,oneof"`
 }
 
 type ForwardRequest_Release struct {
-	Release *ReleaseRequest `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
+	Release *leasepb.ReleaseRequest `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
 }
 
 type ForwardRequest_KeepAlive struct {
-	KeepAlive *KeepAliveRequest `protobuf:"bytes,6,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+	KeepAlive *leasepb.KeepAliveRequest `protobuf:"bytes,6,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
 }
 
 func (*ForwardRequest_Acquire) isForwardRequest_Request() {}
@@ -280,7 +281,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_leased_v1_raft_proto_msgTypes[3]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +293,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_raft_proto_msgTypes[3]
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +306,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_leased_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardResponse) GetResponse() isForwardResponse_Response {
@@ -315,7 +316,7 @@ func (x *ForwardResponse) GetResponse() isForwardResponse_Response {
 	return nil
 }
 
-func (x *ForwardResponse) GetAcquire() *AcquireResponse {
+func (x *ForwardResponse) GetAcquire() *leasepb.AcquireResponse {
 	if x != nil {
 		if x, ok := x.Response.(*ForwardResponse_Acquire); ok {
 			return x.Acquire
@@ -324,7 +325,7 @@ func (x *ForwardResponse) GetAcquire() *AcquireResponse {
 	return nil
 }
 
-func (x *ForwardResponse) GetRenew() *RenewResponse {
+func (x *ForwardResponse) GetRenew() *leasepb.RenewResponse {
 	if x != nil {
 		if x, ok := x.Response.(*ForwardResponse_Renew); ok {
 			return x.Renew
@@ -333,7 +334,7 @@ func (x *ForwardResponse) GetRenew() *RenewResponse {
 	return nil
 }
 
-func (x *ForwardResponse) GetRelease() *ReleaseResponse {
+func (x *ForwardResponse) GetRelease() *leasepb.ReleaseResponse {
 	if x != nil {
 		if x, ok := x.Response.(*ForwardResponse_Release); ok {
 			return x.Release
@@ -342,7 +343,7 @@ func (x *ForwardResponse) GetRelease() *ReleaseResponse {
 	return nil
 }
 
-func (x *ForwardResponse) GetKeepAlive() *KeepAliveResponse {
+func (x *ForwardResponse) GetKeepAlive() *leasepb.KeepAliveResponse {
 	if x != nil {
 		if x, ok := x.Response.(*ForwardResponse_KeepAlive); ok {
 			return x.KeepAlive
@@ -356,19 +357,19 @@ type isForwardResponse_Response interface {
 }
 
 type ForwardResponse_Acquire struct {
-	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+	Acquire *leasepb.AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
 }
 
 type ForwardResponse_Renew struct {
-	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+	Renew *leasepb.RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
 }
 
 type ForwardResponse_Release struct {
-	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+	Release *leasepb.ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
 }
 
 type ForwardResponse_KeepAlive struct {
-	KeepAlive *KeepAliveResponse `protobuf:"bytes,4,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+	KeepAlive *leasepb.KeepAliveResponse `protobuf:"bytes,4,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
 }
 
 func (*ForwardResponse_Acquire) isForwardResponse_Response() {}
@@ -379,11 +380,11 @@ func (*ForwardResponse_Release) isForwardResponse_Response() {}
 
 func (*ForwardResponse_KeepAlive) isForwardResponse_Response() {}
 
-var File_leased_v1_raft_proto protoreflect.FileDescriptor
+var File_leased_internal_v1_raft_proto protoreflect.FileDescriptor
 
-const file_leased_v1_raft_proto_rawDesc = "" +
+const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x14leased/v1/raft.proto\x12\tleased.v1\x1a\x16leased/v1/leases.proto\"j\n" +
+	"\x1dleased/internal/v1/raft.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"j\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -408,51 +409,51 @@ const file_leased_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAliveB\n" +
 	"\n" +
-	"\bresponse2\x84\x01\n" +
-	"\x04Raft\x12:\n" +
-	"\x06Stream\x12\x14.leased.v1.RaftBatch\x1a\x18.leased.v1.RaftStreamEnd(\x01\x12@\n" +
-	"\aForward\x12\x19.leased.v1.ForwardRequest\x1a\x1a.leased.v1.ForwardResponseB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
+	"\bresponse2\xa8\x01\n" +
+	"\x04Raft\x12L\n" +
+	"\x06Stream\x12\x1d.leased.internal.v1.RaftBatch\x1a!.leased.internal.v1.RaftStreamEnd(\x01\x12R\n" +
+	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponseB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
-	file_leased_v1_raft_proto_rawDescOnce sync.Once
-	file_leased_v1_raft_proto_rawDescData []byte
+	file_leased_internal_v1_raft_proto_rawDescOnce sync.Once
+	file_leased_internal_v1_raft_proto_rawDescData []byte
 )
 
-func file_leased_v1_raft_proto_rawDescGZIP() []byte {
-	file_leased_v1_raft_proto_rawDescOnce.Do(func() {
-		file_leased_v1_raft_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_leased_v1_raft_proto_rawDesc), len(file_leased_v1_raft_proto_rawDesc)))
+func file_leased_internal_v1_raft_proto_rawDescGZIP() []byte {
+	file_leased_internal_v1_raft_proto_rawDescOnce.Do(func() {
+		file_leased_internal_v1_raft_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_leased_internal_v1_raft_proto_rawDesc), len(file_leased_internal_v1_raft_proto_rawDesc)))
 	})
-	return file_leased_v1_raft_proto_rawDescData
+	return file_leased_internal_v1_raft_proto_rawDescData
 }
 
-var file_leased_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
-var file_leased_v1_raft_proto_goTypes = []any{
-	(*RaftBatch)(nil),         // 0: leased.v1.RaftBatch
-	(*RaftStreamEnd)(nil),     // 1: leased.v1.RaftStreamEnd
-	(*ForwardRequest)(nil),    // 2: leased.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 3: leased.v1.ForwardResponse
-	(*AcquireRequest)(nil),    // 4: leased.v1.AcquireRequest
-	(*RenewRequest)(nil),      // 5: leased.v1.RenewRequest
-	(*ReleaseRequest)(nil),    // 6: leased.v1.ReleaseRequest
-	(*KeepAliveRequest)(nil),  // 7: leased.v1.KeepAliveRequest
-	(*AcquireResponse)(nil),   // 8: leased.v1.AcquireResponse
-	(*RenewResponse)(nil),     // 9: leased.v1.RenewResponse
-	(*ReleaseResponse)(nil),   // 10: leased.v1.ReleaseResponse
-	(*KeepAliveResponse)(nil), // 11: leased.v1.KeepAliveResponse
+var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_leased_internal_v1_raft_proto_goTypes = []any{
+	(*RaftBatch)(nil),                 // 0: leased.internal.v1.RaftBatch
+	(*RaftStreamEnd)(nil),             // 1: leased.internal.v1.RaftStreamEnd
+	(*ForwardRequest)(nil),            // 2: leased.internal.v1.ForwardRequest
+	(*ForwardResponse)(nil),           // 3: leased.internal.v1.ForwardResponse
+	(*leasepb.AcquireRequest)(nil),    // 4: leased.v1.AcquireRequest
+	(*leasepb.RenewRequest)(nil),      // 5: leased.v1.RenewRequest
+	(*leasepb.ReleaseRequest)(nil),    // 6: leased.v1.ReleaseRequest
+	(*leasepb.KeepAliveRequest)(nil),  // 7: leased.v1.KeepAliveRequest
+	(*leasepb.AcquireResponse)(nil),   // 8: leased.v1.AcquireResponse
+	(*leasepb.RenewResponse)(nil),     // 9: leased.v1.RenewResponse
+	(*leasepb.ReleaseResponse)(nil),   // 10: leased.v1.ReleaseResponse
+	(*leasepb.KeepAliveResponse)(nil), // 11: leased.v1.KeepAliveResponse
 }
-var file_leased_v1_raft_proto_depIdxs = []int32{
-	4,  // 0: leased.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
-	5,  // 1: leased.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
-	6,  // 2: leased.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
-	7,  // 3: leased.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
-	8,  // 4: leased.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
-	9,  // 5: leased.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
-	10, // 6: leased.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
-	11, // 7: leased.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
-	0,  // 8: leased.v1.Raft.Stream:input_type -> leased.v1.RaftBatch
-	2,  // 9: leased.v1.Raft.Forward:input_type -> leased.v1.ForwardRequest
-	1,  // 10: leased.v1.Raft.Stream:output_type -> leased.v1.RaftStreamEnd
-	3,  // 11: leased.v1.Raft.Forward:output_type -> leased.v1.ForwardResponse
+var file_leased_internal_v1_raft_proto_depIdxs = []int32{
+	4,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
+	5,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
+	6,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
+	7,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
+	8,  // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
+	9,  // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
+	10, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
+	11, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
+	0,  // 8: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
+	2,  // 9: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
+	1,  // 10: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
+	3,  // 11: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
 	10, // [10:12] is the sub-list for method output_type
 	8,  // [8:10] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -460,19 +461,18 @@ var file_leased_v1_raft_proto_depIdxs = []int32{
 	0,  // [0:8] is the sub-list for field type_name
 }
 
-func init() { file_leased_v1_raft_proto_init() }
-func file_leased_v1_raft_proto_init() {
-	if File_leased_v1_raft_proto != nil {
+func init() { file_leased_internal_v1_raft_proto_init() }
+func file_leased_internal_v1_raft_proto_init() {
+	if File_leased_internal_v1_raft_proto != nil {
 		return
 	}
-	file_leased_v1_leases_proto_init()
-	file_leased_v1_raft_proto_msgTypes[2].OneofWrappers = []any{
+	file_leased_internal_v1_raft_proto_msgTypes[2].OneofWrappers = []any{
 		(*ForwardRequest_Acquire)(nil),
 		(*ForwardRequest_Renew)(nil),
 		(*ForwardRequest_Release)(nil),
 		(*ForwardRequest_KeepAlive)(nil),
 	}
-	file_leased_v1_raft_proto_msgTypes[3].OneofWrappers = []any{
+	file_leased_internal_v1_raft_proto_msgTypes[3].OneofWrappers = []any{
 		(*ForwardResponse_Acquire)(nil),
 		(*ForwardResponse_Renew)(nil),
 		(*ForwardResponse_Release)(nil),
@@ -482,17 +482,17 @@ func file_leased_v1_raft_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_raft_proto_rawDesc), len(file_leased_v1_raft_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_raft_proto_rawDesc), len(file_leased_internal_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_leased_v1_raft_proto_goTypes,
-		DependencyIndexes: file_leased_v1_raft_proto_depIdxs,
-		MessageInfos:      file_leased_v1_raft_proto_msgTypes,
+		GoTypes:           file_leased_internal_v1_raft_proto_goTypes,
+		DependencyIndexes: file_leased_internal_v1_raft_proto_depIdxs,
+		MessageInfos:      file_leased_internal_v1_raft_proto_msgTypes,
 	}.Build()
-	File_leased_v1_raft_proto = out.File
-	file_leased_v1_raft_proto_goTypes = nil
-	file_leased_v1_raft_proto_depIdxs = nil
+	File_leased_internal_v1_raft_proto = out.File
+	file_leased_internal_v1_raft_proto_goTypes = nil
+	file_leased_internal_v1_raft_proto_depIdxs = nil
 }

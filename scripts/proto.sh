@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# proto.sh — the protobuf code, with pinned tools fetched from the Go module proxy (no protoc needed).
+#
+#   scripts/proto.sh          lint api/proto and regenerate api/leasepb and api/wirepb (what `make proto` runs)
+#   scripts/proto.sh check    lint, fail if the committed generated code is not what the sources generate,
+#                             and run `buf breaking` on the public leased.v1 package against the previous
+#                             commit (what `make proto-check` and scripts/test.sh run)
+#
+# The internal package (api/proto/leased/internal/v1: raft transport, FSM commands, snapshots) is exempt
+# from the breaking check: it is not an API. Its compatibility rules are in docs/design.md, "Upgrades".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUF_VERSION=v1.75.0
+buf() { go run "github.com/bufbuild/buf/cmd/buf@${BUF_VERSION}" "$@"; }
+
+
+case "${1:-generate}" in
+generate)
+	buf lint
+	buf generate
+	;;
+check)
+	echo "== buf lint"
+	buf lint
+	echo "== generated code is up to date"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	buf generate -o "$tmp"
+	stale=0
+	for f in $(cd "$tmp" && find api -name '*.pb.go' | sort); do
+		if ! cmp -s "$tmp/$f" "$f"; then
+			echo "proto.sh: $f differs from what api/proto generates; run 'make proto' and commit the result" >&2
+			stale=1
+		fi
+	done
+	for f in $(git ls-files 'api/*.pb.go'); do
+		if [[ ! -f "$tmp/$f" ]]; then
+			echo "proto.sh: $f is committed but no longer generated; remove it" >&2
+			stale=1
+		fi
+	done
+	[[ $stale -eq 0 ]]
+	echo "== buf breaking (public API) against the previous commit"
+	if git rev-parse -q --verify 'HEAD~1^{commit}' >/dev/null && git cat-file -e 'HEAD~1:api/proto' 2>/dev/null; then
+		buf breaking --against '.git#ref=HEAD~1'
+	else
+		echo "proto.sh: no previous commit with api/proto here (a shallow clone?); skipping buf breaking" >&2
+	fi
+	;;
+*)
+	echo "usage: scripts/proto.sh [generate|check]" >&2
+	exit 2
+	;;
+esac
