@@ -1,0 +1,121 @@
+// Package deps checks the dependency direction of ARCHITECTURE.md: arrows only point down the list
+// api -> fsm -> raftlog -> server -> client -> cmd, with the exceptions the contract names. It reads the
+// non-test imports of every package in the module with `go list`, so a forbidden import fails the tests.
+package deps
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/leased/leased"
+
+// allowed lists, for each part of the tree, the parts of ours it may import (besides itself and its own
+// subpackages: so client may import client/fence, while client/fence, the most specific rule, imports
+// nothing of ours). Tests may import more (a client test starts a real server); only non-test code is checked.
+var allowed = map[string][]string{
+	"api":          {"api"},
+	"fsm":          {"api"},
+	"raftlog":      {},
+	"server":       {"api", "fsm", "raftlog"},
+	"client/fence": {},
+	"client":       {"api"},
+	"cmd/leased":   {"api", "server", "raftlog"},
+	"cmd/leasectl": {"api", "client"},
+	"tests":        {"api", "client", "server", "fsm", "raftlog"},
+}
+
+// part names the rule a package falls under: the longest key of allowed that prefixes it.
+func part(pkg string) string {
+	best := ""
+	for p := range allowed {
+		if (pkg == p || strings.HasPrefix(pkg, p+"/")) && len(p) > len(best) {
+			best = p
+		}
+	}
+	return best
+}
+
+// violations returns "a -> b" for every import of ours that the rules forbid. imports maps a package
+// (relative to the module) to the packages of ours it imports.
+func violations(imports map[string][]string) []string {
+	var out []string
+	for pkg, deps := range imports {
+		from := part(pkg)
+		if from == "" {
+			out = append(out, pkg+": no rule covers this package (add it to allowed)")
+			continue
+		}
+		for _, dep := range deps {
+			to := part(dep)
+			if to == from || strings.HasPrefix(dep, from+"/") {
+				continue
+			}
+			ok := false
+			for _, a := range allowed[from] {
+				if dep == a || strings.HasPrefix(dep, a+"/") {
+					ok = true
+				}
+			}
+			if !ok {
+				out = append(out, pkg+" -> "+dep)
+			}
+		}
+	}
+	return out
+}
+
+func TestImportsPointDownTheLayers(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(fields[0], module+"/")
+		var ours []string
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, module+"/") {
+				ours = append(ours, strings.TrimPrefix(imp, module+"/"))
+			}
+		}
+		imports[pkg] = ours
+	}
+	if len(imports) < 10 {
+		t.Fatalf("go list found only %d packages", len(imports))
+	}
+	for _, v := range violations(imports) {
+		t.Errorf("forbidden import: %s", v)
+	}
+}
+
+// The checker itself catches the arrows ARCHITECTURE.md forbids.
+func TestViolationsCatchesForbiddenArrows(t *testing.T) {
+	bad := map[string][]string{
+		"fsm":              {"server"},
+		"client":           {"server/servertest"},
+		"api/leasepb":      {"client"},
+		"raftlog":          {"fsm"},
+		"server/transport": {"client/fence"},
+		"client/fence/pg":  {"client"},
+	}
+	got := violations(bad)
+	if len(got) != len(bad) {
+		t.Fatalf("violations = %v, want one per package of %v", got, bad)
+	}
+	good := map[string][]string{
+		"server":           {"api/leasepb", "api/wirepb", "fsm", "raftlog", "server/transport"},
+		"client":           {"api/leasepb", "client/internal/x"},
+		"cmd/leasectl":     {"client", "client/fence", "api/leasepb"},
+		"client/fence/pg":  {"client/fence"},
+		"server/transport": {"api/wirepb"},
+	}
+	if got := violations(good); len(got) != 0 {
+		t.Fatalf("allowed arrows reported: %v", got)
+	}
+}
