@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/server/internal/sim"
 )
 
@@ -360,7 +361,9 @@ func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
 			rng := rand.New(rand.NewPCG(c.seed, 9))
 			for rctx.Err() == nil {
 				callCtx, cancel := context.WithTimeout(rctx, 200*time.Millisecond)
-				_, err := c.node(rng.IntN(c.size())).keepAlive(callCtx, &leasepb.KeepAliveRequest{Leases: refs})
+				// write: the node's one path for writes, which forwards from a follower to the leader.
+				_, err := c.node(rng.IntN(c.size())).write(callCtx, &wirepb.ForwardRequest{
+					Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: refs}}})
 				cancel()
 				mu.Lock()
 				if err == nil {
