@@ -35,19 +35,20 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// listRetrying lists through any running node, retrying Unavailable and DeadlineExceeded (a leader
-// change on a loaded machine).
-func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+// retrying calls fn through any running node in turn, retrying Unavailable, DeadlineExceeded and Canceled
+// (the test closed that node's conn), as the SDK does: a leader change on a loaded machine is no failure.
+func retrying[T any](c *servertest.Cluster, ctx context.Context, fn func(context.Context, leasepb.LeasesClient) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		cl := c.Leases(attempt % c.Size())
 		if cl == nil {
 			continue
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := cl.List(callCtx, req)
+		resp, err := fn(callCtx, cl)
 		cancel()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		}
 		switch code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
@@ -58,25 +59,16 @@ func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListR
 	}
 }
 
-// acquireRetrying acquires through any running node, retrying Unavailable and DeadlineExceeded with the
-// same request id, as the SDK does.
+// acquireRetrying acquires through any running node, retrying with the same request id.
 func acquireRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	for attempt := 0; ; attempt++ {
-		cl := c.Leases(attempt % c.Size())
-		if cl == nil {
-			continue
-		}
-		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := cl.Acquire(callCtx, req)
-		cancel()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		switch code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled: // Canceled: the test closed that node's conn
-		default:
-			return resp, err
-		}
-		time.Sleep(20 * time.Millisecond) // backoff between retries
-	}
+	return retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.AcquireResponse, error) {
+		return cl.Acquire(ctx, req)
+	})
+}
+
+// listRetrying lists through any running node.
+func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+	return retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.ListResponse, error) {
+		return cl.List(ctx, req)
+	})
 }
