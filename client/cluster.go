@@ -68,54 +68,50 @@ func clusterCall[T any](ctx context.Context, c *Client, rpc func(context.Context
 	})
 }
 
-// MemberList returns the Raft configuration's members.
-func (c *Client) MemberList(ctx context.Context, opts ...ReadOption) ([]Member, error) {
-	o := readOpts(opts)
-	resp, err := clusterCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberListResponse, error) {
-		return cc.MemberList(ctx, &leasepb.MemberListRequest{Serializable: o.serializable})
-	})
+// membersAnswer is a Cluster response that carries the member table.
+type membersAnswer interface {
+	GetHeader() *leasepb.ResponseHeader
+	GetMembers() []*leasepb.Member
+}
+
+// memberCall runs a member RPC and returns the member table it answers with.
+func memberCall[R membersAnswer](ctx context.Context, c *Client, rpc func(context.Context, leasepb.ClusterClient) (R, error)) ([]Member, error) {
+	resp, err := clusterCall(ctx, c, rpc)
 	if err != nil {
 		return nil, err
 	}
 	c.follow(resp.GetHeader())
 	return membersOf(resp.GetMembers()), nil
+}
+
+// MemberList returns the Raft configuration's members.
+func (c *Client) MemberList(ctx context.Context, opts ...ReadOption) ([]Member, error) {
+	o := readOpts(opts)
+	return memberCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberListResponse, error) {
+		return cc.MemberList(ctx, &leasepb.MemberListRequest{Serializable: o.serializable})
+	})
 }
 
 // MemberAdd adds a node as a non-voting learner and returns the resulting members. clientAddr may be
 // empty.
 func (c *Client) MemberAdd(ctx context.Context, name, peerAddr, clientAddr string) ([]Member, error) {
-	resp, err := clusterCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberAddResponse, error) {
+	return memberCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberAddResponse, error) {
 		return cc.MemberAdd(ctx, &leasepb.MemberAddRequest{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr})
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.follow(resp.GetHeader())
-	return membersOf(resp.GetMembers()), nil
 }
 
 // MemberPromote makes a caught-up learner a voter and returns the resulting members.
 func (c *Client) MemberPromote(ctx context.Context, id uint64) ([]Member, error) {
-	resp, err := clusterCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberPromoteResponse, error) {
+	return memberCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberPromoteResponse, error) {
 		return cc.MemberPromote(ctx, &leasepb.MemberPromoteRequest{Id: id})
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.follow(resp.GetHeader())
-	return membersOf(resp.GetMembers()), nil
 }
 
 // MemberRemove takes a member out of the Raft configuration and returns the remaining members.
 func (c *Client) MemberRemove(ctx context.Context, id uint64) ([]Member, error) {
-	resp, err := clusterCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberRemoveResponse, error) {
+	return memberCall(ctx, c, func(ctx context.Context, cc leasepb.ClusterClient) (*leasepb.MemberRemoveResponse, error) {
 		return cc.MemberRemove(ctx, &leasepb.MemberRemoveRequest{Id: id})
 	})
-	if err != nil {
-		return nil, err
-	}
-	c.follow(resp.GetHeader())
-	return membersOf(resp.GetMembers()), nil
 }
 
 // SnapshotInfo describes a snapshot Snapshot wrote.
