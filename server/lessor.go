@@ -24,13 +24,22 @@ type lessor struct {
 	interval time.Duration // checkpoint interval
 	retry    time.Duration // re-propose an expiry not applied within this
 	batch    int
-	out      chan<- *leasepb.Command
+	out      chan<- lessorCmd
 
 	leader         bool
+	term           uint64 // the raft term this node leads in; tags every command it decides
 	leases         map[string]*leaseTimer
 	deadlines      timerHeap
 	delays         map[string]*delayTimer
 	lastCheckpoint time.Time
+}
+
+// lessorCmd is a command the lessor decided while leading in term. It must reach the log only from the
+// same node still leading in the same term (Server.proposeLessorCommands): decided in an earlier term, a
+// checkpoint's remainder or an expiry may predate renewals another leader acknowledged since.
+type lessorCmd struct {
+	term uint64
+	cmd  *leasepb.Command
 }
 
 // leaseTimer is the lessor's view of one lease.
@@ -58,7 +67,7 @@ type delayTimer struct {
 	proposed time.Time
 }
 
-func newLessor(cfg Config, out chan<- *leasepb.Command) *lessor {
+func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 	return &lessor{
 		interval: cfg.CheckpointInterval,
 		retry:    2 * cfg.ElectionTimeout(),
@@ -94,11 +103,11 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	}
 }
 
-// promote makes this node's lessor active after it became leader.
-func (l *lessor) promote(now time.Time) {
+// promote makes this node's lessor active after it became leader in term.
+func (l *lessor) promote(now time.Time, term uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leader = true
+	l.leader, l.term = true, term
 	l.startDeadlines(now)
 }
 
@@ -293,11 +302,11 @@ func (l *lessor) checkpoint(now time.Time) {
 	}
 }
 
-// send hands a command to the proposer without blocking the Ready loop; a dropped expiry is retried
-// after l.retry, a dropped checkpoint at the next interval.
+// send hands a command, tagged with this leader's term, to the proposer without blocking the Ready loop;
+// a dropped expiry is retried after l.retry, a dropped checkpoint at the next interval.
 func (l *lessor) send(cmd *leasepb.Command) {
 	select {
-	case l.out <- cmd:
+	case l.out <- lessorCmd{term: l.term, cmd: cmd}:
 	default:
 	}
 }

@@ -15,14 +15,15 @@ type lessorSim struct {
 	clock   *ManualClock
 	sm      *fsm.FSM
 	index   uint64
-	out     chan *leasepb.Command
+	out     chan lessorCmd
 	lessors []*lessor
 	leader  int // -1: none
+	term    uint64
 	expired map[string]time.Time
 }
 
 func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
-	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan *leasepb.Command, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan lessorCmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
 	for range nodes {
 		s.lessors = append(s.lessors, newLessor(cfg, s.out))
 	}
@@ -55,7 +56,7 @@ func (s *lessorSim) step(d, tick time.Duration) {
 			s.lessors[s.leader].tick(s.clock.Now())
 		}
 		for len(s.out) > 0 {
-			s.apply(<-s.out)
+			s.apply((<-s.out).cmd)
 		}
 	}
 }
@@ -65,7 +66,8 @@ func (s *lessorSim) elect(i int) {
 		s.lessors[s.leader].demote()
 	}
 	s.leader = i
-	s.lessors[i].promote(s.clock.Now())
+	s.term++
+	s.lessors[i].promote(s.clock.Now(), s.term)
 }
 
 func (s *lessorSim) renew(resource string, token uint64) bool {
