@@ -77,12 +77,12 @@ type leaseTimer struct {
 	checkpointing  bool
 	// idle mirrors the FSM: checkpointed as not renewed, so the next renewal must be made durable.
 	idle bool
+	// expiring is set once an Expire was proposed: renewals are refused from then on.
+	expiring bool
 	// checkpointAt is when this node applied the lease's last checkpoint; checkpointRemaining its TTL then.
 	checkpointAt        time.Time
 	checkpointRemaining time.Duration
-	// expiring is set once an Expire was proposed: renewals are refused from then on.
-	expiring bool
-	heapIdx  int
+	heapIdx             int
 }
 
 type delayTimer struct {
