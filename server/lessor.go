@@ -17,21 +17,50 @@ import (
 // lock-delays, and resets deadlines on renewal (decision 4: in memory, no log entry, after a ReadIndex).
 //
 // The bound on a dead holder's lease under leadership churn: a new leader gives a full TTL only to leases
-// the log says were renewed since their last checkpoint, and its own first checkpoint (CheckpointInterval
-// after it takes over) marks every lease not renewed since as idle with its remaining TTL, which later
-// leaders honour. So a lease whose holder died is expired within TTL + CheckpointInterval + election timeout.
+// the log does not mark idle, and counts its takeover as their renewal; every scan period (interval/4) it
+// checkpoints as idle, with its remaining TTL, each lease whose last renewal (or the takeover) is at least
+// interval - scan old, so the idle mark is in the log within one CheckpointInterval of the last renewal,
+// and later leaders honour it. So a lease whose holder died is expired within TTL + CheckpointInterval +
+// election gap (docs/design.md, "The lessor").
+//
+// An idle checkpoint decided but not yet applied counts as idle for renewals: a renewal acknowledged from
+// memory after the checkpoint was decided would be undone by it (its remainder predates the renewal), so
+// such a renewal goes through the log, as the first renewal of an idle lease does.
 type lessor struct {
 	mu       sync.Mutex
-	interval time.Duration // checkpoint interval
-	retry    time.Duration // re-propose an expiry not applied within this
+	interval time.Duration // checkpoint interval: an idle lease is marked so in the log within it
+	scan     time.Duration // how often the leader looks for leases gone idle
+	retry    time.Duration // re-propose an expiry or checkpoint not applied within this
 	batch    int
-	out      chan<- *wirepb.Command
+	out      chan<- lessorCmd
 
-	leader         bool
-	leases         map[string]*leaseTimer
-	deadlines      timerHeap
-	delays         map[string]*delayTimer
-	lastCheckpoint time.Time
+	leader    bool
+	term      uint64 // the raft term this node leads in; tags every command it decides
+	leases    map[string]*leaseTimer
+	deadlines timerHeap
+	delays    map[string]*delayTimer
+	base      time.Time // origin of the leases' mono readings
+	lastScan  time.Time
+}
+
+// lessorCmd is a command the lessor decided while leading in term. It must reach the log only from the
+// same node still leading in the same term (Server.proposeLessorCommands): decided in an earlier term, a
+// checkpoint's remainder or an expiry may predate renewals another leader acknowledged since.
+type lessorCmd struct {
+	term uint64
+	cmd  *wirepb.Command
+}
+
+// mono is a reading of the lessor's clock as an offset from lessor.base: 8 bytes per lease, not a
+// time.Time's 24.
+type mono int64
+
+// at converts a reading of the node's clock; the first one fixes base. Called with l.mu held.
+func (l *lessor) at(now time.Time) mono {
+	if l.base.IsZero() {
+		l.base = now
+	}
+	return mono(now.Sub(l.base))
 }
 
 // leaseTimer is the lessor's view of one lease.
@@ -41,16 +70,20 @@ type leaseTimer struct {
 	ttl      time.Duration
 	// deadline is when the lease expires, valid while this node leads.
 	deadline time.Time
-	// renewed: renewed since the leader's last checkpoint (leader only).
-	renewed bool
+	// renewedAt is when the lease was last granted, renewed, or taken over by this leader (leader only).
+	renewedAt mono
+	// checkpointedAt is when this leader proposed an idle checkpoint for the lease; checkpointing is set
+	// until a checkpoint for it applies (or this node takes over again: startDeadlines clears it).
+	checkpointedAt mono
+	checkpointing  bool
 	// idle mirrors the FSM: checkpointed as not renewed, so the next renewal must be made durable.
 	idle bool
+	// expiring is set once an Expire was proposed: renewals are refused from then on.
+	expiring bool
 	// checkpointAt is when this node applied the lease's last checkpoint; checkpointRemaining its TTL then.
 	checkpointAt        time.Time
 	checkpointRemaining time.Duration
-	// expiring is set once an Expire was proposed: renewals are refused from then on.
-	expiring bool
-	heapIdx  int
+	heapIdx             int
 }
 
 type delayTimer struct {
@@ -59,9 +92,10 @@ type delayTimer struct {
 	proposed time.Time
 }
 
-func newLessor(cfg Config, out chan<- *wirepb.Command) *lessor {
+func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 	return &lessor{
 		interval: cfg.CheckpointInterval,
+		scan:     cfg.CheckpointInterval / 4,
 		retry:    2 * cfg.ElectionTimeout(),
 		batch:    cfg.ExpiryBatch,
 		out:      out,
@@ -95,30 +129,31 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	}
 }
 
-// promote makes this node's lessor active after it became leader.
-func (l *lessor) promote(now time.Time) {
+// promote makes this node's lessor active after it became leader in term.
+func (l *lessor) promote(now time.Time, term uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leader = true
+	l.leader, l.term = true, term
 	l.startDeadlines(now)
 }
 
 // startDeadlines sets every deadline as a new leader must: a full TTL for leases that may have been
-// renewed, the checkpointed remainder (from when this node applied the checkpoint) for idle ones.
+// renewed (the takeover counts as their renewal, so their idle mark follows within an interval), the
+// checkpointed remainder (from when this node applied the checkpoint) for idle ones.
 func (l *lessor) startDeadlines(now time.Time) {
 	l.deadlines = l.deadlines[:0]
 	for _, t := range l.leases {
 		if t.idle {
 			t.deadline = t.checkpointAt.Add(t.checkpointRemaining)
 		} else {
-			t.deadline = now.Add(t.ttl)
+			t.deadline, t.renewedAt = now.Add(t.ttl), l.at(now)
 		}
-		t.renewed, t.expiring = false, false
+		t.checkpointing, t.expiring = false, false
 		t.heapIdx = len(l.deadlines)
 		l.deadlines = append(l.deadlines, t)
 	}
 	heap.Init(&l.deadlines)
-	l.lastCheckpoint = now
+	l.lastScan = now
 	for _, d := range l.delays {
 		d.proposed = time.Time{}
 	}
@@ -165,6 +200,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 	for _, cp := range ch.Checkpointed {
 		if t := l.leases[cp.Resource]; t != nil {
 			t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.RemainingMs), !cp.Renewed
+			t.checkpointing = false
 		}
 	}
 	for _, r := range ch.Renewed {
@@ -182,7 +218,7 @@ func (l *lessor) durablyRenewed(now time.Time, resource string) {
 	if t == nil {
 		return
 	}
-	t.idle, t.renewed = false, true
+	t.idle, t.renewedAt = false, l.at(now)
 	if l.leader && !t.expiring && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
 		// The renewal may have been acknowledged by the previous leader, after this node took over with
 		// the lease counted as idle: it earns a full TTL from now.
@@ -196,7 +232,7 @@ func (l *lessor) durablyRenewed(now time.Time, resource string) {
 func (l *lessor) add(now time.Time, ls fsm.Lease) {
 	t := &leaseTimer{
 		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
-		deadline: now.Add(ms(ls.TTLMs)), renewed: true,
+		deadline: now.Add(ms(ls.TTLMs)), renewedAt: l.at(now),
 		checkpointAt: now, checkpointRemaining: ms(ls.TTLMs), heapIdx: -1,
 	}
 	l.leases[ls.Resource] = t
@@ -232,9 +268,9 @@ func (l *lessor) tick(now time.Time) {
 	}
 	l.expireDue(now)
 	l.endDelays(now)
-	if now.Sub(l.lastCheckpoint) >= l.interval {
+	if now.Sub(l.lastScan) >= l.scan {
 		l.checkpoint(now)
-		l.lastCheckpoint = now
+		l.lastScan = now
 	}
 }
 
@@ -271,16 +307,23 @@ func (l *lessor) endDelays(now time.Time) {
 	}
 }
 
-// checkpoint records, for every lease not renewed since the previous checkpoint and not yet idle in the
-// log, its remaining TTL. Leases renewed since need no entry: the log already says "renewed", which is
-// still true; idle leases need none either: their checkpointed remainder still holds.
+// checkpoint marks idle, with its remaining TTL, every lease not renewed (nor granted, nor taken over)
+// for at least interval - scan and not yet idle in the log; scanned every scan period, each is marked
+// within one interval. Leases renewed since need no entry: the log already says "renewed", which is still
+// true; idle leases need none either: their checkpointed remainder still holds. A checkpoint not applied
+// within l.retry (dropped before reaching the log: a full queue, a refused proposal) is proposed again;
+// one that reached the log commits in this leader's term well within l.retry, or the term ends.
 func (l *lessor) checkpoint(now time.Time) {
 	var cps []*wirepb.LeaseCheckpoint
+	cur, idleAfter := l.at(now), mono(l.interval-l.scan)
 	for _, t := range l.leases {
-		if t.renewed || t.idle || t.expiring {
-			t.renewed = false
+		switch {
+		case t.idle || t.expiring || cur-t.renewedAt < idleAfter:
+			continue
+		case t.checkpointing && cur-t.checkpointedAt < mono(l.retry):
 			continue
 		}
+		t.checkpointing, t.checkpointedAt = true, cur
 		cps = append(cps, &wirepb.LeaseCheckpoint{
 			Resource: t.resource, Token: t.token, RemainingMs: max(t.deadline.Sub(now), 0).Milliseconds(),
 		})
@@ -294,11 +337,11 @@ func (l *lessor) checkpoint(now time.Time) {
 	}
 }
 
-// send hands a command to the proposer without blocking the Ready loop; a dropped expiry is retried
-// after l.retry, a dropped checkpoint at the next interval.
+// send hands a command, tagged with this leader's term, to the proposer without blocking the Ready loop;
+// a dropped expiry or checkpoint is retried after l.retry.
 func (l *lessor) send(cmd *wirepb.Command) {
 	select {
-	case l.out <- cmd:
+	case l.out <- lessorCmd{term: l.term, cmd: cmd}:
 	default:
 	}
 }
@@ -308,8 +351,10 @@ var errIdle = errors.New("lease marked idle")
 
 // renewal is the outcome of checking a renewal request against the lessor.
 type renewal struct {
-	ttl  time.Duration
-	idle bool // the first renewal of an idle lease: make it durable (a Renew entry) before acknowledging
+	ttl time.Duration
+	// idle: the first renewal of an idle lease, or of one an idle checkpoint is on its way for: make it
+	// durable (a Renew entry) before acknowledging.
+	idle bool
 }
 
 // checkRenew reports whether (resource, token) can be renewed by this leader.
@@ -323,7 +368,7 @@ func (l *lessor) checkRenew(resource string, token uint64) (renewal, error) {
 	if t == nil || t.expiring {
 		return renewal{}, ErrNotCurrent
 	}
-	return renewal{ttl: t.ttl, idle: t.idle}, nil
+	return renewal{ttl: t.ttl, idle: t.idle || t.checkpointing}, nil
 }
 
 // renew resets the deadline of (resource, token) to at + TTL. The caller has confirmed leadership after
@@ -338,14 +383,14 @@ func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Durati
 	if t == nil || t.expiring {
 		return 0, ErrNotCurrent
 	}
-	if t.idle {
-		return 0, errIdle // a checkpoint marked it idle meanwhile: renew it through the log first
+	if t.idle || t.checkpointing {
+		return 0, errIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first
 	}
 	if d := at.Add(t.ttl); d.After(t.deadline) {
 		t.deadline = d
 		heap.Fix(&l.deadlines, t.heapIdx)
 	}
-	t.renewed = true
+	t.renewedAt = l.at(at)
 	return t.ttl, nil
 }
 

@@ -16,14 +16,15 @@ type lessorSim struct {
 	clock   *ManualClock
 	sm      *fsm.FSM
 	index   uint64
-	out     chan *wirepb.Command
+	out     chan lessorCmd
 	lessors []*lessor
 	leader  int // -1: none
+	term    uint64
 	expired map[string]time.Time
 }
 
 func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
-	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan *wirepb.Command, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan lessorCmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
 	for range nodes {
 		s.lessors = append(s.lessors, newLessor(cfg, s.out))
 	}
@@ -56,7 +57,7 @@ func (s *lessorSim) step(d, tick time.Duration) {
 			s.lessors[s.leader].tick(s.clock.Now())
 		}
 		for len(s.out) > 0 {
-			s.apply(<-s.out)
+			s.apply((<-s.out).cmd)
 		}
 	}
 }
@@ -66,7 +67,8 @@ func (s *lessorSim) elect(i int) {
 		s.lessors[s.leader].demote()
 	}
 	s.leader = i
-	s.lessors[i].promote(s.clock.Now())
+	s.term++
+	s.lessors[i].promote(s.clock.Now(), s.term)
 }
 
 func (s *lessorSim) renew(resource string, token uint64) bool {
@@ -235,5 +237,77 @@ func TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL(t *testing.T) {
 	s.step(3800*time.Millisecond, 100*time.Millisecond)
 	if at, gone := s.expired["r"]; gone {
 		t.Fatalf("expired %v after a durable renewal with a 4s TTL", at.Sub(renewedAt))
+	}
+}
+
+// TestIdleMarkDurableWithinOneInterval: whatever point of the leader's checkpoint cycle a lease was last
+// renewed at, the log marks it idle (with its remaining TTL) within one checkpoint interval of that renewal;
+// a follower that takes over then honours the remainder. With a mark only at the second checkpoint after
+// the renewal, it took up to two intervals, and the dead-lease bound grew by one.
+func TestIdleMarkDurableWithinOneInterval(t *testing.T) {
+	const (
+		ttl      = 10 * time.Second
+		interval = time.Second
+		tick     = 10 * time.Millisecond
+	)
+	cfg := TestConfig()
+	cfg.CheckpointInterval = interval
+	for offset := time.Duration(0); offset < interval; offset += 70 * time.Millisecond {
+		s := newLessorSim(t, 2, cfg)
+		s.elect(0)
+		tok := s.apply(acquireCmd("r", ttl)).Lease.Token
+		s.step(2*interval+offset, tick)
+		if !s.renew("r", tok) {
+			t.Fatalf("offset %v: renew failed", offset)
+		}
+		renewedAt := s.clock.Now()
+		for !s.lessors[1].leases["r"].idle {
+			if took := s.clock.Now().Sub(renewedAt); took > interval {
+				t.Fatalf("offset %v: not marked idle in the log %v after the last renewal (interval %v)", offset, took, interval)
+			}
+			s.step(tick, tick)
+		}
+	}
+}
+
+// TestCheckpointInFlightMakesRenewalDurable: an idle checkpoint the leader has decided but that has not
+// applied yet carries a remainder from before any renewal that follows. A renewal acknowledged from memory
+// meanwhile would be undone when the checkpoint applies (the next leader would count the stale remainder),
+// so until it applies renewals must go through the log.
+func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
+	const (
+		ttl  = 4 * time.Second
+		tick = 10 * time.Millisecond
+	)
+	cfg := TestConfig()
+	cfg.CheckpointInterval = time.Second
+	s := newLessorSim(t, 2, cfg)
+	s.elect(0)
+	tok := s.apply(acquireCmd("r", ttl)).Lease.Token
+	// Tick the leader, without applying what it proposes, until it decides the idle checkpoint.
+	for start := s.clock.Now(); len(s.out) == 0; {
+		if s.clock.Now().Sub(start) > ttl/2 {
+			t.Fatal("setup: no checkpoint decided")
+		}
+		s.clock.Advance(tick)
+		s.lessors[0].tick(s.clock.Now())
+	}
+	drain := func() {
+		for len(s.out) > 0 {
+			s.apply((<-s.out).cmd)
+		}
+	}
+	if !s.renew("r", tok) { // refused while the checkpoint is on its way; once applied, renewed durably
+		drain()
+		if !s.renew("r", tok) {
+			t.Fatal("renew failed after the checkpoint applied")
+		}
+	}
+	renewedAt := s.clock.Now()
+	drain()
+	s.elect(1)
+	s.step(ttl-2*tick, tick)
+	if at, gone := s.expired["r"]; gone {
+		t.Fatalf("expired %v after an acknowledged renewal with a %v TTL", at.Sub(renewedAt), ttl)
 	}
 }

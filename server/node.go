@@ -209,7 +209,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	switch {
 	case isLeader && !wasLeader:
 		n.log.Info("became leader", "term", n.term.Load())
-		n.lessor.promote(n.clock.Now())
+		n.lessor.promote(n.clock.Now(), n.term.Load())
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		n.lessor.demote()

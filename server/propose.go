@@ -59,10 +59,16 @@ func (n *node) proposeErr(ctx context.Context, err error) error {
 	return err
 }
 
-// proposeAsync appends cmd without waiting; the lessor uses it for expirations and checkpoints, whose
-// effects it observes when they apply.
-func (n *node) proposeAsync(cmd *wirepb.Command) {
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+// proposeAsync appends a lessor command without waiting; the lessor observes its effects when it applies.
+// A command decided in another term than the one this node now leads in is dropped: it may have waited
+// in the queue across a leadership change, during which another leader renewed the leases it names (a
+// checkpoint's stale remainder would let the leader after that cut them short). The lessor decides again.
+func (n *node) proposeAsync(c lessorCmd) {
+	if !n.isLeader() || n.term.Load() != c.term {
+		n.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.term, "term", n.term.Load())
+		return
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.cmd)
 	if err != nil {
 		n.log.Error("encode lessor command", "err", err)
 		return

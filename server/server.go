@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/transport"
@@ -34,7 +33,7 @@ type Server struct {
 	peerSrv   *grpc.Server
 	clientLis net.Listener
 	peerLis   net.Listener
-	lessorOut chan *wirepb.Command
+	lessorOut chan lessorCmd
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -144,7 +143,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 			return nil, fmt.Errorf("restore snapshot at %d: %w", snapIndex, err)
 		}
 	}
-	out := make(chan *wirepb.Command, 4096)
+	out := make(chan lessorCmd, 4096)
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock,
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
