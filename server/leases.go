@@ -173,16 +173,20 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*lease
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
+	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
 		Resource: req.GetResource(), Token: req.GetToken(),
 	}}})
 	if err != nil {
 		return nil, err
 	}
-	if res.Code != fsm.OK {
-		return nil, ErrNotCurrent
+	switch {
+	case res.Code == fsm.OK && res.Replayed:
+		// An earlier request released this token (a retry whose first answer was lost): that is success.
+		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
+	case res.Code == fsm.OK:
+		return &leasepb.ReleaseResponse{ReleasedIndex: index}, nil
 	}
-	return &leasepb.ReleaseResponse{}, nil
+	return nil, &endedError{end: res.End}
 }
 
 // read runs fn against a linearizable (default) or serializable view of the state machine.
