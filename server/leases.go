@@ -133,7 +133,9 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		r, err := n.lessor.checkRenew(res.Resource, res.Token)
 		switch {
 		case errors.Is(err, ErrNotCurrent):
-			res.Gone = true
+			// Not "gone" yet: a node that just took over may not have applied a grant its predecessor
+			// committed and acknowledged. Decided after the confirmation below, which waits until this
+			// node has applied everything committed before it.
 		case err != nil:
 			return nil, err
 		case r.idle:
@@ -151,13 +153,10 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
 	var again []*leasepb.KeepAliveResult
 	for _, res := range pending {
-		if res.Gone {
-			continue
-		}
 		ttl, err := n.lessor.renew(res.Resource, res.Token, at)
 		switch {
 		case errors.Is(err, ErrNotCurrent):
-			res.Gone = true
+			res.Gone = true // definite: this node's state reflects every write committed before the request
 		case errors.Is(err, errIdle):
 			again = append(again, res)
 		case err != nil:

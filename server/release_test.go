@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/sim"
 )
 
 func leaderHintOf(err error) *leasepb.LeaderHint {
@@ -95,5 +96,82 @@ func TestSimReleaseAfterExpirySaysItExpired(t *testing.T) {
 		if end := leaseEndedOf(err); status.Code(err) != codes.NotFound || end == nil || end.GetHow() != leasepb.EventType_EVENT_TYPE_UNSPECIFIED || end.GetForgotten() {
 			t.Fatalf("release of a token never granted = %v (detail %v)", err, end)
 		}
+	})
+}
+
+// TestSimRenewOnANewLeaderThatHasNotAppliedTheGrantYet: a leader that just took over may not have applied
+// a grant its predecessor committed and acknowledged (it learns that the entry is committed only once an
+// entry of its own term commits). A renewal that reaches it in that window must not be answered "gone":
+// that is a definite "lost" for a lease that is alive. Not current is decided only after the leadership
+// confirmation, which waits until the node has applied everything committed before it.
+func TestSimRenewOnANewLeaderThatHasNotAppliedTheGrantYet(t *testing.T) {
+	runSim(t, 3, nil, func(t *testing.T, c *simCluster) {
+		ctx := context.Background()
+		old := c.waitLeader(10 * time.Second)
+		const d = 30 * time.Millisecond
+		c.net.SetFaults(sim.Faults{MinDelay: d, MaxDelay: d}) // every message takes d: a fixed schedule
+		acquired := make(chan uint64, 1)
+		go func() {
+			resp, err := c.leases(old).Acquire(ctx, &leasepb.AcquireRequest{Resource: "svc/primary", Holder: "h", TtlMs: 60_000, RequestId: "a"})
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+			}
+			acquired <- resp.GetLease().GetToken()
+		}()
+		// The entry reaches the followers at d and their acknowledgements the leader at 2d, when it
+		// commits; cut it off in between, so that no follower learns the entry is committed.
+		time.Sleep(d + d/2)
+		for i := range c.size() {
+			if i != old {
+				c.net.CutOneWay(c.id(old), c.id(i))
+			}
+		}
+		tok := <-acquired
+		c.net.Isolate(c.id(old))
+		if tok == 0 {
+			t.Fatal("no grant")
+		}
+		var leader int
+		c.waitFor(10*time.Second, "a new leader", func() bool {
+			for i := range c.size() {
+				if i != old && c.node(i).isLeader() {
+					leader = i
+					return true
+				}
+			}
+			return false
+		})
+		if c.holds(leader, "svc/primary") == tok {
+			t.Skipf("the new leader had applied the grant already (seed %d): the window was missed", c.seed)
+		}
+		// Renew as a client would: retry answers that say nothing (Unavailable) until a definite one.
+		var (
+			resp *leasepb.RenewResponse
+			err  error
+		)
+		deadline := time.Now().Add(10 * time.Second)
+		for attempt := 0; ; attempt++ {
+			i := leader
+			if attempt > 0 {
+				i = c.leader()
+			}
+			if i >= 0 && i != old {
+				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				resp, err = c.leases(i).Renew(callCtx, &leasepb.RenewRequest{Resource: "svc/primary", Token: tok})
+				cancel()
+				if !retryable(err) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no definite answer to the renewal: %v", err)
+			}
+			time.Sleep(c.tick())
+		}
+		if err != nil || resp.GetTtlMs() != 60_000 {
+			t.Fatalf("renew on the new leader = %v, %v; want the lease renewed (it is alive)", resp, err)
+		}
+		c.net.SetFaults(sim.Faults{})
+		c.net.Heal()
 	})
 }
