@@ -34,6 +34,12 @@ var (
 	ErrPrecondition = errors.New("leased: precondition failed")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("leased: client closed")
+	// ErrOutcomeUnknown: a write (Acquire, Renew, Release) may or may not have taken effect. An attempt
+	// reached the cluster and went unanswered (the leader lost its leadership or stopped before the entry
+	// applied, the call timed out, a connection broke mid-call), and no later attempt learned what
+	// happened. It wraps the error of that unanswered attempt (so errors.Is ErrUnavailable or
+	// context.DeadlineExceeded holds as well), never a NotFound. Retrying the same write is safe.
+	ErrOutcomeUnknown = errors.New("leased: outcome unknown")
 
 	// Why a Lease ended (Lease.Err).
 
@@ -82,6 +88,47 @@ func (e *waitEndedError) Error() string {
 // Unwrap gives the held answer only: a wait that ran out is "still held", not a timeout.
 func (e *waitEndedError) Unwrap() error { return e.held }
 
+// outcomeUnknownError is ErrOutcomeUnknown. cause is the last attempt whose outcome was unknown; final is
+// the call's last answer, which did not settle it.
+type outcomeUnknownError struct {
+	op           string
+	cause, final error
+}
+
+func (e *outcomeUnknownError) Error() string {
+	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): %v", e.op, e.cause)
+	if e.final != nil && e.final.Error() != e.cause.Error() {
+		msg += fmt.Sprintf("; then: %v", e.final)
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
+func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Unwrap gives the error of the last attempt whose outcome was unknown (ErrUnavailable, or a
+// context.DeadlineExceeded).
+func (e *outcomeUnknownError) Unwrap() error { return e.cause }
+
+// EndedError is Release's ErrNotFound with what the cluster remembers of how the lease ended: the
+// release did not take effect, unless Forgotten.
+type EndedError struct {
+	Resource string
+	Token    uint64
+	// Expired: the lease expired (at log index Index) before this release.
+	Expired bool
+	Index   uint64
+	// Forgotten: the token is older than the lease ends the cluster remembers, so it cannot say whether
+	// the lease was released or expired. Neither set: the token never was a grant of the resource.
+	Forgotten bool
+	msg       string
+}
+
+func (e *EndedError) Error() string { return fmt.Sprintf("%v: %s", ErrNotFound, e.msg) }
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *EndedError) Is(target error) bool { return target == ErrNotFound }
+
 // CompactedError names the oldest index a Watch can start from.
 type CompactedError struct{ OldestIndex uint64 }
 
@@ -115,6 +162,12 @@ func fromStatus(err error) error {
 		}
 		return fmt.Errorf("%w: %s", ErrHeld, msg)
 	case codes.NotFound:
+		for _, d := range st.Details() {
+			if e, ok := d.(*leasepb.LeaseEnded); ok {
+				return &EndedError{Resource: e.GetResource(), Token: e.GetToken(), Index: e.GetIndex(),
+					Expired: e.GetHow() == leasepb.EventType_EVENT_TYPE_EXPIRED, Forgotten: e.GetForgotten(), msg: msg}
+			}
+		}
 		return fmt.Errorf("%w: %s", ErrNotFound, msg)
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", ErrInvalid, msg)
@@ -141,7 +194,9 @@ func fromStatus(err error) error {
 
 // retryable reports whether a call may be retried elsewhere: the cluster had no leader, the node was
 // unreachable or shutting down, or the server gave up waiting for the entry to apply. Writes are retried
-// only because they are idempotent (Acquire carries its request id; Renew and Release name a token).
+// only because they are idempotent (Acquire carries its request id; Renew names a token; a Release of a
+// token already released answers OK), and callWrite reports ErrOutcomeUnknown when no retry settles an
+// attempt whose outcome was unknown.
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:

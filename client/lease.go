@@ -95,14 +95,13 @@ func (l *Lease) Fenced(ctx context.Context, fn func(ctx context.Context, token u
 }
 
 // Release stops renewing the lease and releases it on the cluster (best effort: if the cluster cannot be
-// reached, the lease simply expires after its TTL). Done closes with ErrReleased.
+// reached, the lease simply expires after its TTL). Done closes with ErrReleased. The error is as for
+// Client.Release: nil also when an earlier attempt's lost answer had released it, ErrNotFound when it
+// expired first, ErrOutcomeUnknown when no answer says which.
 func (l *Lease) Release(ctx context.Context) error {
 	l.c.keeper.remove(l)
 	l.end(ErrReleased)
-	_, err := call(ctx, l.c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ReleaseResponse, error) {
-		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: l.resource, Token: l.token})
-	})
-	return err
+	return l.c.release(ctx, l.resource, l.token)
 }
 
 // extend moves the validity window after a renewal sent at sentAt was acknowledged with ttl.
@@ -257,11 +256,13 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	return c.hold(resp.GetLease(), sentAt, margin)
 }
 
-// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names.
+// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. If no
+// attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
+// which an Acquire with the same request id returns, or which expires after its TTL.
 func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
-		return leasepb.NewLeasesClient(conn).Acquire(ctx, req)
-	})
+	resp, err := callWrite(ctx, c, "acquire", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
+		return leasepb.NewLeasesClient(conn).Acquire(ctx, req, opts...)
+	}, nil)
 	if err != nil {
 		return nil, err
 	}

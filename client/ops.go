@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
@@ -34,11 +35,13 @@ func infoOf(l *leasepb.Lease) Info {
 }
 
 // Renew renews the lease (resource, token) once and returns its TTL. Most programs hold a *Lease, which
-// renews itself; this is for tools such as leasectl.
+// renews itself; this is for tools such as leasectl. A NotFound answer is definite (the lease is gone: a
+// renewal never ends one); when no attempt got an answer that says whether the renewal happened, the
+// error wraps ErrOutcomeUnknown.
 func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time.Duration, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.RenewResponse, error) {
-		return leasepb.NewLeasesClient(conn).Renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token})
-	})
+	resp, err := callWrite(ctx, c, "renew", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
+		return leasepb.NewLeasesClient(conn).Renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
+	}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -46,12 +49,86 @@ func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time
 	return time.Duration(resp.GetTtlMs()) * time.Millisecond, nil
 }
 
-// Release releases the lease (resource, token).
+// Release releases the lease (resource, token). It is safe to retry: a release that already took effect
+// (an earlier attempt whose answer was lost) is success. ErrNotFound (an *EndedError saying whether the
+// lease expired) means the release did not take effect. When the outcome cannot be known (every
+// attempt that may have reached the leader went unanswered, and no later one learned what happened),
+// the error wraps ErrOutcomeUnknown.
 func (c *Client) Release(ctx context.Context, resource string, token uint64) error {
-	_, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ReleaseResponse, error) {
-		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token})
-	})
+	return c.release(ctx, resource, token)
+}
+
+func (c *Client) release(ctx context.Context, resource string, token uint64) error {
+	resp, err := callWrite(ctx, c, "release", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
+		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
+	}, releaseNotFoundIsDefinite)
+	if err == nil {
+		c.follow(resp.GetHeader())
+	}
 	return err
+}
+
+// releaseNotFoundIsDefinite: after an attempt whose outcome is unknown, a NotFound is definite only if
+// the server says how the lease ended (LeaseEnded: expired, or never a grant) and still remembers it. A
+// server that does not remember lease ends (an older version), or forgot this one, may be answering a
+// release that its own earlier attempt made.
+func releaseNotFoundIsDefinite(err error) bool {
+	var ended *EndedError
+	return errors.As(err, &ended) && !ended.Forgotten
+}
+
+// callWrite runs a write through call and notes whether an attempt ended with its outcome unknown
+// (outcomeUnknown). If one did and the final answer does not settle it, the error is ErrOutcomeUnknown,
+// wrapping that attempt's error (not the final answer: a NotFound that does not settle the outcome must
+// not read as a definite ErrNotFound). A final answer settles it when it is a success or
+// a refusal the server decided (held, invalid, a limit...); a NotFound settles it only if notFound says
+// so (nil: always).
+func callWrite[T any](ctx context.Context, c *Client, op string,
+	rpc func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error), notFound func(error) bool) (T, error) {
+	var unknown error // the last attempt whose outcome is unknown
+	out, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (T, error) {
+		var p peer.Peer
+		out, err := rpc(ctx, conn, grpc.Peer(&p))
+		if err != nil && outcomeUnknown(err, p.Addr != nil) {
+			unknown = fromStatus(err)
+		}
+		return out, err
+	})
+	if err == nil || unknown == nil || settled(err, notFound) {
+		return out, err
+	}
+	return out, &outcomeUnknownError{op: op, cause: unknown, final: err}
+}
+
+// settled reports whether a write's final error says what became of the write.
+func settled(err error, notFound func(error) bool) bool {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return notFound == nil || notFound(err)
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return false
+	}
+	return true
+}
+
+// outcomeUnknown reports whether one attempt's error leaves open whether the write took effect. sent says
+// whether the request reached a connection (gRPC picked a transport for it): a request that never did
+// cannot have been applied.
+func outcomeUnknown(err error, sent bool) bool {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		for _, d := range st.Details() {
+			if h, ok := d.(*leasepb.LeaderHint); ok {
+				// A node's answer: it says whether the write may still take effect.
+				return h.GetOutcomeUnknown()
+			}
+		}
+		return sent // the connection failed: the request may have been delivered
+	case codes.DeadlineExceeded, codes.Canceled:
+		return sent // the server gave up waiting for the entry, or the call ended while it waited
+	}
+	return false
 }
 
 // ReadOption configures a read.

@@ -105,3 +105,28 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "bytes")
 }
+
+// BenchmarkMemoryPerEnd reports the heap bytes per remembered lease end (ends.go) with the ring full:
+// MaxRememberedEnds leases granted and released (short names), less what the same leases cost live.
+func BenchmarkMemoryPerEnd(b *testing.B) {
+	for range b.N {
+		cmds := distinctAcquires(MaxRememberedEnds, false)
+		before := heapInUse()
+		f := New()
+		for i, c := range cmds {
+			if _, err := f.Apply(uint64(2*i+1), c); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.Apply(uint64(2*i+2), rel(c.GetAcquire().GetResource(), uint64(2*i+1))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := heapInUse()
+		if f.RememberedEnds() != MaxRememberedEnds || f.Len() != 0 {
+			b.Fatalf("remembers %d ends with %d leases live", f.RememberedEnds(), f.Len())
+		}
+		b.ReportMetric(float64(after-before)/MaxRememberedEnds, "bytes/end")
+		runtime.KeepAlive(f)
+		runtime.KeepAlive(cmds)
+	}
+}

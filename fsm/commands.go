@@ -65,9 +65,15 @@ func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 		l, ok = f.lookup(c.GetResource())
 	}
 	if !ok {
-		return Result{Code: NotCurrent}
+		// A retry of a release that took effect answers OK, replayed; otherwise say how the lease ended.
+		end := f.ends.of(c.GetResource(), c.GetToken(), f.highest)
+		if end.How == EndReleased {
+			return Result{Code: OK, Replayed: true, End: end}
+		}
+		return Result{Code: NotCurrent, End: end}
 	}
 	f.remove(l)
+	f.ends.add(l.resource, l.token, index, EndReleased)
 	released := l.export()
 	return Result{Code: OK, Lease: released, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_RELEASED, Index: index, Lease: released}}}
 }
@@ -83,6 +89,7 @@ func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
 			continue // already released, expired or replaced: a late expiry is harmless
 		}
 		f.remove(l)
+		f.ends.add(l.resource, l.token, index, EndExpired)
 		events = append(events, Event{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Index: index, Lease: l.export()})
 		if l.lockDelayMs > 0 {
 			d := lockDelay{token: l.token, index: index, delayMs: l.lockDelayMs}

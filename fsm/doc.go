@@ -11,7 +11,10 @@
 //
 //   - Acquire grants a free resource (token = index). The same holder retrying with the same request id gets
 //     the existing grant back unchanged; anyone else gets a Held result naming the current grant.
-//   - Release ends a lease, but only if the token given is the resource's current grant.
+//   - Release ends a lease, but only if the token given is the resource's current grant. A Release of a token
+//     that an earlier Release ended (a retry whose answer was lost) answers OK, replayed: the FSM remembers
+//     the last MaxRememberedEnds lease ends (released or expired, and at which index), so a retry learns
+//     what its first attempt did, identically on every node.
 //   - Expire ends each listed lease whose token is still current; stale or duplicate expirations are no-ops.
 //     A lease acquired with a lock-delay leaves its resource in a delayed (ungrantable) state until an
 //     EndLockDelay command for that expiry.

@@ -37,6 +37,9 @@ type FSM struct {
 	// holders indexes the same leases by holder; each holder keeps its own leases ordered by resource.
 	holders map[string]*holder
 	delays  map[string]lockDelay
+	// ends remembers the last MaxRememberedEnds lease ends (ends.go), so a retried Release learns that
+	// its first attempt took effect.
+	ends endLog
 }
 
 // New returns an empty state machine.
@@ -45,6 +48,7 @@ func New() *FSM {
 		byResource: btree.NewG(btreeDegree, lessEntry),
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
+		ends:       newEndLog(),
 	}
 }
 

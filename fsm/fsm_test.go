@@ -132,8 +132,8 @@ func TestReleaseOnlyWithCurrentToken(t *testing.T) {
 	if _, ok := a.f.Get("r"); ok {
 		t.Fatalf("released resource still held")
 	}
-	if res := a.apply(rel("r", 1)); res.Code != NotCurrent {
-		t.Fatalf("second release = %v, want NotCurrent", res.Code)
+	if res := a.apply(rel("r", 1)); res.Code != OK || !res.Replayed || len(res.Events) != 0 {
+		t.Fatalf("second release = %v replayed=%v events=%v, want OK, replayed, no event", res.Code, res.Replayed, res.Events)
 	}
 	// A voluntary release never starts a lock-delay.
 	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "d", Holder: "h", TtlMs: 1, LockDelayMs: 1000}))

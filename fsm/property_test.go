@@ -60,15 +60,16 @@ type invariantChecker struct {
 	live      map[string]uint64 // model of the live grants, built from events only
 	model     map[string]*wirepb.AcquireCmd
 	delayed   map[string]uint64 // resource -> expired token, while in lock-delay
+	ended     map[uint64]End    // token -> how its lease ended (the runs are far below MaxRememberedEnds)
 }
 
 func newInvariantChecker() *invariantChecker {
 	return &invariantChecker{lastGrant: map[string]uint64{}, live: map[string]uint64{},
-		model: map[string]*wirepb.AcquireCmd{}, delayed: map[string]uint64{}}
+		model: map[string]*wirepb.AcquireCmd{}, delayed: map[string]uint64{}, ended: map[uint64]End{}}
 }
 
 // expect predicts the result code and event count of cmd from the reference model, and updates the model.
-func (c *invariantChecker) expect(cmd *wirepb.Command) (Code, int) {
+func (c *invariantChecker) expect(index uint64, cmd *wirepb.Command) (Code, int) {
 	switch op := cmd.Op.(type) {
 	case *wirepb.Command_Acquire:
 		a := op.Acquire
@@ -93,9 +94,14 @@ func (c *invariantChecker) expect(cmd *wirepb.Command) (Code, int) {
 		c.model[a.Resource] = a
 		return OK, 1
 	case *wirepb.Command_Release:
-		if c.live[op.Release.Resource] == op.Release.Token && op.Release.Token != 0 {
-			delete(c.model, op.Release.Resource)
+		r := op.Release
+		if c.live[r.Resource] == r.Token && r.Token != 0 {
+			delete(c.model, r.Resource)
+			c.ended[r.Token] = End{Resource: r.Resource, Token: r.Token, How: EndReleased, Index: index}
 			return OK, 1
+		}
+		if e, ok := c.ended[r.Token]; ok && e.Resource == r.Resource && e.How == EndReleased {
+			return OK, 0 // a retry of a release that took effect
 		}
 		return NotCurrent, 0
 	case *wirepb.Command_Expire:
@@ -107,6 +113,7 @@ func (c *invariantChecker) expect(cmd *wirepb.Command) (Code, int) {
 				}
 				delete(c.model, ref.Resource)
 				delete(c.live, ref.Resource) // a duplicate ref in the same entry is ignored
+				c.ended[ref.Token] = End{Resource: ref.Resource, Token: ref.Token, How: EndExpired, Index: index}
 				n++
 			}
 		}
@@ -125,10 +132,19 @@ func (c *invariantChecker) expect(cmd *wirepb.Command) (Code, int) {
 
 func (c *invariantChecker) observe(t *rapid.T, index uint64, cmd *wirepb.Command, res Result) {
 	live := maps.Clone(c.live)
-	wantCode, wantEvents := c.expect(cmd)
+	wantCode, wantEvents := c.expect(index, cmd)
 	c.live = live // expect may have consumed expired refs; events rebuild the live model below
 	if res.Code != wantCode || len(res.Events) != wantEvents {
 		t.Fatalf("entry %d: got %v with %d events, model expects %v with %d", index, res.Code, len(res.Events), wantCode, wantEvents)
+	}
+	if r := cmd.GetRelease(); r != nil && len(res.Events) == 0 {
+		want := End{Resource: r.Resource, Token: r.Token, How: EndNone}
+		if e, ok := c.ended[r.Token]; ok && e.Resource == r.Resource {
+			want = e
+		}
+		if res.End != want || res.Replayed != (want.How == EndReleased) {
+			t.Fatalf("entry %d: release of a token not current says %+v (replayed %v), model says %+v", index, res.End, res.Replayed, want)
+		}
 	}
 	for _, e := range res.Events {
 		if e.Index != index {

@@ -14,7 +14,9 @@ const (
 	Held
 	// LockDelayed: Acquire found the resource in its lock-delay. Result.Delay describes it.
 	LockDelayed
-	// NotCurrent: Release named a token that is not the resource's current grant.
+	// NotCurrent: Release named a token that is not the resource's current grant, and not one that a
+	// Release ended (that answers OK, Replayed). Result.End says whether it expired, never was a grant, or
+	// is too old to be remembered.
 	NotCurrent
 	// HolderLimit: Acquire would exceed the command's holder_limit.
 	HolderLimit
@@ -40,10 +42,15 @@ func (c Code) String() string {
 type Result struct {
 	Code Code
 	// Lease is the grant for a successful Acquire (new or replayed), the current grant for Held, and the
-	// released lease for Release.
+	// released lease for Release (zero for a replayed Release).
 	Lease Lease
-	// Replayed is true when Acquire returned an existing grant made under the same request id.
+	// Replayed is true when Acquire returned an existing grant made under the same request id, or when
+	// Release named a token that an earlier Release had already ended (a retry whose answer was lost).
 	Replayed bool
+	// End is set for a Release whose token was no longer current: how the lease ended (EndReleased for a
+	// replayed Release, with the index of the entry that released it; EndExpired, EndNone or
+	// EndForgotten for NotCurrent).
+	End End
 	// Delay is set for LockDelayed.
 	Delay LockDelay
 	// Events are the grants, releases and expiries this command made, in order; each carries the entry's

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 )
 
@@ -42,6 +43,11 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		d := f.delays[r]
 		body.LockDelays = append(body.LockDelays, &wirepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
 	}
+	body.Ends = make([]*wirepb.LeaseEndRecord, 0, f.ends.len())
+	f.ends.ascend(func(e leaseEnd) {
+		body.Ends = append(body.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
+	})
+	body.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
@@ -126,7 +132,59 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 		prev = d.Resource
 		f.delays[d.Resource] = lockDelay{token: d.Token, index: d.Index, delayMs: d.DelayMs}
 	}
+	if err := f.restoreEnds(body); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+var endEventType = [...]leasepb.EventType{
+	EndReleased:  leasepb.EventType_EVENT_TYPE_RELEASED,
+	EndExpired:   leasepb.EventType_EVENT_TYPE_EXPIRED,
+	EndForgotten: leasepb.EventType_EVENT_TYPE_UNSPECIFIED, // never stored
+}
+
+// restoreEnds rebuilds the remembered ends. A snapshot without forgotten_through predates them: nothing
+// is remembered, and every lease that ended at or below its applied index is forgotten. A snapshot with
+// more ends than this binary keeps (a larger MaxRememberedEnds before) keeps its newest ones.
+func (f *FSM) restoreEnds(body *wirepb.SnapshotBody) error {
+	if body.ForgottenThrough == nil {
+		if len(body.Ends) > 0 {
+			return fmt.Errorf("%w: lease ends without forgotten_through", ErrBadSnapshot)
+		}
+		f.ends.forgottenThrough = f.applied
+		return nil
+	}
+	f.ends.forgottenThrough = body.GetForgottenThrough()
+	if f.ends.forgottenThrough > f.applied {
+		return fmt.Errorf("%w: forgotten_through %d beyond applied index %d", ErrBadSnapshot, f.ends.forgottenThrough, f.applied)
+	}
+	prev := f.ends.forgottenThrough // ends of one Expire entry share an index, some may be evicted
+	for i, r := range body.Ends {
+		var how EndKind
+		switch r.GetHow() {
+		case leasepb.EventType_EVENT_TYPE_RELEASED:
+			how = EndReleased
+		case leasepb.EventType_EVENT_TYPE_EXPIRED:
+			how = EndExpired
+		default:
+			return fmt.Errorf("%w: lease end %d has kind %v", ErrBadSnapshot, i, r.GetHow())
+		}
+		switch {
+		case r.Resource == "" || r.Token == 0 || r.Token > f.highest:
+			return fmt.Errorf("%w: lease end %d names no valid grant", ErrBadSnapshot, i)
+		case r.Index < r.Token || r.Index > f.applied || r.Index < prev:
+			return fmt.Errorf("%w: lease end %d (%q token %d) has index %d out of order", ErrBadSnapshot, i, r.Resource, r.Token, r.Index)
+		case f.IsCurrent(r.Resource, r.Token):
+			return fmt.Errorf("%w: %q token %d both current and ended", ErrBadSnapshot, r.Resource, r.Token)
+		}
+		if _, dup := f.ends.byToken[r.Token]; dup {
+			return fmt.Errorf("%w: token %d ended twice", ErrBadSnapshot, r.Token)
+		}
+		prev = r.Index
+		f.ends.add(r.Resource, r.Token, r.Index, how)
+	}
+	return nil
 }
 
 func checkRecord(r *wirepb.LeaseRecord, prev string, i int, highest uint64) error {

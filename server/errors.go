@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 )
 
 // Sentinel errors. Code inside the server wraps them with %w; toStatus maps them to gRPC codes with
@@ -28,6 +29,10 @@ var (
 	ErrHolderLimit   = errors.New("holder lease limit reached")
 	ErrCompacted     = errors.New("watch history compacted")
 	ErrUnimplemented = errors.New("not implemented yet")
+	// ErrOutcomeUnknown marks a write that was proposed (or handed to the leader) but whose entry this node
+	// cannot see apply: the write may or may not take effect. It travels with ErrNotLeader, ErrNoLeader or
+	// ErrStopped (an Unavailable answer) and sets LeaderHint.outcome_unknown.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
 // fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest.
@@ -58,6 +63,30 @@ func (e *heldError) Is(target error) bool {
 	return target == ErrHeld || (e.detail.LockDelayed && target == ErrLockDelayed)
 }
 
+// endedError is a Release whose token is not current, with what the FSM remembers of the lease's end;
+// it maps to NotFound with a LeaseEnded.
+type endedError struct{ end fsm.End }
+
+func (e *endedError) Error() string {
+	switch e.end.How {
+	case fsm.EndExpired:
+		return fmt.Sprintf("%v: token %d of %q expired (at index %d), so no release ended it", ErrNotCurrent, e.end.Token, e.end.Resource, e.end.Index)
+	case fsm.EndForgotten:
+		return fmt.Sprintf("%v: token %d of %q is older than the lease ends this cluster remembers (released or expired)", ErrNotCurrent, e.end.Token, e.end.Resource)
+	}
+	return ErrNotCurrent.Error()
+}
+
+func (e *endedError) Is(target error) bool { return target == ErrNotCurrent }
+
+func (e *endedError) detail() *leasepb.LeaseEnded {
+	d := &leasepb.LeaseEnded{Resource: e.end.Resource, Token: e.end.Token, Forgotten: e.end.How == fsm.EndForgotten}
+	if e.end.How == fsm.EndExpired {
+		d.How, d.Index = leasepb.EventType_EVENT_TYPE_EXPIRED, e.end.Index
+	}
+	return d
+}
+
 // compactedError carries the oldest index a Watch can start from.
 type compactedError struct{ oldest uint64 }
 
@@ -84,6 +113,7 @@ func toStatus(err error, hint leaderHint) error {
 		fe *fieldError
 		he *heldError
 		ce *compactedError
+		ee *endedError
 	)
 	switch {
 	case errors.As(err, &fe):
@@ -93,13 +123,16 @@ func toStatus(err error, hint leaderHint) error {
 		return withDetails(codes.FailedPrecondition, err, he.detail)
 	case errors.As(err, &ce):
 		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
+	case errors.As(err, &ee):
+		return withDetails(codes.NotFound, err, ee.detail())
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrHolderLimit):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "leases per holder", Description: err.Error()}}})
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
-		return withDetails(codes.Unavailable, err, &leasepb.LeaderHint{LeaderId: hint.id, LeaderAddr: hint.addr})
+		return withDetails(codes.Unavailable, err, &leasepb.LeaderHint{LeaderId: hint.id, LeaderAddr: hint.addr,
+			OutcomeUnknown: errors.Is(err, ErrOutcomeUnknown)})
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc/codes"
@@ -82,13 +83,24 @@ func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb
 	req.ClusterId, req.From = n.clusterID, n.id
 	resp, err := client.Forward(ctx, req)
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
-			return nil, err
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && (st.Code() != codes.Unavailable || hasLeaderHint(st)) {
+			return nil, err // the leader's own answer (it says whether the outcome is known), or a deadline
 		}
-		return nil, n.status(ErrNoLeader)
+		// The peer call failed in transit: the leader may have run the write, so its outcome is unknown.
+		return nil, n.status(unknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
 	}
 	n.learnLeaderAddr(resp)
 	return resp, nil
+}
+
+// hasLeaderHint reports whether st carries a LeaderHint, as every Unavailable a node answers does.
+func hasLeaderHint(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*leasepb.LeaderHint); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // learnLeaderAddr remembers the leader's client address from a forwarded answer, for leader hints.

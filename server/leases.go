@@ -133,7 +133,9 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		r, err := n.lessor.checkRenew(res.Resource, res.Token)
 		switch {
 		case errors.Is(err, ErrNotCurrent):
-			res.Gone = true
+			// Not "gone" yet: a node that just took over may not have applied a grant its predecessor
+			// committed and acknowledged. Decided after the confirmation below, which waits until this
+			// node has applied everything committed before it.
 		case err != nil:
 			return nil, err
 		case r.idle:
@@ -151,13 +153,10 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
 	var again []*leasepb.KeepAliveResult
 	for _, res := range pending {
-		if res.Gone {
-			continue
-		}
 		ttl, err := n.lessor.renew(res.Resource, res.Token, at)
 		switch {
 		case errors.Is(err, ErrNotCurrent):
-			res.Gone = true
+			res.Gone = true // definite: this node's state reflects every write committed before the request
 		case errors.Is(err, errIdle):
 			again = append(again, res)
 		case err != nil:
@@ -173,16 +172,20 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*lease
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
+	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
 		Resource: req.GetResource(), Token: req.GetToken(),
 	}}})
 	if err != nil {
 		return nil, err
 	}
-	if res.Code != fsm.OK {
-		return nil, ErrNotCurrent
+	switch {
+	case res.Code == fsm.OK && res.Replayed:
+		// An earlier request released this token (a retry whose first answer was lost): that is success.
+		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
+	case res.Code == fsm.OK:
+		return &leasepb.ReleaseResponse{ReleasedIndex: index}, nil
 	}
-	return &leasepb.ReleaseResponse{}, nil
+	return nil, &endedError{end: res.End}
 }
 
 // read runs fn against a linearizable (default) or serializable view of the state machine.

@@ -51,16 +51,19 @@ func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
 	if held.GetHolder() != "alice" || held.GetToken() != tok {
 		t.Fatalf("held details = %v", held)
 	}
-	// Renew through a follower, then release; a second release is NotFound.
+	// Renew through a follower, then release; a second release (a retry whose answer was lost) is OK,
+	// already released.
 	r, err := c.Leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok})
 	if err != nil || r.GetTtlMs() != 5000 {
 		t.Fatalf("renew = %v, %v", r, err)
 	}
-	if _, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); err != nil {
-		t.Fatalf("release: %v", err)
+	rel, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok})
+	if err != nil || rel.GetAlreadyReleased() || rel.GetReleasedIndex() <= tok {
+		t.Fatalf("release: %v, %v", rel, err)
 	}
-	if _, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
-		t.Fatalf("second release: %v, want NotFound", err)
+	again, err := c.Leases(f).Release(ctx, &leasepb.ReleaseRequest{Resource: "db/primary", Token: tok})
+	if err != nil || !again.GetAlreadyReleased() || again.GetReleasedIndex() != rel.GetReleasedIndex() {
+		t.Fatalf("second release: %v, %v; want OK, already released at %d", again, err, rel.GetReleasedIndex())
 	}
 	if _, err := c.Leases(f).Renew(ctx, &leasepb.RenewRequest{Resource: "db/primary", Token: tok}); code(err) != codes.NotFound {
 		t.Fatalf("renew after release: %v, want NotFound", err)
@@ -68,9 +71,9 @@ func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
 	if _, err := c.Leases(0).Get(ctx, &leasepb.GetRequest{Resource: "db/primary"}); code(err) != codes.NotFound {
 		t.Fatalf("get after release: %v, want NotFound", err)
 	}
-	again, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b2"})
-	if err != nil || again.GetLease().GetToken() <= tok {
-		t.Fatalf("re-acquire = %v, %v; want a token above %d", again, err, tok)
+	reacq, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "db/primary", Holder: "bob", TtlMs: 5000, RequestId: "b2"})
+	if err != nil || reacq.GetLease().GetToken() <= tok {
+		t.Fatalf("re-acquire = %v, %v; want a token above %d", reacq, err, tok)
 	}
 }
 

@@ -217,7 +217,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
 		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's
 		// and Renew's token, make a retry safe).
-		n.proposals.failAll(fmt.Errorf("leadership lost before the entry applied, outcome unknown: %w", ErrNotLeader))
+		n.proposals.failAll(fmt.Errorf("leadership lost before the entry applied, %w: %w", ErrOutcomeUnknown, ErrNotLeader))
 	}
 }
 

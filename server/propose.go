@@ -33,16 +33,28 @@ func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
 	if err := n.raft.Propose(ctx, data); err != nil {
-		return fsm.Result{}, 0, n.proposeErr(ctx, err)
+		if errors.Is(err, raft.ErrProposalDropped) {
+			return fsm.Result{}, 0, n.proposeErr(ctx, err) // never entered the log
+		}
+		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, err))
 	}
+	// From here on the entry may be in the log: any answer but its Result leaves the outcome unknown.
 	select {
 	case out := <-ch:
 		return out.result, out.index, out.err
 	case <-ctx.Done():
-		return fsm.Result{}, 0, n.proposeErr(ctx, ctx.Err())
+		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, ctx.Err()))
 	case <-n.done: // closed, or stopped by a fatal error: the entry will not apply here
-		return fsm.Result{}, 0, n.stoppedErr()
+		return fsm.Result{}, 0, unknownOutcome(n.stoppedErr())
 	}
+}
+
+// unknownOutcome marks err as the answer to a write that may still take effect (ErrOutcomeUnknown).
+func unknownOutcome(err error) error {
+	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 func (n *node) proposeErr(ctx context.Context, err error) error {

@@ -20,8 +20,10 @@
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
 //   - FAILED_PRECONDITION: the resource is held by someone else, or is in its lock-delay; details carry
 //     LeaseHeld.
-//   - NOT_FOUND: no such lease, or the token is no longer the current grant of the resource.
-//   - UNAVAILABLE: no leader, or the node cannot reach it; details carry LeaderHint when a leader is known.
+//   - NOT_FOUND: no such lease, or the token is no longer the current grant of the resource; from Release,
+//     details carry LeaseEnded.
+//   - UNAVAILABLE: no leader, or the node cannot reach it; details carry LeaderHint (its outcome_unknown says
+//     whether a write may still take effect).
 //   - RESOURCE_EXHAUSTED: a per-holder or per-node limit; details carry google.rpc.QuotaFailure.
 //   - OUT_OF_RANGE: Watch asked for events older than the retained history; details carry WatchCompacted.
 //   - DEADLINE_EXCEEDED: the call's deadline passed; the outcome of a write is then unknown (retry Acquire
@@ -873,10 +875,17 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
-// ReleaseResponse acknowledges a release.
+// ReleaseResponse acknowledges a release. A retry of a release that already took effect (its first answer
+// was lost) is acknowledged too, with already_released set: Release is safe to retry.
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// already_released is true when an earlier request had already released this token; this request
+	// changed nothing.
+	AlreadyReleased bool `protobuf:"varint,2,opt,name=already_released,json=alreadyReleased,proto3" json:"already_released,omitempty"`
+	// released_index is the log index of the entry that released the lease (0 from servers before this
+	// field).
+	ReleasedIndex uint64 `protobuf:"varint,3,opt,name=released_index,json=releasedIndex,proto3" json:"released_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +925,20 @@ func (x *ReleaseResponse) GetHeader() *ResponseHeader {
 		return x.Header
 	}
 	return nil
+}
+
+func (x *ReleaseResponse) GetAlreadyReleased() bool {
+	if x != nil {
+		return x.AlreadyReleased
+	}
+	return false
+}
+
+func (x *ReleaseResponse) GetReleasedIndex() uint64 {
+	if x != nil {
+		return x.ReleasedIndex
+	}
+	return 0
 }
 
 // GetRequest reads the current lease on one resource.
@@ -1551,9 +1574,13 @@ type LeaderHint struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LeaderId uint64                 `protobuf:"varint,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	// leader_addr is the leader's client address; empty when no leader is known.
-	LeaderAddr    string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaderAddr string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	// outcome_unknown is true when the write was proposed (or handed to the leader) and the node cannot
+	// know whether it took effect: it stopped leading, or stopped, before the entry applied. The entry may
+	// still commit under the next leader. When false, an UNAVAILABLE write did not take effect.
+	OutcomeUnknown bool `protobuf:"varint,3,opt,name=outcome_unknown,json=outcomeUnknown,proto3" json:"outcome_unknown,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaderHint) Reset() {
@@ -1600,6 +1627,97 @@ func (x *LeaderHint) GetLeaderAddr() string {
 	return ""
 }
 
+func (x *LeaderHint) GetOutcomeUnknown() bool {
+	if x != nil {
+		return x.OutcomeUnknown
+	}
+	return false
+}
+
+// LeaseEnded is the detail of NOT_FOUND from Release: what the cluster remembers of how the named lease
+// ended (it remembers the most recent lease ends, a bounded number). A release whose token was released
+// by an earlier request is not an error (ReleaseResponse.already_released).
+type LeaseEnded struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Token    uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// how is EVENT_TYPE_EXPIRED when the lease expired (so no release ended it), and
+	// EVENT_TYPE_UNSPECIFIED when the token never was a grant of the resource, or when forgotten is set.
+	How EventType `protobuf:"varint,3,opt,name=how,proto3,enum=leased.v1.EventType" json:"how,omitempty"`
+	// index is the log index of the entry that ended the lease (0 unless how is set).
+	Index uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	// forgotten is true when the token is older than the lease ends the cluster remembers: the lease may
+	// have been released (by an earlier attempt of this very request) or expired.
+	Forgotten     bool `protobuf:"varint,5,opt,name=forgotten,proto3" json:"forgotten,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseEnded) Reset() {
+	*x = LeaseEnded{}
+	mi := &file_leased_v1_leases_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseEnded) ProtoMessage() {}
+
+func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
+func (*LeaseEnded) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaseEnded) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *LeaseEnded) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseEnded) GetHow() EventType {
+	if x != nil {
+		return x.How
+	}
+	return EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *LeaseEnded) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LeaseEnded) GetForgotten() bool {
+	if x != nil {
+		return x.Forgotten
+	}
+	return false
+}
+
 // WatchCompacted is the detail of OUT_OF_RANGE for a Watch that asked for events no longer retained.
 type WatchCompacted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1611,7 +1729,7 @@ type WatchCompacted struct {
 
 func (x *WatchCompacted) Reset() {
 	*x = WatchCompacted{}
-	mi := &file_leased_v1_leases_proto_msgTypes[23]
+	mi := &file_leased_v1_leases_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1741,7 @@ func (x *WatchCompacted) String() string {
 func (*WatchCompacted) ProtoMessage() {}
 
 func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[23]
+	mi := &file_leased_v1_leases_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1754,7 @@ func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
 func (*WatchCompacted) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{23}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchCompacted) GetOldestIndex() uint64 {
@@ -1706,9 +1824,11 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\aresults\x18\x03 \x03(\v2\x1a.leased.v1.KeepAliveResultR\aresults\"B\n" +
 	"\x0eReleaseRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"D\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\x96\x01\n" +
 	"\x0fReleaseResponse\x121\n" +
-	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\"L\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12)\n" +
+	"\x10already_released\x18\x02 \x01(\bR\x0falreadyReleased\x12%\n" +
+	"\x0ereleased_index\x18\x03 \x01(\x04R\rreleasedIndex\"L\n" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\"\n" +
@@ -1751,12 +1871,20 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12!\n" +
-	"\flock_delayed\x18\x05 \x01(\bR\vlockDelayed\"J\n" +
+	"\flock_delayed\x18\x05 \x01(\bR\vlockDelayed\"s\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
-	"leaderAddr\"3\n" +
+	"leaderAddr\x12'\n" +
+	"\x0foutcome_unknown\x18\x03 \x01(\bR\x0eoutcomeUnknown\"\x9a\x01\n" +
+	"\n" +
+	"LeaseEnded\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12&\n" +
+	"\x03how\x18\x03 \x01(\x0e2\x14.leased.v1.EventTypeR\x03how\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\x12\x1c\n" +
+	"\tforgotten\x18\x05 \x01(\bR\tforgotten\"3\n" +
 	"\x0eWatchCompacted\x12!\n" +
 	"\foldest_index\x18\x01 \x01(\x04R\voldestIndex*p\n" +
 	"\tEventType\x12\x1a\n" +
@@ -1787,7 +1915,7 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
 	(*ResponseHeader)(nil),        // 1: leased.v1.ResponseHeader
@@ -1813,7 +1941,8 @@ var file_leased_v1_leases_proto_goTypes = []any{
 	(*WatchResponse)(nil),         // 21: leased.v1.WatchResponse
 	(*LeaseHeld)(nil),             // 22: leased.v1.LeaseHeld
 	(*LeaderHint)(nil),            // 23: leased.v1.LeaderHint
-	(*WatchCompacted)(nil),        // 24: leased.v1.WatchCompacted
+	(*LeaseEnded)(nil),            // 24: leased.v1.LeaseEnded
+	(*WatchCompacted)(nil),        // 25: leased.v1.WatchCompacted
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
 	1,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
@@ -1832,27 +1961,28 @@ var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 13: leased.v1.Event.lease:type_name -> leased.v1.Lease
 	1,  // 14: leased.v1.WatchResponse.header:type_name -> leased.v1.ResponseHeader
 	20, // 15: leased.v1.WatchResponse.events:type_name -> leased.v1.Event
-	3,  // 16: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	5,  // 17: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	8,  // 18: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	11, // 19: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	13, // 20: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	15, // 21: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	17, // 22: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	19, // 23: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	4,  // 24: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	6,  // 25: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	10, // 26: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	12, // 27: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	14, // 28: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	16, // 29: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	18, // 30: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	21, // 31: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	0,  // 16: leased.v1.LeaseEnded.how:type_name -> leased.v1.EventType
+	3,  // 17: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	5,  // 18: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	8,  // 19: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	11, // 20: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	13, // 21: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	15, // 22: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	17, // 23: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	19, // 24: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	4,  // 25: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	6,  // 26: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	10, // 27: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	12, // 28: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	14, // 29: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	16, // 30: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	18, // 31: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	21, // 32: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -1866,7 +1996,7 @@ func file_leased_v1_leases_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,8 +20,10 @@
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
 //   - FAILED_PRECONDITION: the resource is held by someone else, or is in its lock-delay; details carry
 //     LeaseHeld.
-//   - NOT_FOUND: no such lease, or the token is no longer the current grant of the resource.
-//   - UNAVAILABLE: no leader, or the node cannot reach it; details carry LeaderHint when a leader is known.
+//   - NOT_FOUND: no such lease, or the token is no longer the current grant of the resource; from Release,
+//     details carry LeaseEnded.
+//   - UNAVAILABLE: no leader, or the node cannot reach it; details carry LeaderHint (its outcome_unknown says
+//     whether a write may still take effect).
 //   - RESOURCE_EXHAUSTED: a per-holder or per-node limit; details carry google.rpc.QuotaFailure.
 //   - OUT_OF_RANGE: Watch asked for events older than the retained history; details carry WatchCompacted.
 //   - DEADLINE_EXCEEDED: the call's deadline passed; the outcome of a write is then unknown (retry Acquire
@@ -73,7 +75,9 @@ type LeasesClient interface {
 	// KeepAlive renews many leases over one stream. Each request may carry many leases; each response answers
 	// one request (matched by seq) with one result per lease.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
-	// Release ends a lease early. Only the current token of the resource releases it.
+	// Release ends a lease early. Only the current token of the resource releases it. A retry of a release
+	// that took effect answers OK with already_released (safe to retry); one whose lease expired answers
+	// NOT_FOUND with LeaseEnded.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Get returns the current lease on a resource, or NOT_FOUND when nobody holds it.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
@@ -202,7 +206,9 @@ type LeasesServer interface {
 	// KeepAlive renews many leases over one stream. Each request may carry many leases; each response answers
 	// one request (matched by seq) with one result per lease.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
-	// Release ends a lease early. Only the current token of the resource releases it.
+	// Release ends a lease early. Only the current token of the resource releases it. A retry of a release
+	// that took effect answers OK with already_released (safe to retry); one whose lease expired answers
+	// NOT_FOUND with LeaseEnded.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Get returns the current lease on a resource, or NOT_FOUND when nobody holds it.
 	Get(context.Context, *GetRequest) (*GetResponse, error)

@@ -786,13 +786,21 @@ func (x *LockDelayRecord) GetDelayMs() int64 {
 // SnapshotBody is the state machine's state. Records are sorted by resource so that equal states encode to
 // equal bytes. It is wrapped in an envelope (magic, version, length, CRC-32C) described in docs/design.md.
 type SnapshotBody struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	HighestToken  uint64                 `protobuf:"varint,2,opt,name=highest_token,json=highestToken,proto3" json:"highest_token,omitempty"`
-	Leases        []*LeaseRecord         `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
-	LockDelays    []*LockDelayRecord     `protobuf:"bytes,4,rep,name=lock_delays,json=lockDelays,proto3" json:"lock_delays,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	HighestToken uint64                 `protobuf:"varint,2,opt,name=highest_token,json=highestToken,proto3" json:"highest_token,omitempty"`
+	Leases       []*LeaseRecord         `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
+	LockDelays   []*LockDelayRecord     `protobuf:"bytes,4,rep,name=lock_delays,json=lockDelays,proto3" json:"lock_delays,omitempty"`
+	// ends are the remembered ends of recent leases (at most fsm.MaxRememberedEnds), oldest first, in the
+	// order they happened (index order; the ends of one Expire entry in the command's order). They let a
+	// retried Release learn that its first attempt took effect. Absent in snapshots of earlier versions.
+	Ends []*LeaseEndRecord `protobuf:"bytes,5,rep,name=ends,proto3" json:"ends,omitempty"`
+	// forgotten_through: every lease that ended at an index above it is in ends. Set in every snapshot of
+	// this version (so its presence says ends is meaningful); a snapshot without it predates ends, and its
+	// applied_index plays this role.
+	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -851,6 +859,91 @@ func (x *SnapshotBody) GetLockDelays() []*LockDelayRecord {
 		return x.LockDelays
 	}
 	return nil
+}
+
+func (x *SnapshotBody) GetEnds() []*LeaseEndRecord {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+func (x *SnapshotBody) GetForgottenThrough() uint64 {
+	if x != nil && x.ForgottenThrough != nil {
+		return *x.ForgottenThrough
+	}
+	return 0
+}
+
+// LeaseEndRecord is one remembered lease end in a snapshot.
+type LeaseEndRecord struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Token    uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// index of the entry that ended the lease.
+	Index uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// how the lease ended: EVENT_TYPE_RELEASED or EVENT_TYPE_EXPIRED.
+	How           leasepb.EventType `protobuf:"varint,4,opt,name=how,proto3,enum=leased.v1.EventType" json:"how,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseEndRecord) Reset() {
+	*x = LeaseEndRecord{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseEndRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseEndRecord) ProtoMessage() {}
+
+func (x *LeaseEndRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseEndRecord.ProtoReflect.Descriptor instead.
+func (*LeaseEndRecord) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaseEndRecord) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *LeaseEndRecord) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseEndRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LeaseEndRecord) GetHow() leasepb.EventType {
+	if x != nil {
+		return x.How
+	}
+	return leasepb.EventType(0)
 }
 
 var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
@@ -914,13 +1007,21 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xd7\x01\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xd7\x02\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
 	"\x06leases\x18\x03 \x03(\v2\x1f.leased.internal.v1.LeaseRecordR\x06leases\x12D\n" +
 	"\vlock_delays\x18\x04 \x03(\v2#.leased.internal.v1.LockDelayRecordR\n" +
-	"lockDelaysB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"lockDelays\x126\n" +
+	"\x04ends\x18\x05 \x03(\v2\".leased.internal.v1.LeaseEndRecordR\x04ends\x120\n" +
+	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01B\x14\n" +
+	"\x12_forgotten_through\"\x80\x01\n" +
+	"\x0eLeaseEndRecord\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12&\n" +
+	"\x03how\x18\x04 \x01(\x0e2\x14.leased.v1.EventTypeR\x03howB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_fsm_proto_rawDescOnce sync.Once
@@ -934,7 +1035,7 @@ func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: leased.internal.v1.Command
 	(*AcquireCmd)(nil),       // 1: leased.internal.v1.AcquireCmd
@@ -947,7 +1048,9 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*LeaseRecord)(nil),      // 8: leased.internal.v1.LeaseRecord
 	(*LockDelayRecord)(nil),  // 9: leased.internal.v1.LockDelayRecord
 	(*SnapshotBody)(nil),     // 10: leased.internal.v1.SnapshotBody
-	(*leasepb.LeaseRef)(nil), // 11: leased.v1.LeaseRef
+	(*LeaseEndRecord)(nil),   // 11: leased.internal.v1.LeaseEndRecord
+	(*leasepb.LeaseRef)(nil), // 12: leased.v1.LeaseRef
+	(leasepb.EventType)(0),   // 13: leased.v1.EventType
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -956,17 +1059,19 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	5,  // 3: leased.internal.v1.Command.checkpoint:type_name -> leased.internal.v1.CheckpointCmd
 	6,  // 4: leased.internal.v1.Command.renew:type_name -> leased.internal.v1.RenewCmd
 	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
-	11, // 6: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	12, // 6: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
 	4,  // 7: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
-	11, // 8: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	11, // 9: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	12, // 8: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	12, // 9: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
 	8,  // 10: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
 	9,  // 11: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 12: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
+	13, // 13: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }
@@ -982,13 +1087,14 @@ func file_leased_internal_v1_fsm_proto_init() {
 		(*Command_Renew)(nil),
 		(*Command_EndLockDelay)(nil),
 	}
+	file_leased_internal_v1_fsm_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -109,7 +109,10 @@ func testLifecycle(t *testing.T, eps []string) {
 		t.Fatalf("get free: %v", notFound)
 	}
 	want(t, ctl(t, eps, "renew", "life/a", "--token", tok), 4)
-	want(t, ctl(t, eps, "release", "life/a", "--token", tok), 4)
+	// Releasing again is a retry of a release that took effect: success. A token that never was the
+	// grant did not get released: exit 4.
+	want(t, ctl(t, eps, "release", "life/a", "--token", tok), 0)
+	want(t, ctl(t, eps, "release", "life/a", "--token", "999999"), 4)
 
 	// Server-side validation is a usage error too.
 	want(t, ctl(t, eps, "acquire", "/bad//name", "--ttl", "10s"), 2)
@@ -470,6 +473,7 @@ func TestUnavailableClusterExits5WithinTimeout(t *testing.T) {
 		{"get", "x"},
 		{"acquire", "x", "--ttl", "10s"},
 		{"renew", "x", "--token", "1"},
+		{"release", "x", "--token", "1"}, // never sent, so not "outcome unknown" (6)
 		{"list"},
 		{"status"},
 		{"watch"},

@@ -20,6 +20,9 @@ const (
 	exitHeld        = 3 // held by someone else, or another precondition failed
 	exitNotFound    = 4 // no such lease, or the token is no longer the current grant
 	exitUnavailable = 5 // no leader reachable, or the request timed out
+	// exitOutcomeUnknown: a write (acquire, renew, release) reached the cluster but no answer said whether
+	// it took effect; running the same command again is safe and tells.
+	exitOutcomeUnknown = 6
 )
 
 // errInterrupted: leasectl received SIGINT or SIGTERM while waiting (exit 1).
@@ -93,6 +96,8 @@ func exitCode(err error) int {
 		return status.code
 	case errors.As(err, &usage), errors.Is(err, client.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, client.ErrOutcomeUnknown): // before NotFound and Unavailable: it is neither
+		return exitOutcomeUnknown
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrPrecondition):
 		return exitHeld
 	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrReleased):

@@ -133,7 +133,9 @@ with 'leasectl release'). To hold a lease for as long as a command runs, use 'le
 If the resource is held by someone else acquire fails with exit code 3, unless --wait is given: then it
 waits (first come, first served) until the resource is granted, --wait-timeout passes, or it is
 interrupted. --request-id makes a retried acquire return the same grant instead of "held"; the server
-matches it per holder, so keep --holder the same too (the default holder is this host's name).`,
+matches it per holder, so keep --holder the same too (the default holder is this host's name). Exit code
+6 means the outcome is unknown: a grant may exist; acquire again with the same --request-id and --holder
+to get it (or it expires after its TTL).`,
 		Example: `  leasectl acquire jobs/report --ttl 30s
   TOKEN=$(leasectl acquire jobs/report --ttl 1m -o json | jq .token)
   leasectl acquire db/primary --ttl 10s --holder "$(hostname)" --value 10.0.0.5:5432 --wait --wait-timeout 1m`,
@@ -198,7 +200,8 @@ func (a *app) renewCommand() *cobra.Command {
 		Use:   "renew RESOURCE --token T",
 		Short: "Renew a lease once, for another TTL",
 		Long: `renew renews the lease on RESOURCE whose fencing token is T, once: the lease lives for another full TTL.
-It fails with exit code 4 when T is no longer the resource's current grant (released, expired or re-granted).`,
+It fails with exit code 4 when T is no longer the resource's current grant (released, expired or re-granted),
+and exit code 6 when no answer said whether the renewal happened.`,
 		Example: `  leasectl renew jobs/report --token 1234
   while leasectl renew jobs/report --token "$TOKEN" >/dev/null; do sleep 10; done`,
 		Args:    resourceArg,
@@ -230,8 +233,10 @@ func (a *app) releaseCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "release RESOURCE --token T",
 		Short: "Release a lease so others can take it at once",
-		Long: `release ends the lease on RESOURCE whose fencing token is T. It fails with exit code 4 when T is no
-longer the resource's current grant.`,
+		Long: `release ends the lease on RESOURCE whose fencing token is T. Releasing again is safe: a release that
+already took effect (say, an earlier attempt whose answer was lost) succeeds. It fails with exit code 4
+when T's lease did not end by a release (it expired, or T was never its grant), and exit code 6 when the
+outcome is unknown (the cluster got the request but no answer said whether it took effect: run it again).`,
 		Example: `  leasectl release jobs/report --token 1234`,
 		Args:    resourceArg,
 		PreRunE: tokenRequired(&token),

@@ -178,6 +178,8 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), 5},
 		{fmt.Errorf("lease lost: %w", client.ErrLostContact), 5},
 		{fmt.Errorf("x: %w", client.ErrLimit), 1},
+		{fmt.Errorf("release: %w", client.ErrOutcomeUnknown), 6},
+		{fmt.Errorf("release: %w", fmt.Errorf("%w: %w", client.ErrOutcomeUnknown, client.ErrUnavailable)), 6},
 		{fmt.Errorf("x: %w", errInterrupted), 1},
 		{&exitStatus{code: 7}, 7},
 		{&exitStatus{code: 127, err: errors.New("start nope: not found")}, 127},
