@@ -20,9 +20,12 @@ const (
 	exitHeld        = 3 // held by someone else, or another precondition failed
 	exitNotFound    = 4 // no such lease, or the token is no longer the current grant
 	exitUnavailable = 5 // no leader reachable, or the request timed out
+	// 6 is reserved for authentication and permission failures (issue #10: Unauthenticated,
+	// PermissionDenied, a TLS handshake failure), as its contract names it.
+	//
 	// exitOutcomeUnknown: a write (acquire, renew, release) reached the cluster but no answer said whether
 	// it took effect; running the same command again is safe and tells.
-	exitOutcomeUnknown = 6
+	exitOutcomeUnknown = 7
 )
 
 // errInterrupted: leasectl received SIGINT or SIGTERM while waiting (exit 1).

@@ -201,7 +201,7 @@ func (a *app) renewCommand() *cobra.Command {
 		Short: "Renew a lease once, for another TTL",
 		Long: `renew renews the lease on RESOURCE whose fencing token is T, once: the lease lives for another full TTL.
 It fails with exit code 4 when T is no longer the resource's current grant (released, expired or re-granted),
-and exit code 6 when no answer said whether the renewal happened.`,
+and exit code 7 when no answer said whether the renewal happened.`,
 		Example: `  leasectl renew jobs/report --token 1234
   while leasectl renew jobs/report --token "$TOKEN" >/dev/null; do sleep 10; done`,
 		Args:    resourceArg,
@@ -235,7 +235,7 @@ func (a *app) releaseCommand() *cobra.Command {
 		Short: "Release a lease so others can take it at once",
 		Long: `release ends the lease on RESOURCE whose fencing token is T. Releasing again is safe: a release that
 already took effect (say, an earlier attempt whose answer was lost) succeeds. It fails with exit code 4
-when T's lease did not end by a release (it expired, or T was never its grant), and exit code 6 when the
+when T's lease did not end by a release (it expired, or T was never its grant), and exit code 7 when the
 outcome is unknown (the cluster got the request but no answer said whether it took effect: run it again).`,
 		Example: `  leasectl release jobs/report --token 1234`,
 		Args:    resourceArg,
