@@ -42,6 +42,8 @@ func TestChaos(t *testing.T) {
 		Seed: seedFromEnv(t), Duration: 40 * time.Second,
 		Workers: 6, Durable: 2, Hot: 3, Cold: 40, Epoch: 20 * time.Second, OpsPerWorker: 600,
 		Nemeses: true, FullRestart: true, CheckTimeout: time.Minute,
+		L1Holders: 4, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
+		Plants: plantsFromEnv(),
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -58,7 +60,7 @@ func TestChaos(t *testing.T) {
 		cfg.Nodes = n
 	}
 	t.Logf("seed %d (reproduce the schedule with LEASED_CHAOS_SEED=%d)", cfg.Seed, cfg.Seed)
-	cfg.Bin = leasedBinary(t, "")
+	cfg.Bin = leasedBinary(t, "faultinject")
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
 	if n := rep.total(); n > 0 {
@@ -81,7 +83,7 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 		Workers: 6, Hot: 2, Cold: 4, Epoch: time.Hour, OpsPerWorker: 300,
 		CheckTimeout: 30 * time.Second,
 	}
-	cfg.Bin = leasedBinary(t, "plantbug")
+	cfg.Bin = leasedBinary(t, "plantbug,faultinject")
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
 	if len(rep.Violations["I6"]) == 0 {

@@ -52,7 +52,9 @@ var (
 	built   = map[string]string{}
 )
 
-// leasedBinary builds cmd/leased with the given build tags (once per tag set) and returns its path.
+// leasedBinary builds cmd/leased with the given build tags (comma-separated; once per tag set) and returns
+// its path. The chaos runs use "faultinject" (the disk-stall hook on the admin address); LEASED_CHAOS_BINARY
+// replaces that build.
 func leasedBinary(t testing.TB, tags string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -60,7 +62,7 @@ func leasedBinary(t testing.TB, tags string) string {
 	if p, ok := built[tags]; ok {
 		return p
 	}
-	if env := os.Getenv("LEASED_CHAOS_BINARY"); env != "" && tags == "" {
+	if env := os.Getenv("LEASED_CHAOS_BINARY"); env != "" && tags == "faultinject" {
 		built[tags] = env
 		return env
 	}
