@@ -40,22 +40,30 @@ func newClientNet(endpoints []string) *clientNet {
 
 // dialOption is the grpc dialer of client name.
 func (n *clientNet) dialOption(name string) grpc.DialOption {
-	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-		node, ok := n.nodes[addr]
-		if !ok {
-			node = -1
-		}
-		lk := clientLink{name, node}
-		if err := n.wait(ctx, lk); err != nil {
-			return nil, err
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		return &holeConn{Conn: c, net: n, lk: lk, closed: make(chan struct{})}, nil
-	})
+	return grpc.WithContextDialer((&holeDialer{cn: n, name: name}).dial)
+}
+
+// holeDialer dials for one client: it waits while the link to the node is black-holed.
+type holeDialer struct {
+	cn   *clientNet
+	name string
+}
+
+func (h *holeDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	node, ok := h.cn.nodes[addr]
+	if !ok {
+		node = -1
+	}
+	lk := clientLink{h.name, node}
+	if err := h.cn.wait(ctx, lk); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &holeConn{Conn: c, net: h.cn, lk: lk, closed: make(chan struct{})}, nil
 }
 
 // gate returns the channel to wait on while lk is black-holed (nil when it is not).

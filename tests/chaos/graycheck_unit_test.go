@@ -1,11 +1,18 @@
 package chaos
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/tests/internal/proc"
 )
 
 // The log checker and the L1 checker on hand-made histories: each bad one is caught, the good ones pass.
@@ -124,5 +131,103 @@ func TestCheckL1(t *testing.T) {
 	two := append([]nemesisRec{{Name: "kill-follower", Nodes: []int{1}, Start: 9 * s, End: 16 * s}}, nems...)
 	if _, v := checkL1(3, s, 60*s, two, leases[:1], nil, nil); len(v) != 0 {
 		t.Errorf("minority window counted: %v", v)
+	}
+}
+
+// TestDiskStallWithoutTheHook: a node without the faultinject hook answers 404; the nemesis says so once
+// and skips from then on, without asking again; a 400 is logged and nothing is recorded as injected.
+func TestDiskStallWithoutTheHook(t *testing.T) {
+	var calls atomic.Int32
+	status := atomic.Int32{}
+	status.Store(http.StatusNotFound)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		calls.Add(1)
+		if req.Method != http.MethodPost || req.URL.Path != "/debug/fault/disk-stall" || req.URL.Query().Get("duration") != "1s" {
+			t.Errorf("unexpected request %s %s", req.Method, req.URL)
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	newRun := func() *run {
+		return &run{t: t, hist: newHistory(), stats: &counters{ops: map[string]int{}, faults: map[string]int{}},
+			c: &cluster{Cluster: &proc.Cluster{Nodes: []*proc.Node{{AdminAddr: strings.TrimPrefix(srv.URL, "http://")}}}}}
+	}
+	r := newRun()
+	r.diskStall(context.Background(), 0, time.Second)
+	r.diskStall(context.Background(), 0, time.Second)
+	if calls.Load() != 1 || r.stats.faults["disk-stall-skipped"] != 2 || len(r.nemLog) != 0 {
+		t.Errorf("404: %d calls, faults %v, log %v", calls.Load(), r.stats.faults, r.nemLog)
+	}
+	status.Store(http.StatusBadRequest)
+	r = newRun()
+	r.diskStall(context.Background(), 0, time.Second)
+	if len(r.nemLog) != 0 || r.diskHookMissing.Load() {
+		t.Errorf("400: log %v", r.nemLog)
+	}
+}
+
+// TestClientNetBlackHole: a black-holed link holds bytes both ways without closing the connection, a
+// dial hangs until the hole heals, and everything held flows on afterwards.
+func TestClientNetBlackHole(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	addr := echo.Addr().String()
+	cn := newClientNet([]string{addr})
+	dial := func(ctx context.Context, name string) (net.Conn, error) {
+		d := &holeDialer{cn: cn, name: name}
+		return d.dial(ctx, addr)
+	}
+	c, err := dial(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cn.blackhole(0, "a")
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4)
+		_, _ = io.ReadFull(c, buf)
+		got <- string(buf)
+	}()
+	wrote := make(chan error, 1)
+	go func() { _, err := c.Write([]byte("ping")); wrote <- err }() // held, like a full socket buffer
+	select {
+	case s := <-got:
+		t.Fatalf("read %q through a black hole", s)
+	case <-time.After(200 * time.Millisecond): // nothing may arrive meanwhile
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if _, err := dial(ctx, "a"); err == nil {
+		t.Error("a dial went through a black hole")
+	}
+	cancel()
+	if b, err := dial(context.Background(), "b"); err != nil { // another client's link is unaffected
+		t.Errorf("client b: %v", err)
+	} else {
+		b.Close()
+	}
+	cn.heal()
+	select {
+	case s := <-got:
+		if s != "ping" {
+			t.Errorf("after heal: %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing flowed after heal")
+	}
+	if err := <-wrote; err != nil {
+		t.Errorf("write: %v", err)
 	}
 }
