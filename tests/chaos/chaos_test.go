@@ -73,7 +73,8 @@ func TestChaos(t *testing.T) {
 
 // TestCheckersCatchPlantedReleaseBug runs the workload against a server built with -tags plantbug, whose
 // FSM releases a resource whatever token the Release names. Porcupine (I6) and the I1/I2 checker (a
-// grant ended by a release of another token) must both report it.
+// grant ended by a release of another token) must both report it, and so must the log checker (a
+// release of a stale token answered OK, with no release of that token in its window).
 func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process run: skipped with -short")
@@ -95,6 +96,9 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 	}
 	if len(rep.Violations["I1/I2"]) == 0 {
 		t.Error("the I1/I2 checker did not catch the planted release bug")
+	}
+	if len(rep.Violations["log"]) == 0 {
+		t.Error("the log checker did not catch the planted release bug (a stale release answered OK)")
 	}
 }
 

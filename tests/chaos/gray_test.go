@@ -201,7 +201,7 @@ func (r *run) l1Holder(ctx context.Context, k int) {
 	defer r.wg.Done()
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, 20000+uint64(k)))
 	name := fmt.Sprintf("l1h%d", k)
-	ttl := leaseTTL
+	ttl := max(leaseTTL, r.minTTL) // the workload's TTL, unless the floor is above it
 	if k%2 == 0 {
 		ttl = r.minTTL
 	}

@@ -80,10 +80,8 @@ func (r *run) legacyHolder(ctx context.Context, k int, name string, ttl time.Dur
 				if h := resp.GetHeader().GetLeaderAddr(); h != "" {
 					addr = h
 				}
-			case code == codes.InvalidArgument || code == codes.ResourceExhausted:
-				out.Out = outFailed
-			case code == codes.FailedPrecondition:
-				out.Out = outHeld // not for a resource of its own; recorded as the server said
+			case code == codes.InvalidArgument || code == codes.ResourceExhausted || code == codes.FailedPrecondition:
+				out.Out = outFailed // a definite refusal (held cannot happen on a resource of its own)
 			default:
 				moveOn(err)
 			}

@@ -50,7 +50,6 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 	type span = liveSpan
 	spans := map[string][]*span{} // per resource, in token order
 	byTok := map[string]map[uint64]*span{}
-	live := map[string]*span{}
 	seen := make([]int64, len(events)) // when each event was received, in history time
 	for i, e := range events {
 		seen[i] = int64(e.Seen.Sub(start))
@@ -62,7 +61,6 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 				byTok[e.Resource] = map[uint64]*span{}
 			}
 			byTok[e.Resource][e.Token] = s
-			live[e.Resource] = s
 		case client.Released, client.Expired:
 			if s := byTok[e.Resource][e.Token]; s != nil && s.to == math.MaxUint64 {
 				s.to = e.Index
@@ -70,7 +68,6 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 					s.released = e.Index
 				}
 			}
-			delete(live, e.Resource)
 		}
 	}
 	// lo: the watcher's prefix, and grants answered before the call.
