@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 60s
 
-.PHONY: help test test-short proto proto-check build cluster bench fuzz vet fmt clean chaos
+.PHONY: help test test-short proto proto-check build cluster bench fuzz vet fmt clean chaos chaos-plants
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,10 +39,17 @@ SEED ?= $(shell date +%s)
 DURATION ?= 30m
 CHAOS_OUT ?= /tmp/leased-chaos
 NODES ?= 3
-chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m [NODES=5] (summary at the end; artifacts in CHAOS_OUT)
+GRAY ?=
+STRICT ?=
+PLANT ?=
+chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m [NODES=5] [GRAY=1] [STRICT=1] [PLANT=gray-sdk,release-lost-answer]
 	mkdir -p $(CHAOS_OUT)
 	LEASED_CHAOS_SEED=$(SEED) LEASED_CHAOS_DURATION=$(DURATION) LEASED_CHAOS_OUT=$(CHAOS_OUT) LEASED_CHAOS_NODES=$(NODES) \
+		LEASED_CHAOS_GRAY=$(GRAY) LEASED_CHAOS_STRICT=$(STRICT) LEASED_CHAOS_PLANT=$(PLANT) \
 		$(GO) test -run '^TestChaos$$' -count=1 -timeout=0 -v ./tests/chaos/
+
+chaos-plants: ## the planted-bug runs of the chaos checkers (server plantbug build, gray-sdk, release-lost-answer)
+	$(GO) test -run '^(TestCheckersCatchPlantedReleaseBug|TestL1CatchesPlantedGraySDK|TestLogCheckerCatchesPlantedReleaseRetry)$$' -count=1 -v ./tests/chaos/
 
 vet: ## go vet
 	$(GO) vet ./...

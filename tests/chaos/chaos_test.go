@@ -42,6 +42,8 @@ func TestChaos(t *testing.T) {
 		Seed: seedFromEnv(t), Duration: 40 * time.Second,
 		Workers: 6, Durable: 2, Hot: 3, Cold: 40, Epoch: 20 * time.Second, OpsPerWorker: 600,
 		Nemeses: true, FullRestart: true, CheckTimeout: time.Minute,
+		L1Holders: 4, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
+		Plants: plantsFromEnv(),
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -58,7 +60,7 @@ func TestChaos(t *testing.T) {
 		cfg.Nodes = n
 	}
 	t.Logf("seed %d (reproduce the schedule with LEASED_CHAOS_SEED=%d)", cfg.Seed, cfg.Seed)
-	cfg.Bin = leasedBinary(t, "")
+	cfg.Bin = leasedBinary(t, "faultinject")
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
 	if n := rep.total(); n > 0 {
@@ -71,7 +73,8 @@ func TestChaos(t *testing.T) {
 
 // TestCheckersCatchPlantedReleaseBug runs the workload against a server built with -tags plantbug, whose
 // FSM releases a resource whatever token the Release names. Porcupine (I6) and the I1/I2 checker (a
-// grant ended by a release of another token) must both report it.
+// grant ended by a release of another token) must both report it, and so must the log checker (a
+// release of a stale token answered OK, with no release of that token in its window).
 func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process run: skipped with -short")
@@ -81,7 +84,7 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 		Workers: 6, Hot: 2, Cold: 4, Epoch: time.Hour, OpsPerWorker: 300,
 		CheckTimeout: 30 * time.Second,
 	}
-	cfg.Bin = leasedBinary(t, "plantbug")
+	cfg.Bin = leasedBinary(t, "plantbug,faultinject")
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
 	if len(rep.Violations["I6"]) == 0 {
@@ -93,5 +96,62 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 	}
 	if len(rep.Violations["I1/I2"]) == 0 {
 		t.Error("the I1/I2 checker did not catch the planted release bug")
+	}
+	if len(rep.Violations["log"]) == 0 {
+		t.Error("the log checker did not catch the planted release bug (a stale release answered OK)")
+	}
+}
+
+// TestL1CatchesPlantedGraySDK runs only the freeze-leader nemesis with the L1 holders on the gray-sdk
+// planted client (legacyHolder: a KeepAlive stream without a watchdog, a first acquire attempt with the
+// whole deadline). L1 must report leases lost and acquires of free resources stalled past the election
+// timeout + 2 s while the other two nodes were a healthy majority.
+func TestL1CatchesPlantedGraySDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process run: skipped with -short")
+	}
+	cfg := runConfig{
+		Seed: seedFromEnv(t), Duration: 25 * time.Second,
+		Workers: 2, Hot: 2, Cold: 4, Epoch: time.Hour, OpsPerWorker: 300, CheckTimeout: 30 * time.Second,
+		Schedule: "freeze", L1Holders: 4, Plants: plants{plantGraySDK},
+	}
+	cfg.Bin = leasedBinary(t, "faultinject")
+	rep := chaosRun(t, cfg, artifactDir(t))
+	t.Log("\n" + rep.String())
+	f := rep.L1.Rows["freeze-leader"]
+	switch {
+	case f == nil || f.Injected == 0:
+		t.Fatal("no freeze was injected")
+	case f.Lost == 0:
+		t.Error("L1 did not report the leases the stuck KeepAlive stream lost")
+	case f.SlowAcquires == 0:
+		t.Error("L1 did not report the acquires whose first attempt waited on the frozen leader")
+	}
+	if n := rep.total(); n > 0 {
+		t.Errorf("%d safety violations: the plant is a liveness bug", n)
+	}
+}
+
+// TestLogCheckerCatchesPlantedReleaseRetry runs the workload, without faults, with the
+// release-lost-answer plant: a worker's release drops the first answer and reports its retry's
+// NOT_FOUND. The log checker must report it (the release is in the log, inside the call's window);
+// porcupine accepts the history, since its model lets the lease expire just before the release.
+func TestLogCheckerCatchesPlantedReleaseRetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process run: skipped with -short")
+	}
+	cfg := runConfig{
+		Seed: seedFromEnv(t), Duration: 8 * time.Second,
+		Workers: 4, Hot: 2, Cold: 4, Epoch: time.Hour, OpsPerWorker: 300, CheckTimeout: 30 * time.Second,
+		Plants: plants{plantReleaseRetry},
+	}
+	cfg.Bin = leasedBinary(t, "faultinject")
+	rep := chaosRun(t, cfg, artifactDir(t))
+	t.Log("\n" + rep.String())
+	if len(rep.Violations["log-release"]) == 0 {
+		t.Error("the log checker did not catch the planted NOT_FOUND after a release")
+	}
+	if len(rep.Violations["I6"]) != 0 {
+		t.Errorf("porcupine rejected the history (%v): the plant was meant to be invisible to it", rep.Violations["I6"])
 	}
 }

@@ -203,6 +203,7 @@ type belief struct {
 	Acquired  time.Time
 	LastValid time.Time
 	DoneSeen  time.Time
+	EndReason string // why Done closed (endReason): released, lost-contact, expired, closed
 }
 
 // checkBeliefs counts pairs where a holder provably still believed in its lease after a later grant on

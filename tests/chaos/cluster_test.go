@@ -27,6 +27,7 @@ func newCluster(t testing.TB, bin, dir string, size int) *cluster {
 	c := &cluster{}
 	c.Cluster = proc.New(t, proc.Config{
 		Bin: bin, Dir: dir, Size: size,
+		Admin:    true, // the disk-stall nemesis's hook (-tags faultinject) is on the admin address
 		PeerHost: peerHost,
 		Args:     []string{"--snapshot-entries=5000", "--snapshot-catchup=1000"},
 		Env: func(i int) []string {

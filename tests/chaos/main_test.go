@@ -3,7 +3,10 @@
 // (proxy_test.go), drives a workload of SDK clients that acquire / hold / write through a fence /
 // release / get on hot and cold resources (workload_test.go), injects faults from a seeded schedule
 // (run_test.go: SIGKILL, SIGSTOP, partitions, one-way cuts, delays, paused holders, client clock skew),
-// and checks invariants I1–I6 of ARCHITECTURE.md (checkers_test.go, model_test.go).
+// and checks invariants I1–I6 of ARCHITECTURE.md (checkers_test.go, model_test.go). With
+// LEASED_CHAOS_GRAY=1 it adds the gray failures of issue 11 (gray_test.go: a frozen leader, clients'
+// links to it black-holed through the client-side fault layer of clientnet_test.go, a stalled disk),
+// and it always checks L1 (l1check_test.go) and every answer against the applied log (logcheck_test.go).
 //
 // The default test run includes a short, bounded run (about a minute). A soak:
 //
@@ -52,7 +55,9 @@ var (
 	built   = map[string]string{}
 )
 
-// leasedBinary builds cmd/leased with the given build tags (once per tag set) and returns its path.
+// leasedBinary builds cmd/leased with the given build tags (comma-separated; once per tag set) and returns
+// its path. The chaos runs use "faultinject" (the disk-stall hook on the admin address); LEASED_CHAOS_BINARY
+// replaces that build.
 func leasedBinary(t testing.TB, tags string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -60,7 +65,7 @@ func leasedBinary(t testing.TB, tags string) string {
 	if p, ok := built[tags]; ok {
 		return p
 	}
-	if env := os.Getenv("LEASED_CHAOS_BINARY"); env != "" && tags == "" {
+	if env := os.Getenv("LEASED_CHAOS_BINARY"); env != "" && tags == "faultinject" {
 		built[tags] = env
 		return env
 	}

@@ -72,6 +72,9 @@ type op struct {
 	Out    opOutput
 	Call   int64
 	Return int64 // meaningless for outUnknown
+	// Attempt is 0 for the first call of an intent (a fresh request id), n for the harness's n-th retry
+	// with the same request id.
+	Attempt int
 }
 
 // history records operations from many goroutines.

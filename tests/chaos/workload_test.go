@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/client/clienttest"
 	"github.com/leased/leased/client/fence"
@@ -126,6 +128,7 @@ const (
 func (r *run) newClient(h string, clk client.Clock) *client.Client {
 	c, err := client.New(client.Config{
 		Endpoints: r.c.Endpoints(), Holder: h, DialTimeout: time.Second, RequestTimeout: time.Second, Clock: clk,
+		DialOptions: []grpc.DialOption{r.cnet.dialOption(h)}, // through the client side of the fault layer
 	})
 	if err != nil {
 		panic(err) // only on a bad config
@@ -159,7 +162,7 @@ func (r *run) acquire(ctx context.Context, cl *client.Client, id int, holder, re
 		case errors.As(err, &he):
 			out.Holder, out.Token = he.Holder, he.Token
 		}
-		r.hist.add(op{Client: id, In: in, Out: out, Call: call, Return: ret})
+		r.hist.add(op{Client: id, In: in, Out: out, Call: call, Return: ret, Attempt: attempt})
 		r.stats.op(opAcquire, out.Out)
 		if out.Out != outUnknown || attempt >= retries || ctx.Err() != nil {
 			return l, out.Out
@@ -209,7 +212,7 @@ func (r *run) watchDone(l *client.Lease, b *belief) {
 		<-l.Done()
 		seen := time.Now()
 		r.mu.Lock()
-		b.DoneSeen = seen
+		b.DoneSeen, b.EndReason = seen, endReason(l.Err())
 		r.mu.Unlock()
 	}()
 }
@@ -242,7 +245,15 @@ func (r *run) worker(ctx context.Context, id int) {
 			}
 			old[res] = append(old[res], l.Token())
 			if r.hold(ctx, rng, l) {
-				r.release(ctx, id, res, l.Token(), l.Release)
+				do := l.Release
+				if r.cfg.Plants.has(plantReleaseRetry) {
+					do = func(ctx context.Context) error {
+						// planted: the first answer is dropped as if lost, the retry's NOT_FOUND reported
+						_ = l.Release(ctx)
+						return cl.Release(ctx, l.Resource(), l.Token())
+					}
+				}
+				r.release(ctx, id, res, l.Token(), do)
 			} else {
 				// abandon: the process "crashes" (its client goes away); the lease must expire on its own
 				_ = cl.Close()
