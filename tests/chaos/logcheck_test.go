@@ -33,12 +33,18 @@ import (
 //     t ≤ lo and no earlier call carried the same holder and request id (a replay must have an origin);
 //   - acquire HELD by (h, t), get OK (h, t): grant t of h on the resource is live at no index of [lo, hi];
 //   - get NOT_FOUND: the resource is held at every index of [lo, hi];
-//   - release OK of t: the log has no RELEASED of t with an index in (lo, hi];
+//   - release OK of t: the log has no RELEASED of t at an index ≤ hi (OK is also the answer to a release of
+//     a lease already released: Release is idempotent, so an earlier RELEASED explains it; an EXPIRED or a
+//     live lease does not);
 //   - release NOT_FOUND of t: t is live over the whole window; or the log has RELEASED of t with an index
 //     in (lo, hi] that no release of t with an OK or unknown answer can explain — the call itself made
 //     the release and then answered NOT_FOUND (the SDK's lost-first-answer defect).
 //
-// The last kind is returned apart (rel): it is the SDK defect of issue 11 (a Release retried after an
+// And every RELEASED event in the log must be explained by a release of that very token whose window
+// contains its index (a release nobody asked for: a Release that ignored its token and freed another
+// holder's lease — the plantbug server — which the model, letting leases expire at will, cannot see).
+//
+// The NOT_FOUND-after-release kind is returned apart (rel): it is the SDK defect of issue 11 (a Release retried after an
 // ambiguous first answer reports the retry's NOT_FOUND), reported by default and enforced with
 // LEASED_CHAOS_STRICT=1 until the SDK fix lands. Unknown outcomes and refusals say nothing and are
 // skipped. With gaps in the stream (compaction), the
@@ -110,10 +116,6 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 	}
 	liveIn := func(s *span, lo, hi uint64) bool { return s.from <= hi && s.to > lo }
 	// release calls per (resource, token), for attributing a RELEASED event
-	type relCall struct {
-		lo, hi uint64
-		out    outcome
-	}
 	rels := map[releaseKey][]relCall{}
 	wins := make([][2]uint64, len(ops))
 	for i, o := range ops {
@@ -170,13 +172,16 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 				v = append(v, fmt.Sprintf("log: %s answered NOT_FOUND; the log has %s held over the whole window [%d, %d]", describe(o), res, lo, hi))
 			}
 		case o.In.Kind == opRelease && o.Out.Out == outOK:
+			// OK means released by this call (the RELEASED event inside the window) or earlier (Release is
+			// idempotent: a retry, or a stale holder's second release, answers already_released). Never a
+			// lease that expired, is still live, or was released only after the call returned.
 			s := byTok[res][o.In.Token]
-			if s == nil || s.released == 0 || s.released <= lo || s.released > hi {
+			if s == nil || s.released == 0 || s.released > hi {
 				at := uint64(0)
 				if s != nil {
 					at = s.released
 				}
-				v = append(v, fmt.Sprintf("log: %s answered OK; the log has no release of %d in the window (%d, %d] (released at %d)", describe(o), o.In.Token, lo, hi, at))
+				v = append(v, fmt.Sprintf("log: %s answered OK; the log has no release of %d at or before the end of its window (%d, %d] (released at %d)", describe(o), o.In.Token, lo, hi, at))
 			}
 		case o.In.Kind == opRelease && o.Out.Out == outNotFound:
 			s := byTok[res][o.In.Token]
@@ -200,7 +205,44 @@ func checkAnswers(ops []op, events []event, start time.Time, gaps []uint64, end 
 			}
 		}
 	}
+	v = append(v, unexplainedReleases(spans, rels)...)
 	return checked, v, rel
+}
+
+// unexplainedReleases returns a violation for every RELEASED event that no release call of that token
+// explains: a call whose window contains the event's index (an unknown answer's effect may come after
+// the call returned, so its window has no upper end). A call that made the release but answered
+// NOT_FOUND explains the event; its answer is the separate log-release violation.
+func unexplainedReleases(spans map[string][]*liveSpan, rels map[releaseKey][]relCall) []string {
+	var v []string
+	for res, ss := range spans {
+		for _, s := range ss {
+			if s.released == 0 {
+				continue
+			}
+			explained := false
+			for _, c := range rels[releaseKey{res, s.token}] {
+				hi := c.hi
+				if c.out == outUnknown {
+					hi = math.MaxUint64
+				}
+				if c.lo < s.released && s.released <= hi {
+					explained = true
+				}
+			}
+			if !explained {
+				v = append(v, fmt.Sprintf("log: token %d on %s RELEASED at index %d, but no release of %d explains it", s.token, res, s.released, s.token))
+			}
+		}
+	}
+	slices.Sort(v)
+	return v
+}
+
+// relCall is one release call of a token, for attributing a RELEASED event.
+type relCall struct {
+	lo, hi uint64
+	out    outcome
 }
 
 // liveSpan is one grant in the log: live at every index k with from <= k < to.

@@ -168,10 +168,16 @@ func stepOne(s leaseState, in opInput, out opOutput) []leaseState {
 	case opRelease:
 		switch out.Out {
 		case outOK:
+			var next []leaseState
 			if s.fits(in.Token) {
-				return []leaseState{{Last: max(s.Last, in.Token)}}
+				next = append(next, leaseState{Last: max(s.Last, in.Token)})
 			}
-			return nil
+			if in.Token <= s.Last && !(s.Held && s.Token == in.Token) {
+				// An earlier grant already released: Release is idempotent and answers OK again
+				// (already_released). The model cannot tell released from expired; the log checker can.
+				next = append(next, s)
+			}
+			return next
 		case outNotFound:
 			if !s.Held || s.Token != in.Token { // with an unknown token, assume it was another one
 				return []leaseState{s}

@@ -248,9 +248,14 @@ func (r *run) worker(ctx context.Context, id int) {
 				do := l.Release
 				if r.cfg.Plants.has(plantReleaseRetry) {
 					do = func(ctx context.Context) error {
-						// planted: the first answer is dropped as if lost, the retry's NOT_FOUND reported
+						// planted: the first answer is dropped as if lost, and the retry's answer (OK:
+						// already released) reported as NOT_FOUND, as the SDK did before Release was
+						// idempotent
 						_ = l.Release(ctx)
-						return cl.Release(ctx, l.Resource(), l.Token())
+						if err := cl.Release(ctx, l.Resource(), l.Token()); err != nil {
+							return err
+						}
+						return fmt.Errorf("planted: %w", client.ErrNotFound)
 					}
 				}
 				r.release(ctx, id, res, l.Token(), do)
