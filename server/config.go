@@ -40,6 +40,15 @@ type Config struct {
 	// ProposalTimeout bounds how long a write waits for its entry to apply.
 	ProposalTimeout time.Duration
 
+	// KeepAliveTime is how long a client connection may be idle before the node pings it, and
+	// KeepAliveTimeout how long it then waits for the answer before closing the connection: the streams of
+	// a client that vanished (a crashed host, a black-holed link) end within their sum. KeepAliveMinTime
+	// is the shortest interval at which a client may ping (with or without streams); a client that pings
+	// more often is disconnected (GOAWAY "too_many_pings"). docs/operations.md ("Keepalive").
+	KeepAliveTime    time.Duration
+	KeepAliveTimeout time.Duration
+	KeepAliveMinTime time.Duration
+
 	Limits Limits
 
 	// Logger receives the node's logs; nil discards them.
@@ -98,6 +107,9 @@ func DefaultConfig() Config {
 		ExpiryBatch:        1000,
 		WatchHistory:       100_000,
 		ProposalTimeout:    5 * time.Second,
+		KeepAliveTime:      10 * time.Second,
+		KeepAliveTimeout:   5 * time.Second,
+		KeepAliveMinTime:   5 * time.Second,
 		Limits:             DefaultLimits(),
 	}
 }
@@ -140,6 +152,7 @@ func (c Config) Validate() error {
 	check(c.ExpiryBatch > 0, "expiry batch must be positive")
 	check(c.WatchHistory > 0, "watch history must be positive")
 	check(c.ProposalTimeout > 0, "proposal timeout must be positive")
+	check(c.KeepAliveTime > 0 && c.KeepAliveTimeout > 0 && c.KeepAliveMinTime > 0, "keepalive time, timeout and min time must be positive")
 	l := c.Limits
 	check(l.MinTTL > 0 && l.MaxTTL >= l.MinTTL, "TTL range %v..%v is empty", l.MinTTL, l.MaxTTL)
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")

@@ -55,3 +55,11 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 	s.node.storage = f
 	return s, f, nil
 }
+
+// Watchers is how many Watch streams this node currently serves.
+func (s *Server) Watchers() int {
+	h := s.node.watch
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watchers)
+}

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
@@ -114,12 +115,24 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
-	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
+	s.clientSrv = grpc.NewServer(clientServerOptions(cfg)...)
 	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
 	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
 	tr.Register(s.peerSrv)
 	return s, nil
+}
+
+// clientServerOptions are the client port's gRPC options: the request size limit, and keepalive both
+// ways — the node pings idle connections so that a vanished client's streams end (KeepAlive, Watch and
+// the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
+// with or without streams.
+func clientServerOptions(cfg Config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
+	}
 }
 
 // nodeStorage is a node's raft log: what raft reads, and what the node writes (raftlog.Storage; an
