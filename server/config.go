@@ -39,6 +39,12 @@ type Config struct {
 	WatchHistory int
 	// ProposalTimeout bounds how long a write waits for its entry to apply.
 	ProposalTimeout time.Duration
+	// DiskStallTimeout is how long one raft log write (a Save, a snapshot, a compaction) may take before
+	// the node gives up on its disk and stops (fail-stop, decision 13): it fails its waiting requests, stops
+	// serving, and Server.Done closes with ErrDiskStalled. It bounds the age of the write in flight, not
+	// the disk's throughput: a slow disk whose writes each finish in time never trips it. At least twice
+	// the election timeout.
+	DiskStallTimeout time.Duration
 
 	// KeepAliveTime is how long a client connection may be idle before the node pings it, and
 	// KeepAliveTimeout how long it then waits for the answer before closing the connection: the streams of
@@ -107,6 +113,7 @@ func DefaultConfig() Config {
 		ExpiryBatch:        1000,
 		WatchHistory:       100_000,
 		ProposalTimeout:    5 * time.Second,
+		DiskStallTimeout:   10 * time.Second,
 		KeepAliveTime:      10 * time.Second,
 		KeepAliveTimeout:   5 * time.Second,
 		KeepAliveMinTime:   5 * time.Second,
@@ -152,6 +159,8 @@ func (c Config) Validate() error {
 	check(c.ExpiryBatch > 0, "expiry batch must be positive")
 	check(c.WatchHistory > 0, "watch history must be positive")
 	check(c.ProposalTimeout > 0, "proposal timeout must be positive")
+	check(c.DiskStallTimeout >= 2*c.ElectionTimeout(), "disk stall timeout (%v) must be at least twice the election timeout (%v): "+
+		"a node must not stop for a stall the cluster rides out without electing another leader", c.DiskStallTimeout, c.ElectionTimeout())
 	check(c.KeepAliveTime > 0 && c.KeepAliveTimeout > 0 && c.KeepAliveMinTime > 0, "keepalive time, timeout and min time must be positive")
 	l := c.Limits
 	check(l.MinTTL > 0 && l.MaxTTL >= l.MinTTL, "TTL range %v..%v is empty", l.MinTTL, l.MaxTTL)

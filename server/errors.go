@@ -28,6 +28,9 @@ var (
 	ErrHolderLimit   = errors.New("holder lease limit reached")
 	ErrCompacted     = errors.New("watch history compacted")
 	ErrUnimplemented = errors.New("not implemented yet")
+	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within
+	// Config.DiskStallTimeout (decision 13: fail-stop beats limping).
+	ErrDiskStalled = errors.New("raft log write stalled")
 )
 
 // fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest.

@@ -171,6 +171,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		members:     make(map[uint64]*leasepb.Member),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
+		epoch:       time.Now(),
+		logPath:     cfg.DataDir,
+	}
+	if p, ok := storage.(interface{ Path() string }); ok {
+		n.logPath = p.Path()
 	}
 	n.applied.Store(snapIndex)
 	n.metrics = newMetrics(cfg.Registerer, n)
@@ -185,7 +190,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if err != nil {
 		return nil, err
 	}
-	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout())
+	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
 }
 
@@ -278,6 +283,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
+	s.spawn(func() { s.node.watchDisk(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
@@ -307,7 +313,9 @@ func (s *Server) proposeLessorCommands() {
 	}
 }
 
-// Done is closed when the node's raft loop has ended (Close, or a fatal error such as a failed disk).
+// Done is closed when the node stops serving: Close, or a fatal error — a failed raft log write, or one
+// stalled beyond Config.DiskStallTimeout (ErrDiskStalled; the stalled write may still be blocked, and Close
+// then waits for it).
 func (s *Server) Done() <-chan struct{} { return s.node.done }
 
 // Err is the fatal error that stopped the node, if any.
@@ -364,7 +372,7 @@ func stopGRPC(srv *grpc.Server, grace time.Duration) {
 // over, so that clients see a fast failover rather than an election timeout.
 func (s *Server) transferLeadership() {
 	n := s.node
-	if !n.isLeader() {
+	if !n.isLeader() || n.fatalErr.Load() != nil { // a node that cannot persist hands nothing over
 		return
 	}
 	st := n.raft.Status()

@@ -67,6 +67,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&c.ExpiryBatch, "expiry-batch", c.ExpiryBatch, "most leases expired by one log entry")
 	fs.IntVar(&c.WatchHistory, "watch-history", c.WatchHistory, "events kept for Watch to resume from")
 	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "how long a write waits for its entry to apply")
+	fs.DurationVar(&c.DiskStallTimeout, "disk-stall-timeout", c.DiskStallTimeout, "how long one raft log write may take before the node stops (exit status 1); at least twice the election timeout")
 
 	fs.IntVar(&l.MaxResourceBytes, "max-resource-bytes", l.MaxResourceBytes, "longest resource name")
 	fs.IntVar(&l.MaxHolderBytes, "max-holder-bytes", l.MaxHolderBytes, "longest holder name")
