@@ -147,6 +147,7 @@ type nodeStorage interface {
 // listener and starts nothing: New adds the gRPC services on top; simulations run the node as it is,
 // with an in-memory log and network. cfg's addresses are only reported, never listened on.
 func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTransport func(*node) (peerTransport, error)) (*Server, error) {
+	cfg.Limits = cfg.limits() // what the edge enforces: MinTTL 0 is the TTL floor
 	snap, err := storage.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
