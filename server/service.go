@@ -120,6 +120,8 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		select {
 		case <-stream.Context().Done():
 			return stream.Context().Err()
+		case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
+			return s.n.status(s.n.stoppedErr())
 		case events, ok := <-w.ch:
 			if !ok {
 				return status.Errorf(codes.ResourceExhausted, "watch fell behind or the node reset its history; resume with from_index %d", last+1)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -87,6 +88,10 @@ func TestSimStalledDiskStopsTheNode(t *testing.T) {
 		}()
 		time.Sleep(ttl)
 
+		watchEnded := make(chan error, 1)
+		go func() { // a watcher on the node whose disk is about to stall
+			watchEnded <- c.leases(l).Watch(&leasepb.WatchRequest{Prefix: "held/"}, &discardWatchStream{ctx: rctx})
+		}()
 		c.logs[l].Stall(stall)
 		stalledAt := time.Now()
 		type outcome struct {
@@ -123,6 +128,15 @@ func TestSimStalledDiskStopsTheNode(t *testing.T) {
 			}
 		case <-time.After(c.tick()):
 			t.Fatal("the acquire waiting on the stalled node was not failed when it stopped")
+		}
+
+		select {
+		case err := <-watchEnded:
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("the watch on the stalled node ended with %v, want Unavailable", err)
+			}
+		case <-time.After(c.tick()):
+			t.Fatal("the watch on the stalled node did not end when it stopped")
 		}
 
 		next := c.waitLeader(5 * time.Second)
@@ -191,3 +205,12 @@ func TestSimSlowDiskDoesNotStopTheNode(t *testing.T) {
 		}
 	})
 }
+
+// discardWatchStream is the server side of a Watch stream that drops what is sent.
+type discardWatchStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *discardWatchStream) Context() context.Context          { return s.ctx }
+func (s *discardWatchStream) Send(*leasepb.WatchResponse) error { return nil }
