@@ -39,6 +39,21 @@ type Config struct {
 	WatchHistory int
 	// ProposalTimeout bounds how long a write waits for its entry to apply.
 	ProposalTimeout time.Duration
+	// DiskStallTimeout is how long one raft log write (a Save, a snapshot, a compaction) may take before
+	// the node gives up on its disk and stops (fail-stop, decision 13): it fails its waiting requests, stops
+	// serving, and Server.Done closes with ErrDiskStalled. It bounds the age of the write in flight, not
+	// the disk's throughput: a slow disk whose writes each finish in time never trips it. At least twice
+	// the election timeout.
+	DiskStallTimeout time.Duration
+
+	// KeepAliveTime is how long a client connection may be idle before the node pings it, and
+	// KeepAliveTimeout how long it then waits for the answer before closing the connection: the streams of
+	// a client that vanished (a crashed host, a black-holed link) end within their sum. KeepAliveMinTime
+	// is the shortest interval at which a client may ping (with or without streams); a client that pings
+	// more often is disconnected (GOAWAY "too_many_pings"). docs/operations.md ("Keepalive").
+	KeepAliveTime    time.Duration
+	KeepAliveTimeout time.Duration
+	KeepAliveMinTime time.Duration
 
 	Limits Limits
 
@@ -50,14 +65,20 @@ type Config struct {
 	Clock Clock
 	// Version is reported by Status.
 	Version string
+
+	// belowTTLFloor lets a test accept TTLs below TTLFloor, to isolate a mechanism that only matters there
+	// (TestSimStalledLeaderDoesNotMassExpire); no flag or exported field sets it.
+	belowTTLFloor bool
 }
 
 // Limits are enforced at the edge, before anything is proposed. docs/design.md ("Limits") documents the defaults.
 type Limits struct {
-	MaxResourceBytes   int
-	MaxHolderBytes     int
-	MaxValueBytes      int
-	MaxRequestIDBytes  int
+	MaxResourceBytes  int
+	MaxHolderBytes    int
+	MaxValueBytes     int
+	MaxRequestIDBytes int
+	// MinTTL and MaxTTL bound the TTL an Acquire may ask for. MinTTL 0 means Config.TTLFloor; a MinTTL
+	// below the floor is a configuration error.
 	MinTTL, MaxTTL     time.Duration
 	MaxLockDelay       time.Duration
 	MaxLeasesPerHolder int
@@ -67,6 +88,9 @@ type Limits struct {
 	MaxKeepAliveLeases int
 	// MaxListLimit is the largest List page.
 	MaxListLimit int
+
+	// minTTLWhy explains MinTTL in the InvalidArgument answer to a shorter TTL (set by Config.limits).
+	minTTLWhy string
 }
 
 // DefaultLimits are the documented defaults.
@@ -76,7 +100,7 @@ func DefaultLimits() Limits {
 		MaxHolderBytes:     128,
 		MaxValueBytes:      4096,
 		MaxRequestIDBytes:  64,
-		MinTTL:             time.Second,
+		MinTTL:             0, // the TTL floor of the election timeout
 		MaxTTL:             time.Hour,
 		MaxLockDelay:       time.Minute,
 		MaxLeasesPerHolder: 10_000,
@@ -98,25 +122,69 @@ func DefaultConfig() Config {
 		ExpiryBatch:        1000,
 		WatchHistory:       100_000,
 		ProposalTimeout:    5 * time.Second,
+		DiskStallTimeout:   10 * time.Second,
+		KeepAliveTime:      10 * time.Second,
+		KeepAliveTimeout:   5 * time.Second,
+		KeepAliveMinTime:   5 * time.Second,
 		Limits:             DefaultLimits(),
 	}
 }
 
-// TestConfig has fast ticks and small snapshot intervals, for in-process clusters in tests.
+// TestConfig has fast ticks and small snapshot intervals, for in-process clusters in tests. Its election
+// timeout is 60 ms, so its TTL floor (the shortest TTL it accepts) is 300 ms.
 func TestConfig() Config {
 	c := DefaultConfig()
 	c.TickInterval = 10 * time.Millisecond
+	c.ElectionTicks = 6
 	c.SnapshotEntries = 200
 	c.SnapshotCatchUp = 20
 	c.CheckpointInterval = 200 * time.Millisecond
 	c.ProposalTimeout = 3 * time.Second
-	c.Limits.MinTTL = 100 * time.Millisecond
 	return c
 }
 
 // ElectionTimeout is the time without a leader after which a follower campaigns.
 func (c Config) ElectionTimeout() time.Duration {
 	return time.Duration(c.ElectionTicks) * c.TickInterval
+}
+
+// TTLFloor is the shortest TTL this configuration accepts (docs/operations.md, "TTL floor"): a lease
+// whose holder keeps renewing must outlast one leader crash or freeze. Counted from the holder's last
+// acknowledged renewal, the failover takes up to a renewal interval (the SDK renews every TTL/3) plus
+// raft's randomized election timeout (< 2 × the election timeout) before a new leader can answer; the
+// holder then needs time to notice the old leader is gone, find the new one and renew, less its drift
+// margin. With the election part needing at most 2/3 of the TTL, that is 3 × the election timeout, plus
+// a renewal slack of 2 × the election timeout for the holder's reaction and drift: 5 × the election
+// timeout, 5 s with the defaults.
+func (c Config) TTLFloor() time.Duration {
+	return 3*c.ElectionTimeout() + c.renewalSlack()
+}
+
+// renewalSlack is the part of TTLFloor beyond the failover itself.
+func (c Config) renewalSlack() time.Duration { return 2 * c.ElectionTimeout() }
+
+// minTTL is the shortest TTL the edge accepts: Limits.MinTTL, or the floor when that is 0.
+func (c Config) minTTL() time.Duration {
+	if c.Limits.MinTTL == 0 {
+		return c.TTLFloor()
+	}
+	return c.Limits.MinTTL
+}
+
+// limits are the Limits the edge enforces: MinTTL resolved, and the reason for it ready for the answer.
+func (c Config) limits() Limits {
+	l := c.Limits
+	l.MinTTL = c.minTTL()
+	floor := c.TTLFloor()
+	switch {
+	case l.MinTTL == floor:
+		l.minTTLWhy = fmt.Sprintf("the TTL must outlast a leader failover: 3 × the %v election timeout + %v of renewal slack", c.ElectionTimeout(), c.renewalSlack())
+	case l.MinTTL > floor:
+		l.minTTLWhy = fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %d", floor.Milliseconds())
+	default:
+		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %d", floor.Milliseconds())
+	}
+	return l
 }
 
 // Validate reports every problem with the configuration at once.
@@ -140,8 +208,14 @@ func (c Config) Validate() error {
 	check(c.ExpiryBatch > 0, "expiry batch must be positive")
 	check(c.WatchHistory > 0, "watch history must be positive")
 	check(c.ProposalTimeout > 0, "proposal timeout must be positive")
+	check(c.DiskStallTimeout >= 2*c.ElectionTimeout(), "disk stall timeout (%v) must be at least twice the election timeout (%v): "+
+		"a node must not stop for a stall the cluster rides out without electing another leader", c.DiskStallTimeout, c.ElectionTimeout())
+	check(c.KeepAliveTime > 0 && c.KeepAliveTimeout > 0 && c.KeepAliveMinTime > 0, "keepalive time, timeout and min time must be positive")
 	l := c.Limits
-	check(l.MinTTL > 0 && l.MaxTTL >= l.MinTTL, "TTL range %v..%v is empty", l.MinTTL, l.MaxTTL)
+	check(l.MinTTL >= 0, "min TTL must not be negative")
+	check(l.MinTTL == 0 || l.MinTTL >= c.TTLFloor() || c.belowTTLFloor, "min TTL %v is below the TTL floor %v: a lease must outlast a leader failover "+
+		"(3 × the %v election timeout + %v of renewal slack); leave it 0 for the floor", l.MinTTL, c.TTLFloor(), c.ElectionTimeout(), c.renewalSlack())
+	check(l.MaxTTL >= c.minTTL(), "TTL range %v..%v is empty", c.minTTL(), l.MaxTTL)
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")
 	check(l.MaxLeasesPerHolder > 0 && l.MaxKeepAliveLeases > 0 && l.MaxListLimit > 0 && l.MaxRequestBytes > 0, "count limits must be positive")
 	check(l.MaxLockDelay >= 0, "max lock delay must not be negative")

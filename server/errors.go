@@ -33,6 +33,9 @@ var (
 	// cannot see apply: the write may or may not take effect. It travels with ErrNotLeader, ErrNoLeader or
 	// ErrStopped (an Unavailable answer) and sets LeaderHint.outcome_unknown.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within
+	// Config.DiskStallTimeout (decision 13: fail-stop beats limping).
+	ErrDiskStalled = errors.New("raft log write stalled")
 )
 
 // fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest.

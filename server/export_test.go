@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/fsm"
 )
 
 // Test hooks for the external test package (server_test).
@@ -55,3 +57,14 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 	s.node.storage = f
 	return s, f, nil
 }
+
+// Watchers is how many Watch streams this node currently serves.
+func (s *Server) Watchers() int {
+	h := s.node.watch
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watchers)
+}
+
+// PublishEvents hands events to this node's watchers as if an entry at index had applied them.
+func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }

@@ -78,14 +78,25 @@ type node struct {
 	ticks    atomic.Uint64 // for tests that wait for the loop to have run
 	restores atomic.Uint64 // snapshots received from a leader and restored
 	stopped  chan struct{}
+	// done closes when the node stops serving: its Ready loop ended (Close, a failed write), or the disk
+	// watchdog gave up on a stalled write while the loop is still blocked in it.
 	done     chan struct{}
+	haltOnce sync.Once
 	fatalErr atomic.Pointer[error]
+
+	// The raft log write in flight, for the disk watchdog (disk.go): when it started (time.Now's
+	// monotonic reading as an offset from epoch, plus one; 0: none) and what it is.
+	epoch      time.Time
+	writeStart atomic.Int64
+	writeOp    atomic.Pointer[string]
+	logPath    string
+	faults     diskFaults // injected stalls; empty unless built with -tags faultinject
 }
 
 // run is the Ready loop: tick, persist, send, apply, advance. It returns when stop is closed or on a
 // fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
-	defer close(n.done)
+	defer n.halt()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	n.lastTick = n.clock.Now()
@@ -127,10 +138,15 @@ func stallThreshold(tick time.Duration) time.Duration {
 	return max(4*tick, 50*time.Millisecond)
 }
 
+// fail records the node's fatal error (the first one: what follows from it says less) and logs it.
 func (n *node) fail(err error) {
-	n.log.Error("node stopping after a fatal error", "err", err)
-	n.fatalErr.Store(&err)
+	if n.fatalErr.CompareAndSwap(nil, &err) {
+		n.log.Error("node stopping after a fatal error", "err", err)
+	}
 }
+
+// halt stops the node serving: everything waiting on done gives up with stoppedErr.
+func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
@@ -179,7 +195,7 @@ func (n *node) persist(rd raft.Ready, snap *raftpb.Snapshot) error {
 		hs = n.unsyncedHS
 	}
 	start := time.Now()
-	if err := n.storage.Save(hs, rd.Entries, snap); err != nil {
+	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, rd.Entries, snap) }); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
 	n.metrics.saveSeconds.Observe(since(start))
@@ -192,7 +208,7 @@ func (n *node) flushHardState() error {
 	if n.unsyncedHS == nil {
 		return nil
 	}
-	if err := n.storage.Save(n.unsyncedHS, nil, nil); err != nil {
+	if err := n.diskWrite("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
 		return fmt.Errorf("persist hard state: %w", err)
 	}
 	n.unsyncedHS = nil
@@ -258,7 +274,11 @@ func (n *node) maybeSnapshot() error {
 	if err != nil {
 		return err
 	}
-	if _, err := n.storage.CreateSnapshot(applied, n.confState, data); err != nil {
+	err = n.diskWrite("snapshot", func() error {
+		_, err := n.storage.CreateSnapshot(applied, n.confState, data)
+		return err
+	})
+	if err != nil {
 		if errors.Is(err, raft.ErrSnapOutOfDate) {
 			return nil
 		}
@@ -266,7 +286,8 @@ func (n *node) maybeSnapshot() error {
 	}
 	n.snapIndex = applied
 	if applied > n.cfg.SnapshotCatchUp {
-		if err := n.storage.Compact(applied - n.cfg.SnapshotCatchUp); err != nil && !errors.Is(err, raft.ErrCompacted) {
+		err := n.diskWrite("compaction", func() error { return n.storage.Compact(applied - n.cfg.SnapshotCatchUp) })
+		if err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("compact log at %d: %w", applied-n.cfg.SnapshotCatchUp, err)
 		}
 	}

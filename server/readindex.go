@@ -14,6 +14,8 @@ import (
 type readIndexer struct {
 	raft    raft.Node
 	timeout time.Duration
+	// halted closes when the node stops serving (node.done): a waiting read gives up at once.
+	halted <-chan struct{}
 
 	mu      sync.Mutex
 	pending []chan readOutcome
@@ -27,8 +29,8 @@ type readOutcome struct {
 	err   error
 }
 
-func newReadIndexer(r raft.Node, timeout time.Duration) *readIndexer {
-	return &readIndexer{raft: r, timeout: timeout, rounds: make(map[uint64]chan uint64), kick: make(chan struct{}, 1)}
+func newReadIndexer(r raft.Node, timeout time.Duration, halted <-chan struct{}) *readIndexer {
+	return &readIndexer{raft: r, timeout: timeout, halted: halted, rounds: make(map[uint64]chan uint64), kick: make(chan struct{}, 1)}
 }
 
 // readIndex returns a commit index that was current when the call was made, confirmed by a quorum.
@@ -46,6 +48,8 @@ func (r *readIndexer) readIndex(ctx context.Context) (uint64, error) {
 		return out.index, out.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	case <-r.halted:
+		return 0, ErrStopped
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
@@ -113,12 +114,24 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
-	s.clientSrv = grpc.NewServer(grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes))
+	s.clientSrv = grpc.NewServer(clientServerOptions(cfg)...)
 	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
 	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
 	tr.Register(s.peerSrv)
 	return s, nil
+}
+
+// clientServerOptions are the client port's gRPC options: the request size limit, and keepalive both
+// ways — the node pings idle connections so that a vanished client's streams end (KeepAlive, Watch and
+// the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
+// with or without streams.
+func clientServerOptions(cfg Config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
+	}
 }
 
 // nodeStorage is a node's raft log: what raft reads, and what the node writes (raftlog.Storage; an
@@ -133,6 +146,7 @@ type nodeStorage interface {
 // listener and starts nothing: New adds the gRPC services on top; simulations run the node as it is,
 // with an in-memory log and network. cfg's addresses are only reported, never listened on.
 func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTransport func(*node) (peerTransport, error)) (*Server, error) {
+	cfg.Limits = cfg.limits() // what the edge enforces: MinTTL 0 is the TTL floor
 	snap, err := storage.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
@@ -157,6 +171,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		members:     make(map[uint64]*leasepb.Member),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
+		epoch:       time.Now(),
+		logPath:     cfg.DataDir,
+	}
+	if p, ok := storage.(interface{ Path() string }); ok {
+		n.logPath = p.Path()
 	}
 	n.applied.Store(snapIndex)
 	n.metrics = newMetrics(cfg.Registerer, n)
@@ -171,7 +190,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if err != nil {
 		return nil, err
 	}
-	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout())
+	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
 }
 
@@ -264,6 +283,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
+	s.spawn(func() { s.node.watchDisk(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
@@ -293,7 +313,9 @@ func (s *Server) proposeLessorCommands() {
 	}
 }
 
-// Done is closed when the node's raft loop has ended (Close, or a fatal error such as a failed disk).
+// Done is closed when the node stops serving: Close, or a fatal error — a failed raft log write, or one
+// stalled beyond Config.DiskStallTimeout (ErrDiskStalled; the stalled write may still be blocked, and Close
+// then waits for it).
 func (s *Server) Done() <-chan struct{} { return s.node.done }
 
 // Err is the fatal error that stopped the node, if any.
@@ -350,7 +372,7 @@ func stopGRPC(srv *grpc.Server, grace time.Duration) {
 // over, so that clients see a fast failover rather than an election timeout.
 func (s *Server) transferLeadership() {
 	n := s.node
-	if !n.isLeader() {
+	if !n.isLeader() || n.fatalErr.Load() != nil { // a node that cannot persist hands nothing over
 		return
 	}
 	st := n.raft.Status()

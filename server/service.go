@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/fsm"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -102,24 +103,30 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		return s.n.status(err)
 	}
 	defer s.n.watch.unsubscribe(w)
-	const chunk = 512
-	for len(backlog) > 0 {
-		k := min(chunk, len(backlog))
-		if err := stream.Send(s.n.watchResponse(backlog[:k])); err != nil {
-			return err
+	limit := s.n.cfg.watchMessageBytes()
+	send := func(events []fsm.Event) error {
+		for _, resp := range s.n.watchResponses(events, limit) {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
 		}
-		backlog = backlog[k:]
+		return nil
+	}
+	if err := send(backlog); err != nil {
+		return err
 	}
 	last := uint64(0)
 	for {
 		select {
 		case <-stream.Context().Done():
 			return stream.Context().Err()
+		case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
+			return s.n.status(s.n.stoppedErr())
 		case events, ok := <-w.ch:
 			if !ok {
 				return status.Errorf(codes.ResourceExhausted, "watch fell behind or the node reset its history; resume with from_index %d", last+1)
 			}
-			if err := stream.Send(s.n.watchResponse(events)); err != nil {
+			if err := send(events); err != nil {
 				return err
 			}
 			last = events[len(events)-1].Index

@@ -98,7 +98,7 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 				holder := fmt.Sprintf("w%d", w)
 				for k := 0; ctx.Err() == nil; k++ {
 					resource := fmt.Sprintf("r%d", rng.IntN(5))
-					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: 500 + rng.Int64N(1000),
+					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: 1000 + rng.Int64N(1000), // from the 1 s TTL floor
 						RequestId: fmt.Sprintf("%s-%d", holder, k)}
 					svc := c.leases(rng.IntN(c.size()))
 					if svc == nil { // stopped: the client tries another node
@@ -347,6 +347,9 @@ func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
 	)
 	runSim(t, 3, func(cfg *Config) {
 		cfg.TickInterval, cfg.ElectionTicks = 50*time.Millisecond, 40 // 2 s: the stall causes no election
+		// A TTL shorter than a stall that causes no election is below the TTL floor (10 s here): this
+		// test isolates the lessor's stall extension, which only matters there.
+		cfg.Limits.MinTTL, cfg.belowTTLFloor = ttl, true
 	}, func(t *testing.T, c *simCluster) {
 		ctx := context.Background()
 		l := c.waitLeader(20 * time.Second)

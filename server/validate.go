@@ -73,9 +73,11 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if err := printable("request_id", r.GetRequestId(), l.MaxRequestIDBytes, false); err != nil {
 		return err
 	}
-	ttl := time.Duration(r.GetTtlMs()) * time.Millisecond
-	if ttl < l.MinTTL || ttl > l.MaxTTL {
-		return invalid("ttl_ms", "%d is outside %d..%d", r.GetTtlMs(), l.MinTTL.Milliseconds(), l.MaxTTL.Milliseconds())
+	switch ttl := time.Duration(r.GetTtlMs()) * time.Millisecond; {
+	case ttl <= 0 || ttl < l.MinTTL:
+		return invalid("ttl_ms", "%d is below the minimum %d (%s)", r.GetTtlMs(), l.MinTTL.Milliseconds(), l.minTTLWhy)
+	case ttl > l.MaxTTL:
+		return invalid("ttl_ms", "%d is above the maximum %d", r.GetTtlMs(), l.MaxTTL.Milliseconds())
 	}
 	if len(r.GetValue()) > l.MaxValueBytes {
 		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)

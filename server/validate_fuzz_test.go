@@ -22,7 +22,7 @@ func FuzzValidateRequests(f *testing.F) {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
 	}
-	l := DefaultLimits()
+	l := DefaultConfig().limits()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var acq leasepb.AcquireRequest
 		if proto.Unmarshal(data, &acq) == nil && l.acquire(&acq) == nil {

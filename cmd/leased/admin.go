@@ -21,6 +21,8 @@ import (
 //	/healthz  200 while the process runs
 //	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping
 //	/metrics  Prometheus metrics (leased_*, plus the Go runtime's and the process's)
+//
+// Built with -tags faultinject it also serves fault hooks for the chaos harness (fault.go).
 type adminServer struct {
 	lis      net.Listener // nil: disabled
 	metrics  prometheus.Gatherer
@@ -76,6 +78,7 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 	if a.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
 	}
+	registerFaults(mux, node)
 	return mux
 }
 

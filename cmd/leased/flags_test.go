@@ -51,7 +51,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--initial-cluster=n1=h:10, n2=h:2 ,n3=h:30",
 		"--tick=7ms", "--election-ticks=21", "--heartbeat-ticks=3", "--snapshot-entries=11",
 		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--watch-history=15",
-		"--proposal-timeout=16s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
+		"--proposal-timeout=16s", "--disk-stall-timeout=27s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
 		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
 		"--max-request-bytes=24", "--max-keepalive-leases=25", "--max-list-limit=26",
 		"--log-level=debug", "--log-format=json",
@@ -66,7 +66,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.TickInterval, want.ElectionTicks, want.HeartbeatTicks = 7*time.Millisecond, 21, 3
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
 	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
-	want.ProposalTimeout = 16 * time.Second
+	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
 	want.Limits = server.Limits{
 		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
 		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,

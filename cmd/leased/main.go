@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -99,7 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Error("shutting down", "err", err)
 	}
 	admin.setStopping() // /readyz answers 503 while the node drains
-	closeErr := srv.Close()
+	closeErr := closeServer(srv, runErr != nil)
 	admin.close()
 	if closeErr != nil {
 		closeErr = fmt.Errorf("shutdown: %w", closeErr)
@@ -108,4 +109,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("stopped")
 	}
 	return errors.Join(runErr, closeErr)
+}
+
+// failedCloseGrace bounds the shutdown of a node that stopped on a fatal error: a raft log write stalled
+// beyond --disk-stall-timeout may never return, and Close waits for it, but the process must still exit
+// (fail-stop: the healthy majority moves on without it).
+const failedCloseGrace = 5 * time.Second
+
+// closeServer closes srv; after a fatal error it gives up waiting after failedCloseGrace.
+func closeServer(srv *server.Server, failed bool) error {
+	if !failed {
+		return srv.Close()
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	timer := time.NewTimer(failedCloseGrace)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("gave up closing the node after %v (a raft log write is still blocked)", failedCloseGrace)
+	}
 }

@@ -70,6 +70,13 @@ type Config struct {
 	// DialTimeout bounds one attempt to connect to a peer (TCP and, with TLS, the handshake). Messages
 	// queued meanwhile wait, or are dropped once the queue is full. Default 5s.
 	DialTimeout time.Duration
+	// KeepAliveTime is how long a peer connection may be idle before it is pinged (both ways: the dialing
+	// side and, through ServerOptions, the serving side), and KeepAliveTimeout how long the ping's answer
+	// may take before the connection is closed and redialed: a black-holed link is noticed within their
+	// sum instead of when TCP gives up (many minutes). Pings are accepted down to half KeepAliveTime.
+	// Defaults 10s (gRPC's floor for a dialing side) and 5s.
+	KeepAliveTime    time.Duration
+	KeepAliveTimeout time.Duration
 	// MaxMsgBytes is the largest gRPC message sent or received; raft snapshots travel inside MsgSnap, so
 	// it bounds the snapshot size. A message that cannot fit is dropped (and reported). Default 256 MiB.
 	// The receiving grpc.Server must accept it too: create it with ServerOptions.
@@ -90,6 +97,8 @@ const (
 	DefaultBackoffMax       = 2 * time.Second
 	DefaultMaxMsgBytes      = 256 << 20
 	DefaultDialTimeout      = 5 * time.Second
+	DefaultKeepAliveTime    = 10 * time.Second
+	DefaultKeepAliveTimeout = 5 * time.Second
 )
 
 // batchOverhead is room left in MaxMsgBytes for the RaftBatch framing around one message: three
@@ -114,6 +123,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("backoff range [%v, %v] is invalid", c.BackoffMin, c.BackoffMax)
 	case c.DialTimeout <= 0:
 		return fmt.Errorf("dial timeout %v must be positive", c.DialTimeout)
+	case c.KeepAliveTime <= 0 || c.KeepAliveTimeout <= 0:
+		return fmt.Errorf("keepalive time %v and timeout %v must be positive", c.KeepAliveTime, c.KeepAliveTimeout)
 	case c.MaxMsgBytes <= batchOverhead:
 		return fmt.Errorf("max message bytes %d is too small", c.MaxMsgBytes)
 	}
@@ -146,6 +157,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMsgBytes == 0 {
 		c.MaxMsgBytes = DefaultMaxMsgBytes
+	}
+	if c.KeepAliveTime == 0 {
+		c.KeepAliveTime = DefaultKeepAliveTime
+	}
+	if c.KeepAliveTimeout == 0 {
+		c.KeepAliveTimeout = DefaultKeepAliveTimeout
 	}
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -31,7 +32,12 @@ func (t *Transport) Service() wirepb.RaftServer {
 // ServerOptions returns the grpc.Server options the peer server needs: a receive limit of
 // Config.MaxMsgBytes, since raft snapshots travel inside single messages.
 func (t *Transport) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: t.cfg.KeepAliveTime, Timeout: t.cfg.KeepAliveTimeout}),
+		// Every peer pings at KeepAliveTime, streams or not: accept that with room for timer jitter.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: t.cfg.KeepAliveTime / 2, PermitWithoutStream: true}),
+	}
 }
 
 // service is the server side of the Raft service. It is a separate type so the Transport's own method

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -64,6 +65,7 @@ func New(cfg Config) (*Transport, error) {
 		// gRPC keeps its own reconnect backoff per connection (up to two minutes by default); without
 		// this a peer that comes back would stay unreachable long after our own backoff retried.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: cfg.DialTimeout}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallSendMsgSize(cfg.MaxMsgBytes),
 			grpc.MaxCallRecvMsgSize(cfg.MaxMsgBytes),

@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative queue", Config{LocalID: 1, Raft: r, QueueSize: -1}, false},
 		{"backoff inverted", Config{LocalID: 1, Raft: r, BackoffMin: time.Second, BackoffMax: time.Millisecond}, false},
 		{"tiny messages", Config{LocalID: 1, Raft: r, MaxMsgBytes: 10}, false},
+		{"negative keepalive", Config{LocalID: 1, Raft: r, KeepAliveTime: -time.Second}, false},
+		{"negative keepalive timeout", Config{LocalID: 1, Raft: r, KeepAliveTimeout: -time.Second}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); (err == nil) != tc.ok {

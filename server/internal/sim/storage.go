@@ -14,9 +14,10 @@ import (
 type Storage struct {
 	*raft.MemoryStorage
 
-	mu    sync.Mutex
-	stall time.Duration // the next Save blocks this long first
-	saves int
+	mu      sync.Mutex
+	stall   time.Duration // the next Save blocks this long first
+	latency time.Duration // every Save takes this long
+	saves   int
 }
 
 // NewStorage returns an empty log.
@@ -29,6 +30,13 @@ func (s *Storage) Stall(d time.Duration) {
 	s.stall = d
 }
 
+// Slow makes every Save take d, like a slow disk that still makes progress (0: fast again).
+func (s *Storage) Slow(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
 // Saves is how many Saves completed.
 func (s *Storage) Saves() int {
 	s.mu.Lock()
@@ -39,7 +47,7 @@ func (s *Storage) Saves() int {
 // Save persists a snapshot, then the HardState and entries (replacing any suffix they conflict with).
 func (s *Storage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	s.mu.Lock()
-	d := s.stall
+	d := s.stall + s.latency
 	s.stall = 0
 	s.mu.Unlock()
 	if d > 0 {

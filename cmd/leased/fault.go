@@ -1,0 +1,40 @@
+//go:build faultinject
+
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Fault hooks for the multi-process chaos harness, compiled only with -tags faultinject (never in a
+// release build):
+//
+//	POST /debug/fault/disk-stall?duration=3s
+//	    the node's next raft log write blocks for duration before it writes (the writes after it wait
+//	    behind it); a stall longer than --disk-stall-timeout stops the node with exit status 1.
+//	    200 with a one-line text body; 400 if duration is missing, unparsable (time.ParseDuration) or
+//	    not positive.
+
+// diskStaller is what the disk-stall hook asks of the node (server.Server built with -tags faultinject).
+type diskStaller interface {
+	InjectDiskStall(d time.Duration)
+}
+
+func registerFaults(mux *http.ServeMux, node leaderKnower) {
+	ds, ok := node.(diskStaller)
+	if !ok {
+		return
+	}
+	mux.HandleFunc("POST /debug/fault/disk-stall", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query().Get("duration")
+		d, err := time.ParseDuration(q)
+		if err != nil || d <= 0 {
+			http.Error(w, fmt.Sprintf("duration=%q: want a positive Go duration such as 3s", q), http.StatusBadRequest)
+			return
+		}
+		ds.InjectDiskStall(d)
+		fmt.Fprintf(w, "ok: the next raft log write stalls for %v\n", d)
+	})
+}

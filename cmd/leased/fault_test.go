@@ -1,0 +1,116 @@
+//go:build faultinject
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+)
+
+type stallingNode struct {
+	fakeNode
+	stall time.Duration
+}
+
+func (n *stallingNode) InjectDiskStall(d time.Duration) { n.stall = d }
+
+// TestDiskStallHookContract: the chaos harness's contract for POST /debug/fault/disk-stall.
+func TestDiskStallHookContract(t *testing.T) {
+	node := &stallingNode{}
+	srv := httptest.NewServer((&adminServer{}).handler(node))
+	defer srv.Close()
+	post := func(query string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/debug/fault/disk-stall"+query, "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := post("?duration=3s"); code != 200 || node.stall != 3*time.Second || !strings.Contains(body, "3s") {
+		t.Errorf("duration=3s: %d %q, stall %v", code, body, node.stall)
+	}
+	for _, q := range []string{"", "?duration=", "?duration=3", "?duration=soon", "?duration=0s", "?duration=-1s"} {
+		node.stall = 0
+		if code, body := post(q); code != 400 || node.stall != 0 {
+			t.Errorf("%q: %d %q, stall %v; want 400 and no stall", q, code, body, node.stall)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/debug/fault/disk-stall?duration=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestInjectedDiskStallExitsOne: a one-node leased built with -tags faultinject, told to stall its next
+// raft log write beyond --disk-stall-timeout, stops with ErrDiskStalled, which main turns into exit
+// status 1.
+func TestInjectedDiskStallExitsOne(t *testing.T) {
+	client, peer, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	stderr := &syncBuffer{}
+	args := []string{
+		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
+		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
+		"--tick=10ms", "--disk-stall-timeout=300ms",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), `msg="became leader"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader after 10s:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Post("http://"+admin+"/debug/fault/disk-stall?duration=20s", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST disk-stall: %d", resp.StatusCode)
+	}
+	conn, err := grpc.NewClient(client, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	defer acancel()
+	if _, err := leasepb.NewLeasesClient(conn).Acquire(actx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 60_000}); err == nil {
+		t.Fatal("a write was acknowledged while the disk stalled")
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, server.ErrDiskStalled) || exitCode(err, io.Discard) != 1 {
+			t.Fatalf("run returned %v (exit %d), want ErrDiskStalled and exit 1", err, exitCode(err, io.Discard))
+		}
+		if !strings.Contains(stderr.String(), "raft log write stalled") || !strings.Contains(stderr.String(), "raft.db") {
+			t.Errorf("the log does not name the stall and the file:\n%s", stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node kept running with a stalled disk")
+	}
+}

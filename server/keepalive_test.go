@@ -1,0 +1,205 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+)
+
+// TestVanishedClientsStreamEnds: a client whose link goes silent (a black hole: no FIN, no RST) holds a
+// Watch stream; the node's keepalive pings go unanswered and it closes the connection, so the stream —
+// and the watcher it holds — ends within KeepAliveTime + KeepAliveTimeout. Without server keepalive the
+// stream stays until TCP gives up, many minutes later.
+func TestVanishedClientsStreamEnds(t *testing.T) {
+	cfg := server.TestConfig()
+	cfg.KeepAliveTime, cfg.KeepAliveTimeout = 200*time.Millisecond, 200*time.Millisecond
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+	s, err := server.New(cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer s.Close()
+	eventually(t, 5*time.Second, "leader", s.IsLeader)
+
+	hole := newBlackHole(t, cfg.ClientAddr)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	if _, err := dial(t, hole.addr()).Watch(ctx, &leasepb.WatchRequest{Prefix: "w/"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the watch to be served", func() bool { return s.Watchers() == 1 })
+	hole.swallow()
+	cut := time.Now()
+	eventually(t, 5*time.Second, "the vanished client's watch to end", func() bool { return s.Watchers() == 0 })
+	t.Logf("the node ended the black-holed client's watch after %v", time.Since(cut))
+}
+
+// TestClientPingsAreAcceptedDownToTheMinimum: a client that pings an idle connection (no streams) no
+// more often than KeepAliveMinTime keeps it — the SDK's keepalive — while one that pings faster is sent
+// GOAWAY ENHANCE_YOUR_CALM. gRPC's default policy (5 minutes, and no pings without streams) disconnected
+// the first one too.
+func TestClientPingsAreAcceptedDownToTheMinimum(t *testing.T) {
+	cfg := server.TestConfig()
+	cfg.KeepAliveMinTime = 100 * time.Millisecond
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+	s, err := server.New(cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer s.Close()
+	if code, ok := pingIdle(t, cfg.ClientAddr, 250*time.Millisecond, 8); ok {
+		t.Fatalf("pings every 250ms (minimum 100ms) without streams: GOAWAY %v", code)
+	}
+	if code, ok := pingIdle(t, cfg.ClientAddr, 10*time.Millisecond, 20); !ok || code != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("pings every 10ms (minimum 100ms): GOAWAY %v (sent: %v), want ENHANCE_YOUR_CALM", code, ok)
+	}
+}
+
+// pingIdle opens a bare HTTP/2 connection to addr, opens no stream, sends n pings every interval, and
+// reports the GOAWAY the server sent, if any.
+func pingIdle(t *testing.T, addr string, interval time.Duration, n int) (http2.ErrCode, bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var wmu sync.Mutex
+	fr := http2.NewFramer(conn, conn)
+	write := func(f func() error) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return f()
+	}
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(func() error { return fr.WriteSettings() }); err != nil {
+		t.Fatal(err)
+	}
+	goAway := make(chan http2.ErrCode, 1)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = write(fr.WriteSettingsAck)
+				}
+			case *http2.GoAwayFrame:
+				goAway <- f.ErrCode
+				return
+			}
+		}
+	}()
+	defer func() {
+		_ = conn.Close()
+		<-readDone
+	}()
+	for i := range n {
+		select {
+		case code := <-goAway:
+			return code, true
+		case <-time.After(interval):
+		}
+		if err := write(func() error { return fr.WritePing(false, [8]byte{byte(i)}) }); err != nil {
+			break
+		}
+	}
+	select {
+	case code := <-goAway:
+		return code, true
+	case <-time.After(200 * time.Millisecond):
+		return 0, false
+	}
+}
+
+// blackHole is a TCP proxy to one address that can start swallowing every byte both ways without
+// closing anything, as a link that silently drops packets.
+type blackHole struct {
+	lis     net.Listener
+	dropped atomic.Bool
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newBlackHole(t *testing.T, target string) *blackHole {
+	b := &blackHole{lis: listenLocal(t)}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := b.lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c, up)
+			b.mu.Unlock()
+			b.wg.Add(2)
+			go b.pipe(c, up)
+			go b.pipe(up, c)
+		}
+	}()
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *blackHole) addr() string { return b.lis.Addr().String() }
+
+// swallow drops every byte from now on, both ways.
+func (b *blackHole) swallow() { b.dropped.Store(true) }
+
+func (b *blackHole) pipe(from, to net.Conn) {
+	defer b.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 && !b.dropped.Load() {
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (b *blackHole) close() {
+	_ = b.lis.Close()
+	b.mu.Lock()
+	for _, c := range b.conns {
+		_ = c.Close()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}

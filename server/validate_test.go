@@ -1,0 +1,67 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// TestTTLFloor: with the default election timeout (1 s) the floor is 5 s; a 3 s lease — lost on a leader
+// SIGKILL before the floor existed — is refused at the edge with a message that names the floor and why,
+// and a configured minimum below the floor is a configuration error. TestConfig has its own small floor.
+func TestTTLFloor(t *testing.T) {
+	cfg := DefaultConfig()
+	if got := cfg.TTLFloor(); got != 5*time.Second {
+		t.Fatalf("default TTL floor %v, want 5s", got)
+	}
+	l := cfg.limits()
+	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3000})
+	const want = "ttl_ms: 3000 is below the minimum 5000 (the TTL must outlast a leader failover: 3 × the 1s election timeout + 2s of renewal slack)"
+	if !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Fatalf("acquire with a 3 s TTL: %v\nwant %s", err, want)
+	}
+	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000}); err != nil {
+		t.Fatalf("acquire at the floor: %v", err)
+	}
+	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}); err == nil || !strings.Contains(err.Error(), "above the maximum 3600000") {
+		t.Fatalf("acquire above the maximum: %v", err)
+	}
+
+	valid := func(c Config) Config {
+		c.Name, c.DataDir, c.ClientAddr, c.PeerAddr = "n1", "/d", "h:1", "h:2"
+		return c
+	}
+	if err := valid(cfg).Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	below := valid(cfg)
+	below.Limits.MinTTL = 3 * time.Second
+	if err := below.Validate(); err == nil || !strings.Contains(err.Error(), "min TTL 3s is below the TTL floor 5s") {
+		t.Fatalf("min TTL below the floor: %v", err)
+	}
+	above := valid(cfg)
+	above.Limits.MinTTL = 10 * time.Second
+	if err := above.Validate(); err != nil {
+		t.Fatalf("min TTL above the floor: %v", err)
+	}
+	if err := above.limits().acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 6000}); err == nil ||
+		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 5000)") {
+		t.Fatalf("acquire below a configured minimum above the floor: %v", err)
+	}
+	slower := valid(cfg)
+	slower.TickInterval = 200 * time.Millisecond // a 2 s election timeout: the floor follows it
+	if got := slower.TTLFloor(); got != 10*time.Second {
+		t.Fatalf("floor with a 2 s election timeout %v, want 10s", got)
+	}
+
+	test := valid(TestConfig())
+	if err := test.Validate(); err != nil {
+		t.Fatalf("TestConfig: %v", err)
+	}
+	if got := test.limits().MinTTL; got != 300*time.Millisecond {
+		t.Fatalf("TestConfig's minimum TTL %v, want its 300ms floor", got)
+	}
+}
