@@ -61,7 +61,7 @@ func TestTTLFloor(t *testing.T) {
 	if err := test.Validate(); err != nil {
 		t.Fatalf("TestConfig: %v", err)
 	}
-	if got := test.limits().MinTTL; got != 300*time.Millisecond {
-		t.Fatalf("TestConfig's minimum TTL %v, want its 300ms floor", got)
+	if got := test.limits().MinTTL; got != 500*time.Millisecond {
+		t.Fatalf("TestConfig's minimum TTL %v, want its 500ms floor", got)
 	}
 }
