@@ -107,9 +107,9 @@ func (k *keeper) run() {
 // session runs one KeepAlive stream until it fails or the keeper stops; it reports whether any answer
 // arrived (a healthy session resets the backoff).
 func (k *keeper) session() bool {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(k.c.ctx)
 	defer cancel()
-	addr := k.c.target()
+	addr := k.c.target(ctx)
 	conn, err := k.c.conn(addr)
 	if err != nil {
 		return false

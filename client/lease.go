@@ -212,7 +212,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return c.acquireWaiting(ctx, req, o.margin)
 	}
 	sentAt := c.clock.Now() // before the first attempt: the grant cannot be older than this
-	resp, err := c.acquireOnce(ctx, req)
+	resp, err := c.acquireOnce(ctx, req, callOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		defer cancel()
 	}
 	sentAt := c.clock.Now()
-	resp, err := c.acquireOnce(ctx, req)
+	resp, err := c.acquireOnce(ctx, req, callOptions{})
 	if err == nil {
 		return c.hold(resp.GetLease(), sentAt, margin)
 	}
@@ -242,7 +242,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
 	waiting.Wait = true
-	resp, err = c.acquireOnce(ctx, waiting)
+	resp, err = c.acquireOnce(ctx, waiting, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
@@ -258,8 +258,8 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 }
 
 // acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names.
-func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
+func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, error) {
+	resp, err := callWith(ctx, c, o, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
 		return leasepb.NewLeasesClient(conn).Acquire(ctx, req)
 	})
 	if err != nil {

@@ -162,7 +162,8 @@ type WatchOptions struct {
 func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) error) error {
 	next := wo.FromIndex
 	for attempt := 0; ; attempt++ {
-		got, err := c.watchOnce(ctx, wo, next, fn)
+		addr := c.target(ctx)
+		got, err := c.watchOnce(ctx, addr, wo, next, fn)
 		if got > 0 {
 			next, attempt = got+1, 0
 		}
@@ -172,13 +173,17 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 		var fnErr *callbackError
 		// ResourceExhausted: this watcher fell behind the node's event rate; resume from the next index.
 		fellBehind := status.Code(err) == codes.ResourceExhausted
-		if errors.As(err, &fnErr) || !(retryable(err) || fellBehind) {
+		if errors.As(err, &fnErr) || !(retryable(err) || fellBehind || errors.Is(err, errNotConnected)) {
 			if fnErr != nil {
 				return fnErr.err
 			}
 			return fromStatus(err)
 		}
-		c.moveOn(c.target(), leaderHint(err))
+		if errors.Is(err, errNotConnected) {
+			c.unresponsive(addr)
+		} else {
+			c.moveOn(addr, leaderHint(err))
+		}
 		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -190,8 +195,14 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // watchOnce runs one Watch stream; it returns the index of the last event delivered.
-func (c *Client) watchOnce(ctx context.Context, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
-	conn, err := c.conn(c.target())
+func (c *Client) watchOnce(ctx context.Context, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
+	conn, err := c.conn(addr)
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
+	err = c.ready(cctx, conn)
+	cancel()
 	if err != nil {
 		return 0, err
 	}
