@@ -453,6 +453,8 @@ func (c *Client) moveOn(failed, hint string) {
 type callOptions struct {
 	// unbounded attempts run until the call's context ends (a queued Acquire must keep its place).
 	unbounded bool
+	// sent, when set, receives the time (Config.Clock) the answered attempt was sent, once connected.
+	sent *time.Time
 }
 
 // call runs one RPC against the leader (or, for reads, any node), retrying Unavailable answers on other
@@ -519,6 +521,9 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 	}
 	if err := c.ready(actx, conn); err != nil {
 		return zero, err
+	}
+	if o.sent != nil {
+		*o.sent = c.clock.Now()
 	}
 	out, err := rpc(actx, conn)
 	// gRPC may end the call on its own deadline timer a moment before actx reports it.

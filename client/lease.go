@@ -211,8 +211,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	if o.wait {
 		return c.acquireWaiting(ctx, req, o.margin)
 	}
-	sentAt := c.clock.Now() // before the first attempt: the grant cannot be older than this
-	resp, err := c.acquireOnce(ctx, req, callOptions{})
+	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -231,8 +230,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
 		defer cancel()
 	}
-	sentAt := c.clock.Now()
-	resp, err := c.acquireOnce(ctx, req, callOptions{})
+	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
 	if err == nil {
 		return c.hold(resp.GetLease(), sentAt, margin)
 	}
@@ -242,7 +240,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
 	waiting.Wait = true
-	resp, err = c.acquireOnce(ctx, waiting, callOptions{unbounded: true})
+	resp, _, err = c.acquireOnce(ctx, waiting, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
@@ -257,16 +255,20 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	return c.hold(resp.GetLease(), sentAt, margin)
 }
 
-// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names.
-func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, error) {
+// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
+// returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
+// attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
+func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
+	var sentAt time.Time
+	o.sent = &sentAt
 	resp, err := callWith(ctx, c, o, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.AcquireResponse, error) {
 		return leasepb.NewLeasesClient(conn).Acquire(ctx, req)
 	})
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	c.follow(resp.GetHeader())
-	return resp, nil
+	return resp, sentAt, nil
 }
 
 // renewNow renews a lease synchronously and returns when the renewal was sent.
