@@ -160,6 +160,43 @@ func TestCallMovesOnFromANodeThatNeverAnswers(t *testing.T) {
 	t.Logf("answered in %v", time.Since(start))
 }
 
+// TestKeepAliveLeavesABlackHoledLeader is issue #11 (a): the link to the leader black-holes (the leader
+// itself stays healthy, so no election happens); the keeper's watchdog abandons the unanswered stream and
+// renews through another node, and the lease survives several TTLs. It used to stay on the dead stream
+// until the lease was lost.
+func TestKeepAliveLeavesABlackHoledLeader(t *testing.T) {
+	cl := servertest.Start(t, 3, nil)
+	leader := cl.Endpoints()[cl.WaitLeader()]
+	bh := newBlackHole()
+	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{bh.dialOption()}
+	})
+	ctx := ctxT(t)
+	const ttl = 1500 * time.Millisecond
+	l, err := c.Acquire(ctx, "gray/keeper", client.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the keeper's stream is on the leader and has renewed once.
+	first := l.Remaining()
+	for deadline := time.Now().Add(5 * time.Second); l.Remaining() <= first; {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal succeeded within 5s")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	bh.hole(leader)
+	holedAt := time.Now()
+	end := holedAt.Add(3 * ttl)
+	for time.Now().Before(end) {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost %v after the link to the leader black-holed: %v", time.Since(holedAt), l.Err())
+		case <-time.After(50 * time.Millisecond): // observation interval
+		}
+	}
+}
+
 // stuckLeader is a node that says it leads and then never answers an Acquire: a leader whose disk or
 // loop stalled after the connection and the Status answer.
 type stuckLeader struct {
