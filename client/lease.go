@@ -215,7 +215,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	return c.hold(resp.GetLease(), sentAt, o.margin)
+	return c.granted(ctx, resp, sentAt, o.margin)
 }
 
 // acquireWaiting is Acquire WithWait. It first asks without waiting (the same request id throughout, so
@@ -232,7 +232,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
 	if err == nil {
-		return c.hold(resp.GetLease(), sentAt, margin)
+		return c.granted(ctx, resp, sentAt, margin)
 	}
 	var held *HeldError
 	if !errors.As(err, &held) {
@@ -252,8 +252,34 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
 		return nil, err
 	}
-	return c.hold(resp.GetLease(), sentAt, margin)
+	return c.hold(resp.GetLease(), c.validUntil(sentAt, ttlOf(resp.GetLease())), margin)
 }
+
+// granted holds the lease an Acquire answer grants. A fresh grant was made by the entry of the attempt
+// sent at sentAt, so it is valid until sentAt + TTL less the drift margin. A replayed answer repeats a
+// grant made earlier under the same request id (an earlier attempt whose answer was lost, or an earlier
+// call with the same WithRequestID): the cluster may expire it long before a fresh TTL, so its validity
+// is sentAt + remaining_ms (the leader's count when it answered, after sentAt) less the drift margin, and
+// if that leaves less than a renewal interval (TTL/3) the lease is renewed before Acquire returns.
+func (c *Client) granted(ctx context.Context, resp *leasepb.AcquireResponse, sentAt time.Time, margin time.Duration) (*Lease, error) {
+	pl := resp.GetLease()
+	ttl := ttlOf(pl)
+	until := c.validUntil(sentAt, ttl)
+	if resp.GetReplayed() {
+		remaining := time.Duration(pl.GetRemainingMs()) * time.Millisecond
+		until = until.Add(min(remaining, ttl) - ttl)
+		if until.Sub(c.clock.Now()) < ttl/3 {
+			renewedAt, err := c.renewNow(ctx, pl)
+			if err != nil {
+				return nil, fmt.Errorf("renew the replayed grant (token %d): %w", pl.GetToken(), err)
+			}
+			until = c.validUntil(renewedAt, ttl)
+		}
+	}
+	return c.hold(pl, until, margin)
+}
+
+func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()) * time.Millisecond }
 
 // acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
 // returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
@@ -278,15 +304,15 @@ func (c *Client) renewNow(ctx context.Context, pl *leasepb.Lease) (time.Time, er
 	return sentAt, err
 }
 
-// hold starts keeping a granted lease alive.
-func (c *Client) hold(pl *leasepb.Lease, sentAt time.Time, margin time.Duration) (*Lease, error) {
+// hold starts keeping a granted lease alive, trusting it until validUntil.
+func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Duration) (*Lease, error) {
 	l := &Lease{
 		c: c, resource: pl.GetResource(), holder: pl.GetHolder(), token: pl.GetToken(),
 		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.mu.Lock()
-	l.validUntil = c.validUntil(sentAt, l.ttl)
+	l.validUntil = validUntil
 	l.armLocked()
 	l.mu.Unlock()
 	if err := c.keeper.add(l); err != nil {
