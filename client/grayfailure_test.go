@@ -177,9 +177,10 @@ func TestKeepAliveLeavesABlackHoledLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the keeper's stream is on the leader and has renewed once.
-	first := l.Remaining()
-	for deadline := time.Now().Add(5 * time.Second); l.Remaining() <= first; {
+	// Wait until the keeper's stream is on the leader and has renewed once (the end of the validity
+	// window moved by most of a renewal interval).
+	firstEnd := time.Now().Add(l.Remaining())
+	for deadline := time.Now().Add(5 * time.Second); !time.Now().Add(l.Remaining()).After(firstEnd.Add(ttl / 6)); {
 		if time.Now().After(deadline) {
 			t.Fatal("no renewal succeeded within 5s")
 		}
