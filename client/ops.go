@@ -157,10 +157,21 @@ type WatchOptions struct {
 }
 
 // Watch calls fn for every event, in index order, until ctx ends, fn returns an error, or the stream
-// fails. When a stream to one node breaks it resumes on another from the next index, so no event is
-// skipped or repeated; a history that no longer reaches back gives an error wrapping ErrCompacted.
+// fails. When a stream to one node breaks it resumes on another from the index after the last event
+// delivered (from FromIndex while none was), so no event is skipped or repeated; a history that no longer
+// reaches back gives an error wrapping ErrCompacted. A watch "from now" (FromIndex 0) first reads the
+// applied index linearizably and starts after it, so "now" stays put across resumes.
 func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) error) error {
 	next := wo.FromIndex
+	if next == 0 {
+		// "From now" is pinned to an index before the first stream opens, so that a stream that breaks
+		// before delivering anything resumes from there rather than from a later "now".
+		applied, err := c.appliedIndex(ctx, wo.Resource+wo.Prefix)
+		if err != nil {
+			return err
+		}
+		next = applied + 1
+	}
 	for attempt := 0; ; attempt++ {
 		addr := c.target(ctx)
 		got, err := c.watchOnce(ctx, addr, wo, next, fn)
@@ -188,6 +199,18 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 			return err
 		}
 	}
+}
+
+// appliedIndex is the applied index of a linearizable read: every event after it is "after now".
+func (c *Client) appliedIndex(ctx context.Context, prefix string) (uint64, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
+		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: prefix, Limit: 1})
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.follow(resp.GetHeader())
+	return resp.GetHeader().GetAppliedIndex(), nil
 }
 
 type callbackError struct{ err error }
