@@ -161,3 +161,59 @@ func TestWatchFromNowResumesFromWhereNowWas(t *testing.T) {
 		t.Fatalf("from_index asked %v, want %v (delivered %v, err %v)", f.asked(), want, got, err)
 	}
 }
+
+// observedElection holds "e" at token 10 in a state read at index 12, while the node's applied index (which
+// a List's header carries) is already 15; a free election is Get-NotFound with a List at 15.
+type observedElection struct {
+	*breakingWatch
+	held bool
+}
+
+func (f observedElection) Get(context.Context, *leasepb.GetRequest) (*leasepb.GetResponse, error) {
+	if !f.held {
+		return nil, status.Error(codes.NotFound, "no lease")
+	}
+	return &leasepb.GetResponse{
+		Header: &leasepb.ResponseHeader{AppliedIndex: 12},
+		Lease:  &leasepb.Lease{Resource: "e", Holder: "a", Token: 10, TtlMs: 1000},
+	}, nil
+}
+
+func (f observedElection) List(context.Context, *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+	var ls []*leasepb.Lease
+	if f.held {
+		ls = []*leasepb.Lease{{Resource: "e", Holder: "a", Token: 10, TtlMs: 1000}}
+	}
+	return &leasepb.ListResponse{Header: &leasepb.ResponseHeader{AppliedIndex: 15}, Leases: ls}, nil
+}
+
+// TestObserveWatchesFromTheIndexOfTheStateItRead is issue #11 (e): Observe watches from the index after
+// the state it reported. It used to take the index from a List header stamped after the read (15 here),
+// missing the events between (13 and 14).
+func TestObserveWatchesFromTheIndexOfTheStateItRead(t *testing.T) {
+	for _, tc := range []struct {
+		held   bool
+		holder string
+		from   uint64
+	}{{true, "a", 13}, {false, "", 16}} {
+		f := &breakingWatch{script: func(int, uint64) []uint64 { return nil }}
+		c := newClient(t, []string{serveLeases(t, observedElection{f, tc.held})}, nil)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		seen := make(chan client.LeaderInfo, 1)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- c.Observe(ctx, "e", func(li client.LeaderInfo) error { seen <- li; return nil })
+		}()
+		if li := <-seen; li.Holder != tc.holder {
+			t.Errorf("held %v: first observed %+v, want holder %q", tc.held, li, tc.holder)
+		}
+		for deadline := time.Now().Add(5 * time.Second); len(f.asked()) == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond) // poll interval
+		}
+		cancel()
+		<-errc
+		if want := []uint64{tc.from}; !slices.Equal(f.asked(), want) {
+			t.Errorf("held %v: watched from %v, want %v", tc.held, f.asked(), want)
+		}
+	}
+}
