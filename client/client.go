@@ -406,8 +406,8 @@ collect:
 // discoveryGrace is how long discovery waits for a leader's name after the first node answered without one.
 const discoveryGrace = 200 * time.Millisecond
 
-// statusOf asks one endpoint about itself. Unimplemented (a server without the Cluster service) counts
-// as an answer.
+// statusOf asks one endpoint about itself. A refusal (a server without the Cluster service, or an
+// identity that may not ask) counts as an answer that names no leader.
 func (c *Client) statusOf(ctx context.Context, addr string) (*leasepb.StatusResponse, error) {
 	conn, err := c.conn(addr)
 	if err != nil {
@@ -417,17 +417,21 @@ func (c *Client) statusOf(ctx context.Context, addr string) (*leasepb.StatusResp
 		return nil, err
 	}
 	st, err := leasepb.NewClusterClient(conn).Status(ctx, &leasepb.StatusRequest{})
-	if status.Code(err) == codes.Unimplemented {
+	switch status.Code(err) {
+	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
 		return &leasepb.StatusResponse{}, nil
 	}
 	return st, err
 }
 
-// follow records the leader named by an answer, so later calls go straight there.
+// follow records the leader named by an answer, so later calls go straight there — unless that node did
+// not answer in time lately (followers keep naming a frozen leader until they elect another).
 func (c *Client) follow(h *leasepb.ResponseHeader) {
 	if addr := h.GetLeaderAddr(); addr != "" {
 		c.mu.Lock()
-		c.leader = addr
+		if !c.unresponsiveLocked(addr, time.Now()) {
+			c.leader = addr
+		}
 		c.mu.Unlock()
 	}
 }
