@@ -275,3 +275,58 @@ func TestAttemptOnAStuckNodeEndsAndTheNextNodeAnswers(t *testing.T) {
 		t.Fatalf("second acquire took %v and the stuck node got %d Acquires: it was not remembered", took, stuck.acquires.Load())
 	}
 }
+
+// TestWatchLeavesABlackHoledNodeThroughKeepalivePings: watch streams are quiet by nature and have no
+// watchdog; when the link to the node serving one black-holes, the connection's keepalive pings go
+// unanswered, gRPC closes it (PingInterval 10s, gRPC's floor, + PingTimeout 3s), and the watch resumes on
+// another node without losing the event that happened meanwhile. Without keepalive it waited forever.
+func TestWatchLeavesABlackHoledNodeThroughKeepalivePings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a keepalive ping to time out (about 15s)")
+	}
+	cl := servertest.Start(t, 3, nil)
+	leader := cl.Endpoints()[cl.WaitLeader()]
+	bh := newBlackHole()
+	watcher := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{bh.dialOption()}
+		cfg.PingTimeout = time.Second
+	})
+	writer := newClient(t, cl.Endpoints(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	acquire := func(resource string) uint64 {
+		l, err := writer.Acquire(ctx, resource, client.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Token()
+	}
+	first := acquire("ka/1")
+	events := make(chan client.Event, 16)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- watcher.Watch(ctx, client.WatchOptions{Prefix: "ka/", FromIndex: first}, func(e client.Event) error {
+			events <- e
+			return nil
+		})
+	}()
+	defer func() { cancel(); <-errc }()
+	select {
+	case e := <-events:
+		if e.Index != first {
+			t.Fatalf("first event at %d, want %d", e.Index, first)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch delivered nothing")
+	}
+	bh.hole(leader) // the watch's stream is on the leader it discovered
+	second := acquire("ka/2")
+	select {
+	case e := <-events:
+		if e.Index != second {
+			t.Fatalf("after the black hole the watch delivered index %d, want %d", e.Index, second)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("the watch never left the black-holed node")
+	}
+}
