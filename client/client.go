@@ -260,6 +260,10 @@ func (c *Client) target(ctx context.Context) string {
 		defer c.mu.Unlock()
 		return c.leader
 	}
+	if len(c.cfg.Endpoints) == 1 { // nobody else to ask
+		defer c.mu.Unlock()
+		return c.cfg.Endpoints[0]
+	}
 	wait := c.discovery
 	if wait == nil && !c.closed {
 		wait = make(chan struct{})
@@ -518,9 +522,13 @@ var errAttemptTimeout = errors.New("attempt timed out")
 func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grpc.ClientConn, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var zero T
 	actx := ctx
+	own := false // the attempt's deadline comes before the call's: running out of it is the node's fault
 	if !o.unbounded {
+		share := time.Now().Add(c.attemptTimeout())
+		dl, ok := ctx.Deadline()
+		own = !ok || share.Before(dl)
 		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, c.attemptTimeout())
+		actx, cancel = context.WithDeadline(ctx, share)
 		defer cancel()
 	}
 	if err := c.ready(actx, conn); err != nil {
@@ -532,7 +540,7 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 	out, err := rpc(actx, conn)
 	// gRPC may end the call on its own deadline timer a moment before actx reports it.
 	dl, _ := actx.Deadline()
-	if err != nil && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
+	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
 		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout(), err)
 	}
 	return out, err
