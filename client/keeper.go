@@ -149,9 +149,23 @@ func (k *keeper) session() bool {
 	watchdog.Stop()
 	defer watchdog.Stop()
 	for {
+		// A node that stopped reading fills the stream's flow-control window and Send blocks: the
+		// watchdog covers sending too.
+		var stuck atomic.Bool
+		guard := time.AfterFunc(k.watchdog(), func() { stuck.Store(true); cancel() })
 		last, err := k.sendRenewals(stream)
+		guard.Stop()
 		if err != nil {
+			if stuck.Load() {
+				k.c.log.Debug("keepalive send stuck; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
+				k.c.unresponsive(addr)
+			}
 			cancel()
+			<-recvErr
+			return healthy
+		}
+		if stuck.Load() { // the guard fired just as the send completed
+			k.c.unresponsive(addr)
 			<-recvErr
 			return healthy
 		}
