@@ -12,8 +12,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	gbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 )
@@ -25,10 +30,20 @@ type Config struct {
 	Endpoints []string
 	// TLS, when set, secures every connection (server-side TLS arrives in a later release).
 	TLS *tls.Config
-	// DialTimeout bounds connecting to one endpoint. Default 5s.
+	// DialTimeout bounds connecting to one endpoint (TCP and the HTTP/2 handshake) within an attempt: a node
+	// that does not complete it in time is skipped for this attempt and remembered as unresponsive.
+	// Default 5s (an attempt's own share, below, usually ends first).
 	DialTimeout time.Duration
-	// RequestTimeout bounds one attempt of a call when the caller's context has no deadline. Default 5s.
+	// RequestTimeout bounds a whole call when the caller's context has no deadline. Each attempt on one node
+	// gets a share of it, max(RequestTimeout/3, 500ms) (never more than what remains of the call), after
+	// which the next node is tried while the call's deadline lasts. Default 5s.
 	RequestTimeout time.Duration
+	// PingInterval is how long a connection may be silent before the client sends an HTTP/2 PING, and
+	// PingTimeout how long it waits for the answer before closing the connection (failing its calls and
+	// streams, so they move to another node). Pings are sent even without calls in flight. gRPC raises
+	// intervals below 10s to 10s; servers must permit that (leased enforces a minimum of 5s, with pings
+	// permitted without streams). Defaults 10s and 3s.
+	PingInterval, PingTimeout time.Duration
 	// ClockDrift is the largest relative difference between this machine's clock rate and the servers'
 	// (0.01 = 1%). A lease is trusted only until its last successful renewal's send time + TTL × (1 −
 	// ClockDrift) − MinDriftMargin. Default 0.01.
@@ -70,13 +85,26 @@ type Client struct {
 	clock  Clock
 	budget *retryBudget
 
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	leader string // the address the client currently prefers
-	next   int    // round-robin position among the endpoints
-	closed bool
+	// ctx ends when the client closes; the client's own goroutines (leader discovery) run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
+	leader    string // the address the client currently prefers; "" when unknown
+	next      int    // round-robin position among the endpoints
+	closed    bool
+	health    map[string]health // endpoints that did not answer in time, skipped until their backoff ends
+	discovery chan struct{}     // closed when the leader discovery in flight ends; nil when none is
 
 	keeper *keeper
+}
+
+// health is what the client remembers of an endpoint that did not answer in time.
+type health struct {
+	fails int
+	until time.Time // skip the endpoint until then
 }
 
 // New returns a client for the cluster. It does not wait for a connection.
@@ -87,8 +115,12 @@ func New(cfg Config) (*Client, error) {
 	cfg = withDefaults(cfg)
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(),
-		conns: make(map[string]*grpc.ClientConn), leader: cfg.Endpoints[0],
+		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health),
 	}
+	if len(cfg.Endpoints) == 1 {
+		c.leader = cfg.Endpoints[0]
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.keeper = newKeeper(c)
 	return c, nil
 }
@@ -99,6 +131,12 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = 10 * time.Second
+	}
+	if cfg.PingTimeout == 0 {
+		cfg.PingTimeout = 3 * time.Second
 	}
 	if cfg.ClockDrift == 0 {
 		cfg.ClockDrift = 0.01
@@ -135,7 +173,9 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.cancel()
 	c.keeper.close()
+	c.wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
@@ -145,7 +185,8 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// conn returns a connection to addr, dialling it lazily.
+// conn returns a connection to addr, dialling it lazily. Every connection pings a silent server
+// (Config.PingInterval, PingTimeout) and bounds each connection attempt by Config.DialTimeout.
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -159,7 +200,18 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if c.cfg.TLS != nil {
 		creds = credentials.NewTLS(c.cfg.TLS)
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.cfg.DialOptions...)
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: c.cfg.PingInterval, Timeout: c.cfg.PingTimeout, PermitWithoutStream: true,
+		}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			// Reconnect soon after a node comes back: the endpoint's own backoff (health) already keeps
+			// calls away from a node that keeps failing.
+			Backoff:           gbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+			MinConnectTimeout: c.cfg.DialTimeout,
+		}),
+	}, c.cfg.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -168,39 +220,260 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// target is the endpoint to try now: the known leader, else the next endpoint in turn.
-func (c *Client) target() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leader
+// errNotConnected: an endpoint did not complete its connection within the attempt.
+var errNotConnected = errors.New("not connected")
+
+// ready waits, at most DialTimeout and never beyond ctx, for conn to be connected. A connection that
+// fails (refused, reset) returns at once, so the call can move on.
+func (c *Client) ready(ctx context.Context, conn *grpc.ClientConn) error {
+	st := conn.GetState()
+	if st == connectivity.Ready {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	conn.Connect()
+	for {
+		switch st = conn.GetState(); st {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return fmt.Errorf("%w: %s", errNotConnected, st)
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return fmt.Errorf("%w within %v: %s", errNotConnected, c.cfg.DialTimeout, st)
+		}
+	}
 }
 
-// follow records the leader named by an answer, so later calls go straight there.
+// attemptTimeout is one attempt's share of a call: max(RequestTimeout/3, 500ms).
+func (c *Client) attemptTimeout() time.Duration {
+	return max(c.cfg.RequestTimeout/3, 500*time.Millisecond)
+}
+
+// target is the endpoint to try now: the known leader unless it is unresponsive, else the leader that a
+// discovery (all endpoints asked in parallel) finds, else a responsive endpoint in turn.
+func (c *Client) target(ctx context.Context) string {
+	c.mu.Lock()
+	now := time.Now()
+	if c.leader != "" && !c.unresponsiveLocked(c.leader, now) {
+		defer c.mu.Unlock()
+		return c.leader
+	}
+	if len(c.cfg.Endpoints) == 1 { // nobody else to ask
+		defer c.mu.Unlock()
+		return c.cfg.Endpoints[0]
+	}
+	wait := c.discovery
+	if wait == nil && !c.closed {
+		wait = make(chan struct{})
+		c.discovery = wait
+		c.wg.Go(func() { c.discover(wait) })
+	}
+	c.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" && !c.unresponsiveLocked(c.leader, time.Now()) {
+		return c.leader
+	}
+	return c.nextLocked(time.Now())
+}
+
+// nextLocked is the next endpoint in turn that is not unresponsive (any, if all are).
+func (c *Client) nextLocked(now time.Time) string {
+	n := len(c.cfg.Endpoints)
+	for range n {
+		c.next = (c.next + 1) % n
+		if ep := c.cfg.Endpoints[c.next]; !c.unresponsiveLocked(ep, now) {
+			return ep
+		}
+	}
+	return c.cfg.Endpoints[c.next]
+}
+
+func (c *Client) unresponsiveLocked(addr string, now time.Time) bool {
+	h, ok := c.health[addr]
+	return ok && now.Before(h.until)
+}
+
+// unresponsive remembers that addr did not answer in time: it is skipped for 1s, doubling with every
+// further failure up to 30s, then tried again. If it was the preferred node, the leader is unknown again.
+func (c *Client) unresponsive(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.health[addr]
+	h.fails++
+	h.until = time.Now().Add(min(time.Second<<min(h.fails-1, 5), 30*time.Second))
+	c.health[addr] = h
+	if c.leader == addr {
+		c.leader = ""
+	}
+	c.log.Debug("endpoint unresponsive", "endpoint", addr, "failures", h.fails, "skip_until", h.until)
+}
+
+// responsive forgets an endpoint's failures: it answered.
+func (c *Client) responsive(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.health, addr)
+}
+
+// discover asks every endpoint that is not unresponsive, in parallel, who leads, and prefers the first
+// leader named that is not itself unresponsive; failing that, the first endpoint that answered. Endpoints
+// that do not answer within an attempt's share are remembered as unresponsive.
+func (c *Client) discover(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.attemptTimeout())
+	defer cancel()
+	type answer struct {
+		addr, leader string
+		err          error
+	}
+	c.mu.Lock()
+	now := time.Now()
+	var ask []string
+	for _, ep := range c.cfg.Endpoints {
+		if !c.unresponsiveLocked(ep, now) {
+			ask = append(ask, ep)
+		}
+	}
+	if len(ask) == 0 {
+		ask = c.cfg.Endpoints
+	}
+	c.mu.Unlock()
+	answers := make(chan answer, len(ask))
+	var wg sync.WaitGroup
+	for _, ep := range ask {
+		wg.Go(func() {
+			st, err := c.statusOf(ctx, ep)
+			a := answer{addr: ep, err: err}
+			if err == nil {
+				a.leader = st.GetHeader().GetLeaderAddr()
+				if st.GetRole() == leasepb.Role_ROLE_LEADER {
+					a.leader = ep
+				}
+			}
+			answers <- a
+		})
+	}
+	var leader, answered string
+	var grace <-chan time.Time // once a node answered without naming a usable leader, wait only a little more
+collect:
+	for range ask {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-grace:
+			break collect
+		}
+		if a.err != nil {
+			if errors.Is(a.err, errNotConnected) || (ctx.Err() != nil && c.ctx.Err() == nil) {
+				c.unresponsive(a.addr)
+			}
+			continue
+		}
+		c.responsive(a.addr)
+		if answered == "" {
+			answered = a.addr
+			t := time.NewTimer(discoveryGrace)
+			defer t.Stop()
+			grace = t.C
+		}
+		c.mu.Lock()
+		usable := a.leader != "" && !c.unresponsiveLocked(a.leader, time.Now())
+		c.mu.Unlock()
+		if usable {
+			leader = a.leader
+			break collect
+		}
+	}
+	cancel() // the slower answers are not needed any more
+	wg.Wait()
+	c.mu.Lock()
+	if leader == "" {
+		leader = answered
+	}
+	if leader != "" {
+		c.leader = leader
+	}
+	c.discovery = nil
+	c.mu.Unlock()
+	close(done)
+	c.log.Debug("leader discovery", "leader", leader)
+}
+
+// discoveryGrace is how long discovery waits for a leader's name after the first node answered without one.
+const discoveryGrace = 200 * time.Millisecond
+
+// statusOf asks one endpoint about itself. A refusal (a server without the Cluster service, or an
+// identity that may not ask) counts as an answer that names no leader.
+func (c *Client) statusOf(ctx context.Context, addr string) (*leasepb.StatusResponse, error) {
+	conn, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ready(ctx, conn); err != nil {
+		return nil, err
+	}
+	st, err := leasepb.NewClusterClient(conn).Status(ctx, &leasepb.StatusRequest{})
+	switch status.Code(err) {
+	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+		return &leasepb.StatusResponse{}, nil
+	}
+	return st, err
+}
+
+// follow records the leader named by an answer, so later calls go straight there — unless that node did
+// not answer in time lately (followers keep naming a frozen leader until they elect another).
 func (c *Client) follow(h *leasepb.ResponseHeader) {
 	if addr := h.GetLeaderAddr(); addr != "" {
 		c.mu.Lock()
-		c.leader = addr
+		if !c.unresponsiveLocked(addr, time.Now()) {
+			c.leader = addr
+		}
 		c.mu.Unlock()
 	}
 }
 
-// moveOn picks where to go after an Unavailable answer: the leader it named, else the next endpoint.
+// moveOn picks where to go after an Unavailable answer: the leader it named, else whatever the next
+// target finds (a discovery).
 func (c *Client) moveOn(failed, hint string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if hint != "" && hint != failed {
+	if hint != "" && hint != failed && !c.unresponsiveLocked(hint, time.Now()) {
 		c.leader = hint
 		return
 	}
 	if c.leader == failed {
-		c.next = (c.next + 1) % len(c.cfg.Endpoints)
-		c.leader = c.cfg.Endpoints[c.next]
+		if len(c.cfg.Endpoints) == 1 {
+			return
+		}
+		c.leader = ""
 	}
 }
 
+// callOptions change how call bounds its attempts.
+type callOptions struct {
+	// unbounded attempts run until the call's context ends (a queued Acquire must keep its place).
+	unbounded bool
+	// sent, when set, receives the time (Config.Clock) the answered attempt was sent, once connected.
+	sent *time.Time
+}
+
 // call runs one RPC against the leader (or, for reads, any node), retrying Unavailable answers on other
-// nodes with full-jitter exponential backoff under the client's retry budget, until ctx ends.
+// nodes with full-jitter exponential backoff under the client's retry budget, until ctx ends. Each attempt
+// is bounded by its share of the call (attemptTimeout) and its connecting by DialTimeout; a node that
+// misses either is remembered as unresponsive and the next one is tried.
 func call[T any](ctx context.Context, c *Client, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	return callWith(ctx, c, callOptions{}, rpc)
+}
+
+func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var zero T
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -208,20 +481,31 @@ func call[T any](ctx context.Context, c *Client, rpc func(context.Context, *grpc
 		defer cancel()
 	}
 	for attempt := 0; ; attempt++ {
-		addr := c.target()
+		addr := c.target(ctx)
 		conn, err := c.conn(addr)
 		if err != nil {
 			return zero, err
 		}
-		out, err := rpc(ctx, conn)
+		out, err := attemptOnce(ctx, c, o, conn, rpc)
 		if err == nil {
 			c.budget.success()
+			c.responsive(addr)
 			return out, nil
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			if errors.Is(err, errNotConnected) {
+				return zero, fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, err)
+			}
 			return zero, fromStatus(err)
 		}
-		c.moveOn(addr, leaderHint(err))
+		switch {
+		case errors.Is(err, errNotConnected), errors.Is(err, errAttemptTimeout):
+			c.unresponsive(addr)
+		case !retryable(err):
+			return zero, fromStatus(err)
+		default:
+			c.moveOn(addr, leaderHint(err))
+		}
 		if !c.budget.spend() {
 			return zero, fmt.Errorf("%w: retry budget exhausted: %v", ErrUnavailable, fromStatus(err))
 		}
@@ -229,6 +513,37 @@ func call[T any](ctx context.Context, c *Client, rpc func(context.Context, *grpc
 			return zero, fmt.Errorf("%w: %v", ErrUnavailable, fromStatus(err))
 		}
 	}
+}
+
+// errAttemptTimeout: one attempt used up its share of the call; the call goes on elsewhere.
+var errAttemptTimeout = errors.New("attempt timed out")
+
+// attempt is one try of rpc on conn: connected within DialTimeout, answered within its share of the call.
+func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grpc.ClientConn, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	var zero T
+	actx := ctx
+	own := false // the attempt's deadline comes before the call's: running out of it is the node's fault
+	if !o.unbounded {
+		share := time.Now().Add(c.attemptTimeout())
+		dl, ok := ctx.Deadline()
+		own = !ok || share.Before(dl)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, share)
+		defer cancel()
+	}
+	if err := c.ready(actx, conn); err != nil {
+		return zero, err
+	}
+	if o.sent != nil {
+		*o.sent = c.clock.Now()
+	}
+	out, err := rpc(actx, conn)
+	// gRPC may end the call on its own deadline timer a moment before actx reports it.
+	dl, _ := actx.Deadline()
+	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
+		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout(), err)
+	}
+	return out, err
 }
 
 // backoff is full-jitter exponential: uniform in [0, min(cap, base·2^attempt)], so a cluster-wide hiccup

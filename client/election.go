@@ -40,7 +40,7 @@ func (c *Client) Leader(ctx context.Context, resource string) (LeaderInfo, error
 // Observe calls fn with the election's leader now and at every change: the new leader, or a zero
 // LeaderInfo while there is none. It returns when ctx ends or fn returns an error.
 func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInfo) error) error {
-	// Read the current state, then watch from the index that state reflects, so no change is missed.
+	// Read the current state and the index it reflects together, then watch from the next index.
 	from, err := c.observeStart(ctx, resource, fn)
 	if err != nil {
 		return err
@@ -53,29 +53,48 @@ func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInf
 	})
 }
 
+// observeStart reports the election's leader now and returns the index to watch from. A Get that finds the
+// lease answers with the applied index of the very state it read, so watching from the next index misses
+// and repeats nothing. A Get that finds nothing carries no index: then a List gives a later one, and a
+// second Get looks again — a grant made between the reads is found by it (and read atomically); if it
+// too finds nothing, every grant before the List's index has been released by then, so watching from the
+// index after it loses no leader that is still in office. (A leader elected and gone within the first
+// read's own handling is not reported.)
 func (c *Client) observeStart(ctx context.Context, resource string, fn func(LeaderInfo) error) (uint64, error) {
 	info, idx, err := c.getAt(ctx, resource)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return idx + 1, fn(LeaderInfo{})
-	case err != nil:
+	if err == nil {
+		return idx + 1, fn(leaderOf(info))
+	}
+	if !errors.Is(err, ErrNotFound) {
 		return 0, err
 	}
-	return idx + 1, fn(LeaderInfo{Holder: info.Holder, Value: info.Value, Token: info.Token})
+	applied, err := c.appliedIndex(ctx, resource)
+	if err != nil {
+		return 0, err
+	}
+	info, idx, err = c.getAt(ctx, resource)
+	switch {
+	case err == nil:
+		return idx + 1, fn(leaderOf(info))
+	case errors.Is(err, ErrNotFound):
+		return applied + 1, fn(LeaderInfo{})
+	}
+	return 0, err
 }
 
-// getAt reads the lease on resource together with the applied index the answer reflects (a List page of
-// one, since a Get that finds nothing carries no header).
+func leaderOf(info Info) LeaderInfo {
+	return LeaderInfo{Holder: info.Holder, Value: info.Value, Token: info.Token}
+}
+
+// getAt reads the lease on resource (linearizably) with the applied index of the state the answer was
+// read from.
 func (c *Client) getAt(ctx context.Context, resource string) (Info, uint64, error) {
-	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
-		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: resource, Limit: 1})
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.GetResponse, error) {
+		return leasepb.NewLeasesClient(conn).Get(ctx, &leasepb.GetRequest{Resource: resource})
 	})
 	if err != nil {
 		return Info{}, 0, err
 	}
-	idx := resp.GetHeader().GetAppliedIndex()
-	if ls := resp.GetLeases(); len(ls) == 1 && ls[0].GetResource() == resource {
-		return infoOf(ls[0]), idx, nil
-	}
-	return Info{}, idx, ErrNotFound
+	c.follow(resp.GetHeader())
+	return infoOf(resp.GetLease()), resp.GetHeader().GetAppliedIndex(), nil
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
@@ -104,14 +105,28 @@ func (k *keeper) run() {
 	}
 }
 
-// session runs one KeepAlive stream until it fails or the keeper stops; it reports whether any answer
-// arrived (a healthy session resets the backoff).
+// session runs one KeepAlive stream until it fails, goes unanswered, or the keeper stops; it reports
+// whether any answer arrived (a healthy session resets the backoff).
+//
+// The watchdog: every round of renewals must be answered within watchdog() (half the renewal interval).
+// A stream whose answer does not come in time — a frozen node, a black-holed link, a leader stalled on its
+// disk — is abandoned, the node is remembered as unresponsive, and the next session renews through
+// another node at once, well before the leases' validity runs out.
 func (k *keeper) session() bool {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(k.c.ctx)
 	defer cancel()
-	addr := k.c.target()
+	addr := k.c.target(ctx)
 	conn, err := k.c.conn(addr)
 	if err != nil {
+		return false
+	}
+	cctx, ccancel := context.WithTimeout(ctx, max(k.watchdog(), 500*time.Millisecond))
+	err = k.c.ready(cctx, conn)
+	ccancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			k.c.unresponsive(addr)
+		}
 		return false
 	}
 	stream, err := leasepb.NewLeasesClient(conn).KeepAlive(ctx)
@@ -119,16 +134,45 @@ func (k *keeper) session() bool {
 		k.c.moveOn(addr, leaderHint(err))
 		return false
 	}
-	answered := make(chan struct{}, 1)
+	var answered atomic.Uint64 // the newest seq answered on this stream
+	notify := make(chan struct{}, 1)
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- k.receive(stream, answered) }()
+	go func() { recvErr <- k.receive(stream, &answered, notify) }()
 	healthy := false
+	// rounds are the renewal rounds still unanswered, oldest first; the watchdog runs for the oldest.
+	type round struct {
+		seq uint64
+		at  time.Time
+	}
+	var rounds []round
+	watchdog := time.NewTimer(time.Hour)
+	watchdog.Stop()
+	defer watchdog.Stop()
 	for {
-		if err := k.sendRenewals(stream); err != nil {
+		// A node that stopped reading fills the stream's flow-control window and Send blocks: the
+		// watchdog covers sending too.
+		var stuck atomic.Bool
+		guard := time.AfterFunc(k.watchdog(), func() { stuck.Store(true); cancel() })
+		last, err := k.sendRenewals(stream)
+		guard.Stop()
+		if err != nil {
+			if stuck.Load() {
+				k.c.log.Debug("keepalive send stuck; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
+				k.c.unresponsive(addr)
+			}
 			cancel()
 			<-recvErr
 			return healthy
 		}
+		if stuck.Load() { // the guard fired just as the send completed
+			k.c.unresponsive(addr)
+			<-recvErr
+			return healthy
+		}
+		if len(rounds) == 0 {
+			watchdog.Reset(k.watchdog())
+		}
+		rounds = append(rounds, round{last, time.Now()})
 		timer := time.NewTimer(k.interval())
 	wait:
 		for {
@@ -142,8 +186,27 @@ func (k *keeper) session() bool {
 				timer.Stop()
 				k.c.moveOn(addr, leaderHint(err))
 				return healthy
-			case <-answered:
-				healthy = true
+			case <-notify:
+				got := answered.Load()
+				n := len(rounds)
+				for len(rounds) > 0 && rounds[0].seq <= got {
+					rounds = rounds[1:]
+				}
+				if len(rounds) < n {
+					healthy = true
+					k.c.responsive(addr)
+					watchdog.Stop()
+					if len(rounds) > 0 {
+						watchdog.Reset(max(time.Until(rounds[0].at.Add(k.watchdog())), 0))
+					}
+				}
+			case <-watchdog.C:
+				timer.Stop()
+				k.c.log.Debug("keepalive unanswered; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
+				k.c.unresponsive(addr)
+				cancel()
+				<-recvErr
+				return healthy
 			case <-timer.C:
 				break wait
 			case <-k.wake:
@@ -154,8 +217,8 @@ func (k *keeper) session() bool {
 	}
 }
 
-// receive reads answers until the stream ends.
-func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered chan<- struct{}) error {
+// receive reads answers until the stream ends, recording the newest seq answered.
+func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered *atomic.Uint64, notify chan<- struct{}) error {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -163,21 +226,27 @@ func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered chan<- 
 		}
 		k.c.follow(resp.GetHeader())
 		k.handle(resp)
+		if seq := resp.GetSeq(); seq > answered.Load() {
+			answered.Store(seq)
+		}
 		select {
-		case answered <- struct{}{}:
+		case notify <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// sendRenewals sends a renewal of every held lease, in messages of at most Config.KeepAliveBatch leases.
-func (k *keeper) sendRenewals(stream leasepb.Leases_KeepAliveClient) error {
+// sendRenewals sends a renewal of every held lease, in messages of at most Config.KeepAliveBatch leases,
+// and returns the seq of the last message sent.
+func (k *keeper) sendRenewals(stream leasepb.Leases_KeepAliveClient) (uint64, error) {
+	var last uint64
 	for _, req := range k.nextRequests() {
 		if err := stream.Send(req); err != nil {
-			return err
+			return 0, err
 		}
+		last = req.GetSeq()
 	}
-	return nil
+	return last, nil
 }
 
 // nextRequests builds the renewal messages and records when each is sent.
@@ -236,6 +305,15 @@ func (k *keeper) handle(resp *leasepb.KeepAliveResponse) {
 		}
 	}
 }
+
+// watchdog is how long a round of renewals may go unanswered before its stream is abandoned: half the
+// renewal interval, at least minWatchdog. With the default TTL/3 interval a renewal that goes to a frozen
+// node is retried elsewhere TTL/2 after the last answered one was sent, leaving half the TTL (less the
+// drift margin) for the cluster to elect a new leader and answer.
+func (k *keeper) watchdog() time.Duration { return max(k.interval()/2, minWatchdog) }
+
+// minWatchdog keeps short TTLs from abandoning streams that are merely slow.
+const minWatchdog = 250 * time.Millisecond
 
 // interval is a third of the shortest TTL held.
 func (k *keeper) interval() time.Duration {

@@ -210,12 +210,11 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	if o.wait {
 		return c.acquireWaiting(ctx, req, o.margin)
 	}
-	sentAt := c.clock.Now() // before the first attempt: the grant cannot be older than this
-	resp, err := c.acquireOnce(ctx, req)
+	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return c.hold(resp.GetLease(), sentAt, o.margin)
+	return c.granted(ctx, resp, sentAt, o.margin)
 }
 
 // acquireWaiting is Acquire WithWait. It first asks without waiting (the same request id throughout, so
@@ -230,10 +229,9 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
 		defer cancel()
 	}
-	sentAt := c.clock.Now()
-	resp, err := c.acquireOnce(ctx, req)
+	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
 	if err == nil {
-		return c.hold(resp.GetLease(), sentAt, margin)
+		return c.granted(ctx, resp, sentAt, margin)
 	}
 	var held *HeldError
 	if !errors.As(err, &held) {
@@ -241,7 +239,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
 	waiting.Wait = true
-	resp, err = c.acquireOnce(ctx, waiting)
+	resp, _, err = c.acquireOnce(ctx, waiting, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
@@ -253,21 +251,51 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
 		return nil, err
 	}
-	return c.hold(resp.GetLease(), sentAt, margin)
+	return c.hold(resp.GetLease(), c.validUntil(sentAt, ttlOf(resp.GetLease())), margin)
 }
 
-// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. If no
-// attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
+// granted holds the lease an Acquire answer grants. A fresh grant was made by the entry of the attempt
+// sent at sentAt, so it is valid until sentAt + TTL less the drift margin. A replayed answer repeats a
+// grant made earlier under the same request id (an earlier attempt whose answer was lost, or an earlier
+// call with the same WithRequestID): the cluster may expire it long before a fresh TTL, so its validity
+// is sentAt + remaining_ms (the leader's count when it answered, after sentAt) less the drift margin, and
+// if that leaves less than a renewal interval (TTL/3) the lease is renewed before Acquire returns.
+func (c *Client) granted(ctx context.Context, resp *leasepb.AcquireResponse, sentAt time.Time, margin time.Duration) (*Lease, error) {
+	pl := resp.GetLease()
+	ttl := ttlOf(pl)
+	until := c.validUntil(sentAt, ttl)
+	if resp.GetReplayed() {
+		remaining := time.Duration(pl.GetRemainingMs()) * time.Millisecond
+		until = until.Add(min(remaining, ttl) - ttl)
+		if until.Sub(c.clock.Now()) < ttl/3 {
+			renewedAt, err := c.renewNow(ctx, pl)
+			if err != nil {
+				return nil, fmt.Errorf("renew the replayed grant (token %d): %w", pl.GetToken(), err)
+			}
+			until = c.validUntil(renewedAt, ttl)
+		}
+	}
+	return c.hold(pl, until, margin)
+}
+
+func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()) * time.Millisecond }
+
+// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
+// returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
+// attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
+// If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
 // which an Acquire with the same request id returns, or which expires after its TTL.
-func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	resp, err := callWrite(ctx, c, "acquire", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
+func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
+	var sentAt time.Time
+	o.sent = &sentAt
+	resp, err := callWrite(ctx, c, "acquire", o, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
 		return leasepb.NewLeasesClient(conn).Acquire(ctx, req, opts...)
 	}, nil)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	c.follow(resp.GetHeader())
-	return resp, nil
+	return resp, sentAt, nil
 }
 
 // renewNow renews a lease synchronously and returns when the renewal was sent.
@@ -277,15 +305,15 @@ func (c *Client) renewNow(ctx context.Context, pl *leasepb.Lease) (time.Time, er
 	return sentAt, err
 }
 
-// hold starts keeping a granted lease alive.
-func (c *Client) hold(pl *leasepb.Lease, sentAt time.Time, margin time.Duration) (*Lease, error) {
+// hold starts keeping a granted lease alive, trusting it until validUntil.
+func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Duration) (*Lease, error) {
 	l := &Lease{
 		c: c, resource: pl.GetResource(), holder: pl.GetHolder(), token: pl.GetToken(),
 		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.mu.Lock()
-	l.validUntil = c.validUntil(sentAt, l.ttl)
+	l.validUntil = validUntil
 	l.armLocked()
 	l.mu.Unlock()
 	if err := c.keeper.add(l); err != nil {

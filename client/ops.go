@@ -39,7 +39,7 @@ func infoOf(l *leasepb.Lease) Info {
 // renewal never ends one); when no attempt got an answer that says whether the renewal happened, the
 // error wraps ErrOutcomeUnknown.
 func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time.Duration, error) {
-	resp, err := callWrite(ctx, c, "renew", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
+	resp, err := callWrite(ctx, c, "renew", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
 		return leasepb.NewLeasesClient(conn).Renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
 	}, nil)
 	if err != nil {
@@ -59,7 +59,7 @@ func (c *Client) Release(ctx context.Context, resource string, token uint64) err
 }
 
 func (c *Client) release(ctx context.Context, resource string, token uint64) error {
-	resp, err := callWrite(ctx, c, "release", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
+	resp, err := callWrite(ctx, c, "release", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
 		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
 	}, releaseNotFoundIsDefinite)
 	if err == nil {
@@ -83,10 +83,10 @@ func releaseNotFoundIsDefinite(err error) bool {
 // not read as a definite ErrNotFound). A final answer settles it when it is a success or
 // a refusal the server decided (held, invalid, a limit...); a NotFound settles it only if notFound says
 // so (nil: always).
-func callWrite[T any](ctx context.Context, c *Client, op string,
+func callWrite[T any](ctx context.Context, c *Client, op string, o callOptions,
 	rpc func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error), notFound func(error) bool) (T, error) {
 	var unknown error // the last attempt whose outcome is unknown
-	out, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (T, error) {
+	out, err := callWith(ctx, c, o, func(ctx context.Context, conn *grpc.ClientConn) (T, error) {
 		var p peer.Peer
 		out, err := rpc(ctx, conn, grpc.Peer(&p))
 		if err != nil && outcomeUnknown(err, p.Addr != nil) {
@@ -234,12 +234,24 @@ type WatchOptions struct {
 }
 
 // Watch calls fn for every event, in index order, until ctx ends, fn returns an error, or the stream
-// fails. When a stream to one node breaks it resumes on another from the next index, so no event is
-// skipped or repeated; a history that no longer reaches back gives an error wrapping ErrCompacted.
+// fails. When a stream to one node breaks it resumes on another from the index after the last event
+// delivered (from FromIndex while none was), so no event is skipped or repeated; a history that no longer
+// reaches back gives an error wrapping ErrCompacted. A watch "from now" (FromIndex 0) first reads the
+// applied index linearizably and starts after it, so "now" stays put across resumes.
 func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) error) error {
 	next := wo.FromIndex
+	if next == 0 {
+		// "From now" is pinned to an index before the first stream opens, so that a stream that breaks
+		// before delivering anything resumes from there rather than from a later "now".
+		applied, err := c.appliedIndex(ctx, wo.Resource+wo.Prefix)
+		if err != nil {
+			return err
+		}
+		next = applied + 1
+	}
 	for attempt := 0; ; attempt++ {
-		got, err := c.watchOnce(ctx, wo, next, fn)
+		addr := c.target(ctx)
+		got, err := c.watchOnce(ctx, addr, wo, next, fn)
 		if got > 0 {
 			next, attempt = got+1, 0
 		}
@@ -249,17 +261,33 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 		var fnErr *callbackError
 		// ResourceExhausted: this watcher fell behind the node's event rate; resume from the next index.
 		fellBehind := status.Code(err) == codes.ResourceExhausted
-		if errors.As(err, &fnErr) || !(retryable(err) || fellBehind) {
+		if errors.As(err, &fnErr) || !(retryable(err) || fellBehind || errors.Is(err, errNotConnected)) {
 			if fnErr != nil {
 				return fnErr.err
 			}
 			return fromStatus(err)
 		}
-		c.moveOn(c.target(), leaderHint(err))
+		if errors.Is(err, errNotConnected) {
+			c.unresponsive(addr)
+		} else {
+			c.moveOn(addr, leaderHint(err))
+		}
 		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
 			return err
 		}
 	}
+}
+
+// appliedIndex is the applied index of a linearizable read: every event after it is "after now".
+func (c *Client) appliedIndex(ctx context.Context, prefix string) (uint64, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
+		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: prefix, Limit: 1})
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.follow(resp.GetHeader())
+	return resp.GetHeader().GetAppliedIndex(), nil
 }
 
 type callbackError struct{ err error }
@@ -267,8 +295,14 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // watchOnce runs one Watch stream; it returns the index of the last event delivered.
-func (c *Client) watchOnce(ctx context.Context, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
-	conn, err := c.conn(c.target())
+func (c *Client) watchOnce(ctx context.Context, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
+	conn, err := c.conn(addr)
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
+	err = c.ready(cctx, conn)
+	cancel()
 	if err != nil {
 		return 0, err
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -48,20 +47,6 @@ func (f *fakeLeases) Renew(context.Context, *leasepb.RenewRequest) (*leasepb.Ren
 		return nil, err
 	}
 	return resp.(*leasepb.RenewResponse), nil
-}
-
-func serveLeases(t *testing.T, f *fakeLeases) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	leasepb.RegisterLeasesServer(srv, f)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
-	return lis.Addr().String()
 }
 
 func statusWith(code codes.Code, msg string, details ...protoadapt.MessageV1) error {

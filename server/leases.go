@@ -199,12 +199,18 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 	return nil
 }
 
+// get reads one lease. Its answer's header carries the applied index of the very state it read (captured
+// in the same FSM read), so a client can watch from the next index without missing or repeating an event.
 func (n *node) get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetResponse, error) {
 	var (
-		lease fsm.Lease
-		ok    bool
+		lease   fsm.Lease
+		ok      bool
+		applied uint64
 	)
-	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) { lease, ok = sm.Get(req.GetResource()) }); err != nil {
+	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+		lease, ok = sm.Get(req.GetResource())
+		applied = sm.AppliedIndex()
+	}); err != nil {
 		return nil, err
 	}
 	if !ok {
@@ -212,7 +218,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetRe
 	}
 	out := lease.Proto()
 	out.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
-	return &leasepb.GetResponse{Lease: out}, nil
+	return &leasepb.GetResponse{Lease: out, Header: &leasepb.ResponseHeader{AppliedIndex: applied}}, nil
 }
 
 func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {

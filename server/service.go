@@ -66,7 +66,9 @@ func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leas
 	if err != nil {
 		return nil, s.n.status(err)
 	}
+	applied := resp.GetHeader().GetAppliedIndex() // the index of the state get read, not a later one
 	resp.Header = s.n.header()
+	resp.Header.AppliedIndex = applied
 	return resp, nil
 }
 
