@@ -87,9 +87,10 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 	cfg.Bin = leasedBinary(t, "plantbug,faultinject")
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
-	if len(rep.Violations["I6"]) == 0 {
-		t.Error("porcupine did not catch the planted release bug")
-	} else if rep.Lin.Visual != "" {
+	// Porcupine's model no longer sees this plant: a stale release answering OK is also what an
+	// idempotent Release answers for a lease its holder released before, and the model lets leases expire
+	// at will. The log checker sees exactly which release freed which token.
+	if rep.Lin.Visual != "" {
 		if _, err := os.Stat(rep.Lin.Visual); err != nil {
 			t.Errorf("no visualisation written: %v", err)
 		}
@@ -98,7 +99,7 @@ func TestCheckersCatchPlantedReleaseBug(t *testing.T) {
 		t.Error("the I1/I2 checker did not catch the planted release bug")
 	}
 	if len(rep.Violations["log"]) == 0 {
-		t.Error("the log checker did not catch the planted release bug (a stale release answered OK)")
+		t.Error("the log checker did not catch the planted release bug (a RELEASED no release of that token made)")
 	}
 }
 

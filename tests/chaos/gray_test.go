@@ -276,7 +276,7 @@ func (r *run) addL1Lease(l l1Lease) {
 
 // ---- the TTL floor ----
 
-var ttlRange = regexp.MustCompile(`outside (\d+)\.\.(\d+)`)
+var ttlRange = regexp.MustCompile(`(?:below the minimum |outside )(\d+)`)
 
 // discoverMinTTL asks the cluster for its TTL floor: an acquire with a 1 ms TTL is refused with the
 // range the node accepts ("ttl_ms: 1 is outside 1000..3600000"). If the answer cannot be read, the
