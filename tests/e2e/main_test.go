@@ -18,8 +18,8 @@ import (
 	"github.com/leased/leased/tests/internal/proc"
 )
 
-// leasedBin is the path of the binary under test.
-var leasedBin string
+// leasedBin is the path of the binary under test; leasectlBin the CLI's, for the tests that run it.
+var leasedBin, leasectlBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -35,6 +35,12 @@ func TestMain(m *testing.M) {
 	leasedBin = os.Getenv("LEASED_E2E_BINARY")
 	if leasedBin == "" && !testing.Short() {
 		if leasedBin, err = proc.Build(dir, ""); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			cleanup(1)
+		}
+	}
+	if !testing.Short() {
+		if leasectlBin, err = proc.BuildCommand(dir, "leasectl", ""); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			cleanup(1)
 		}

@@ -43,15 +43,18 @@ const statusTimeout = 500 * time.Millisecond
 
 // Build builds cmd/leased with the build tags (none if empty) into dir and returns the binary's path.
 // `go test` puts its own go first on PATH.
-func Build(dir, tags string) (string, error) {
-	bin := filepath.Join(dir, "leased"+tags)
+func Build(dir, tags string) (string, error) { return BuildCommand(dir, "leased", tags) }
+
+// BuildCommand builds cmd/<name> (leased or leasectl) with the build tags into dir and returns the path.
+func BuildCommand(dir, name, tags string) (string, error) {
+	bin := filepath.Join(dir, name+tags)
 	args := []string{"build", "-o", bin}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	out, err := exec.Command("go", append(args, "github.com/leased/leased/cmd/leased")...).CombinedOutput()
+	out, err := exec.Command("go", append(args, "github.com/leased/leased/cmd/"+name)...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("build leased (tags %q): %w\n%s", tags, err, out)
+		return "", fmt.Errorf("build %s (tags %q): %w\n%s", name, tags, err, out)
 	}
 	return bin, nil
 }
