@@ -10,7 +10,8 @@
 //   - holder: 1..128 bytes (--max-holder-bytes), printable ASCII without spaces.
 //   - value: at most 4096 bytes (--max-value-bytes), arbitrary bytes.
 //   - request_id: at most 64 bytes, printable ASCII.
-//   - ttl_ms: 1,000..3,600,000 (1 s .. 1 h; --min-ttl, --max-ttl).
+//   - ttl_ms: the TTL floor (5 × the election timeout: 5,000 with the default 1 s) .. 3,600,000 (1 h);
+//     --min-ttl may raise the floor, --max-ttl sets the top. See docs/client.md, "TTL floor".
 //   - lock_delay_ms: 0..60,000 (--max-lock-delay).
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
@@ -314,7 +315,7 @@ type AcquireRequest struct {
 	Resource string `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
 	// holder naming the caller; 1..128 bytes.
 	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	// ttl_ms is the requested time to live in milliseconds (1,000..3,600,000).
+	// ttl_ms is the requested time to live in milliseconds (the TTL floor..3,600,000; see the limits above).
 	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// value is an optional payload stored with the lease (at most 4096 bytes).
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
