@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -71,4 +73,22 @@ func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListR
 	return retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.ListResponse, error) {
 		return cl.List(ctx, req)
 	})
+}
+
+// startSingleNode starts a one-node cluster on loopback from cfg (filling in its name, data dir,
+// addresses and initial cluster), waits until it leads, and stops it when the test ends.
+func startSingleNode(t *testing.T, cfg *server.Config) *server.Server {
+	t.Helper()
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+	s, err := server.New(*cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { _ = s.Close() })
+	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	return s
 }

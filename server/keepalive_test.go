@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,17 +21,7 @@ import (
 func TestVanishedClientsStreamEnds(t *testing.T) {
 	cfg := server.TestConfig()
 	cfg.KeepAliveTime, cfg.KeepAliveTimeout = 200*time.Millisecond, 200*time.Millisecond
-	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
-	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
-	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
-	s, err := server.New(cfg, lis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	defer s.Close()
-	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	s := startSingleNode(t, &cfg)
 
 	hole := newBlackHole(t, cfg.ClientAddr)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -54,16 +43,7 @@ func TestVanishedClientsStreamEnds(t *testing.T) {
 func TestClientPingsAreAcceptedDownToTheMinimum(t *testing.T) {
 	cfg := server.TestConfig()
 	cfg.KeepAliveMinTime = 100 * time.Millisecond
-	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
-	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
-	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
-	s, err := server.New(cfg, lis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	defer s.Close()
+	startSingleNode(t, &cfg)
 	if code, ok := pingIdle(t, cfg.ClientAddr, 250*time.Millisecond, 8); ok {
 		t.Fatalf("pings every 250ms (minimum 100ms) without streams: GOAWAY %v", code)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,17 +26,7 @@ func TestWatchSplitsALargeExpiryBatch(t *testing.T) {
 	)
 	cfg := server.TestConfig()
 	cfg.Limits.MaxValueBytes = valueBytes
-	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
-	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
-	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
-	s, err := server.New(cfg, lis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	defer s.Close()
-	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	s := startSingleNode(t, &cfg)
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
