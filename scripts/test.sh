@@ -4,14 +4,18 @@
 # Runs `go vet` and every package's tests with the race detector, beside throwaway PostgreSQL and Redis
 # servers that scripts/services.sh starts (and, as root on Debian, installs) for the fence adapter tests.
 # The default run (no arguments) also checks the protobuf sources and generated code (scripts/proto.sh check:
-# lint, stale generated code, buf breaking of the public API). Arguments replace the default `./...`, e.g.
-# `scripts/test.sh -run Fence ./client/...`, and skip that check.
+# lint, stale generated code, buf breaking of the public API) and the Prometheus alerting rules
+# (scripts/promtool.sh: promtool check rules and the rules' unit tests; as root it installs Debian's
+# prometheus package for promtool). Arguments replace the default `./...`, e.g.
+# `scripts/test.sh -run Fence ./client/...`, and skip those checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ $# -eq 0 ]]; then
 	echo "== scripts/proto.sh check"
 	./scripts/proto.sh check
+	echo "== scripts/promtool.sh"
+	./scripts/promtool.sh
 	set -- ./...
 fi
 echo "== go vet ./..."
