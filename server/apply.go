@@ -98,6 +98,7 @@ func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte
 		delete(n.members, id)
 		if id != n.id {
 			n.transport.RemovePeer(id)
+			n.metrics.removePeer(id)
 		}
 		return
 	}
@@ -110,5 +111,6 @@ func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte
 	n.members[id] = m
 	if id != n.id && m.GetPeerAddr() != "" {
 		n.transport.AddPeer(id, m.GetPeerAddr())
+		n.metrics.addPeer(id)
 	}
 }
