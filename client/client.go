@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	gbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -61,6 +62,9 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Clock is the time source for lease validity; nil means the real clock. Tests inject one.
 	Clock Clock
+	// Registerer, when set, receives the client's metrics (leased_client_*: docs/operations.md, "Metrics");
+	// nil records none. One Registerer serves one Client: New fails if the series are registered already.
+	Registerer prometheus.Registerer
 }
 
 // Clock is the client's time source. Now must include a monotonic reading.
@@ -84,6 +88,8 @@ type Client struct {
 	log    *slog.Logger
 	clock  Clock
 	budget *retryBudget
+	// metrics is nil without Config.Registerer.
+	metrics *clientMetrics
 
 	// ctx ends when the client closes; the client's own goroutines (leader discovery) run under it.
 	ctx    context.Context
@@ -113,8 +119,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: no endpoints", ErrInvalid)
 	}
 	cfg = withDefaults(cfg)
+	m, err := newClientMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
-		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(),
+		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(), metrics: m,
 		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health),
 	}
 	if len(cfg.Endpoints) == 1 {
@@ -211,7 +221,8 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 			Backoff:           gbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: c.cfg.DialTimeout,
 		}),
-	}, c.cfg.DialOptions...)
+	}, c.metrics.dialOptions()...)
+	opts = append(opts, c.cfg.DialOptions...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)

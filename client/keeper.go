@@ -289,6 +289,7 @@ func (k *keeper) handle(resp *leasepb.KeepAliveResponse) {
 	if !ok {
 		return
 	}
+	k.c.metrics.renewalAnswered(k.c.clock.Now().Sub(sentAt))
 	for _, r := range resp.GetResults() {
 		k.mu.Lock()
 		l := k.leases[leaseKey{r.GetResource(), r.GetToken()}]

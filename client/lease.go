@@ -147,6 +147,7 @@ func (l *Lease) end(why error) {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
+	l.c.metrics.leaseEnded(why)
 	l.cancel(why)
 }
 
@@ -312,6 +313,7 @@ func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Durat
 		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	c.metrics.leaseHeld() // until end
 	l.mu.Lock()
 	l.validUntil = validUntil
 	l.armLocked()

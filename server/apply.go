@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -59,9 +62,52 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	n.lessor.applied(n.clock.Now(), res)
 	n.watch.publish(index, res.Events)
 	n.metrics.applied(res)
+	n.audit(res)
 	n.queue.applied(res)
 	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
 	return nil
+}
+
+// Audit trail messages, one per lease event type. docs/operations.md ("Audit trail") documents the lines.
+var auditMessages = map[leasepb.EventType]string{
+	leasepb.EventType_EVENT_TYPE_GRANTED:  "lease granted",
+	leasepb.EventType_EVENT_TYPE_RELEASED: "lease released",
+	leasepb.EventType_EVENT_TYPE_EXPIRED:  "lease expired",
+}
+
+// audit writes the audit trail of one applied entry: an info line per grant, release and expiry, with
+// the constant keys event, resource, token, holder, index and role. Every node writes it, as it applies
+// the entry, with its raft role at that moment: the role of the node that applies an entry is not a
+// property of the entry (across a leadership change the old and the new leader can both, or neither,
+// apply it while leading), so "the leader logs" would be either incomplete or duplicated. An entry is
+// identified by its index: filter on role="leader" for one copy in steady state, or deduplicate on
+// index, resource and token; a node that restarts applies, and so logs, the entries after its snapshot
+// again.
+func (n *node) audit(res fsm.Result) {
+	if len(res.Events) == 0 || !n.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	role := roleName(raft.StateType(n.role.Load()))
+	for _, e := range res.Events {
+		n.log.LogAttrs(context.Background(), slog.LevelInfo, auditMessages[e.Type],
+			slog.String("event", eventTypeLabel[e.Type]),
+			slog.String("resource", e.Lease.Resource),
+			slog.Uint64("token", e.Lease.Token),
+			slog.String("holder", e.Lease.Holder),
+			slog.Uint64("index", e.Index),
+			slog.String("role", role))
+	}
+}
+
+func roleName(st raft.StateType) string {
+	switch st {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return "candidate"
+	default:
+		return "follower"
+	}
 }
 
 func (n *node) applyConfChange(e *raftpb.Entry) error {
@@ -98,6 +144,7 @@ func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte
 		delete(n.members, id)
 		if id != n.id {
 			n.transport.RemovePeer(id)
+			n.metrics.removePeer(id)
 		}
 		return
 	}
@@ -110,5 +157,6 @@ func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte
 	n.members[id] = m
 	if id != n.id && m.GetPeerAddr() != "" {
 		n.transport.AddPeer(id, m.GetPeerAddr())
+		n.metrics.addPeer(id)
 	}
 }

@@ -34,10 +34,12 @@ func (n *node) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*w
 // gRPC statuses with the leader hint.
 func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
 	if err := n.cfg.Limits.write(req); err != nil {
+		n.metrics.refused()
 		return nil, n.status(err)
 	}
 	if !n.isLeader() {
 		if !mayForward {
+			n.metrics.refused()
 			return nil, n.status(n.notLeaderErr())
 		}
 		return n.forward(ctx, req)

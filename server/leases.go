@@ -99,6 +99,7 @@ func (n *node) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*l
 	if err != nil {
 		return nil, err
 	}
+	n.metrics.keepAliveSize.Observe(float64(len(results)))
 	return &leasepb.KeepAliveResponse{Seq: req.GetSeq(), Results: results}, nil
 }
 

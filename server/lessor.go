@@ -41,6 +41,10 @@ type lessor struct {
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
 	lastScan  time.Time
+
+	// expiryLag, when set, hears how late after its deadline each lease this leader expired was expired
+	// (leased_expiry_lag_seconds). Called with mu held.
+	expiryLag func(seconds float64)
 }
 
 // lessorCmd is a command the lessor decided while leading in term. It must reach the log only from the
@@ -78,8 +82,10 @@ type leaseTimer struct {
 	checkpointing  bool
 	// idle mirrors the FSM: checkpointed as not renewed, so the next renewal must be made durable.
 	idle bool
-	// expiring is set once an Expire was proposed: renewals are refused from then on.
+	// expiring is set once an Expire was proposed: renewals are refused from then on; due is the
+	// deadline that had passed then.
 	expiring bool
+	due      time.Time
 	// checkpointAt is when this node applied the lease's last checkpoint; checkpointRemaining its TTL then.
 	checkpointAt        time.Time
 	checkpointRemaining time.Duration
@@ -190,6 +196,10 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
 			l.add(now, e.Lease)
 		} else {
+			if t := l.current(e.Lease.Resource, e.Lease.Token); e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED &&
+				l.leader && t != nil && t.expiring && l.expiryLag != nil {
+				l.expiryLag(now.Sub(t.due).Seconds())
+			}
 			l.remove(e.Lease.Resource)
 		}
 	}
@@ -278,7 +288,9 @@ func (l *lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	for len(l.deadlines) > 0 && !l.deadlines[0].deadline.After(now) {
 		t := l.deadlines[0]
-		t.expiring = true
+		if !t.expiring {
+			t.expiring, t.due = true, t.deadline
+		}
 		// Keep it queued in case the proposal is lost; it is removed when the expiry applies.
 		t.deadline = now.Add(l.retry)
 		heap.Fix(&l.deadlines, 0)

@@ -311,3 +311,25 @@ func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
 		t.Fatalf("expired %v after an acknowledged renewal with a %v TTL", at.Sub(renewedAt), ttl)
 	}
 }
+
+// TestLessorReportsExpiryLag: the leader's lessor reports how late after its deadline it expired a lease
+// (leased_expiry_lag_seconds): here the first tick after the deadline, 20 ms later; followers report nothing.
+func TestLessorReportsExpiryLag(t *testing.T) {
+	s := newLessorSim(t, 2, TestConfig())
+	lags := make([][]float64, 2)
+	for i, l := range s.lessors {
+		l.expiryLag = func(seconds float64) { lags[i] = append(lags[i], seconds) }
+	}
+	s.elect(0)
+	s.apply(acquireCmd("late", time.Second))
+	s.step(1100*time.Millisecond, 30*time.Millisecond) // ticks at 30 ms, ..., 990 ms, 1020 ms
+	if _, ok := s.expired["late"]; !ok {
+		t.Fatal("the lease was not expired")
+	}
+	if len(lags[0]) != 1 || len(lags[1]) != 0 {
+		t.Fatalf("lags reported %v; want one on the leader, none on the follower", lags)
+	}
+	if got := time.Duration(lags[0][0] * float64(time.Second)); got < 19*time.Millisecond || got > 21*time.Millisecond {
+		t.Errorf("expiry lag %v, want 20ms", got)
+	}
+}

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,40 +12,107 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// metrics are the node's Prometheus metrics. Names follow leased_<subsystem>_<name>_<unit>; no lease,
-// holder or resource name is ever a label value. They are registered on Config.Registerer (nowhere when it
-// is nil), never in init().
+// metrics are the node's Prometheus metrics, exactly the node series of the metrics contract (issue #15;
+// docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
+// resource name is ever a label value, and every label value is set up front, so each series exists, at 0,
+// from the start. They are registered on Config.Registerer (nowhere when it is nil), never in init(); a
+// Registerer serves one Server.
 type metrics struct {
 	events        *prometheus.CounterVec // by event type
 	proposals     *prometheus.CounterVec // by outcome
 	renewals      *prometheus.CounterVec // by outcome
 	leaderChanges prometheus.Counter
-	saveSeconds   prometheus.Histogram
+	fsyncSeconds  prometheus.Histogram
+	applySeconds  prometheus.Histogram
 	readSeconds   prometheus.Histogram
+	snapSeconds   prometheus.Histogram
+	snapBytes     prometheus.Gauge
+	logEntries    prometheus.Gauge
+	openStreams   *prometheus.GaugeVec // by kind
+	keepAliveSize prometheus.Histogram
+	expiryLag     prometheus.Histogram
+	peerRTT       *prometheus.HistogramVec // by peer
+	peerFailures  *prometheus.CounterVec   // by peer
 }
 
+// Label values, all of them set up front.
+var (
+	proposalOutcomes = []string{outcomeApplied, outcomeFailed, outcomeTimedOut, outcomeRefused}
+	renewalOutcomes  = []string{"renewed", "gone"}
+	streamKinds      = []string{streamWatch, streamKeepAlive}
+)
+
+const (
+	outcomeApplied  = "applied"
+	outcomeFailed   = "failed"
+	outcomeTimedOut = "timed_out"
+	outcomeRefused  = "refused"
+
+	streamWatch     = "watch"
+	streamKeepAlive = "keepalive"
+)
+
+// latencyBuckets span 100 µs to ~3 s: disk writes, applies, ReadIndex rounds, round trips.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
+
 func newMetrics(reg prometheus.Registerer, n *node) *metrics {
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_fsm_events_total", Help: "Lease events applied to this node's state machine, by type.",
+			Name: "leased_events_total", Help: "Lease events applied to this node's state machine, by type.",
 		}, []string{"type"}),
 		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_server_proposals_total", Help: "Client commands proposed by this node, by outcome.",
+			Name: "leased_proposals_total", Help: "Client commands this node proposed, by outcome (refused: rejected before proposing).",
 		}, []string{"outcome"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_lessor_renewals_total", Help: "Lease renewals answered by this node as leader, by outcome.",
+			Name: "leased_renewals_total", Help: "Lease renewals answered by this node as leader, by outcome.",
 		}, []string{"outcome"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leased_raft_leader_changes_total", Help: "Times this node saw the leader change.",
+			Name: "leased_leader_changes_total", Help: "Leader changes this node saw (a new leader known; the first election counts).",
 		}),
-		saveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "leased_raftlog_save_seconds", Help: "Time to persist one Ready (one bbolt transaction, fsynced).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		fsyncSeconds: histogram("leased_disk_fsync_duration_seconds",
+			"Time of one durable raft log write (a Save: one bbolt transaction with its fsyncs).", latencyBuckets),
+		applySeconds: histogram("leased_apply_duration_seconds",
+			"Time to apply one Ready's committed entries to the state machine and its listeners.", latencyBuckets),
+		readSeconds: histogram("leased_read_index_duration_seconds",
+			"Time of one ReadIndex round (linearizable reads, renewals).", latencyBuckets),
+		snapSeconds: histogram("leased_snapshot_duration_seconds",
+			"Time to take a state machine snapshot and compact the raft log.", prometheus.ExponentialBuckets(0.001, 2, 16)),
+		snapBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leased_snapshot_size_bytes", Help: "Size of the last state machine snapshot.",
 		}),
-		readSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "leased_raft_read_index_seconds", Help: "Time for a ReadIndex round (linearizable reads, renewals).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		logEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leased_raft_log_entries", Help: "Entries in the raft log not yet compacted.",
 		}),
+		openStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leased_open_streams", Help: "Server streams open on this node, by kind.",
+		}, []string{"kind"}),
+		keepAliveSize: histogram("leased_keepalive_batch_size",
+			"Leases renewed per KeepAlive message.", prometheus.ExponentialBuckets(1, 4, 8)),
+		expiryLag: histogram("leased_expiry_lag_seconds",
+			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
+			prometheus.ExponentialBuckets(0.001, 2, 16)),
+		peerRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "leased_peer_round_trip_seconds", Help: "Round-trip time to a peer (heartbeat to its response).",
+			Buckets: latencyBuckets,
+		}, []string{"peer"}),
+		peerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leased_peer_send_failures_total", Help: "Raft messages to a peer that could not be sent (dropped, stream error).",
+		}, []string{"peer"}),
+	}
+	for _, t := range eventTypeLabel {
+		m.events.WithLabelValues(t)
+	}
+	for _, o := range proposalOutcomes {
+		m.proposals.WithLabelValues(o)
+	}
+	for _, o := range renewalOutcomes {
+		m.renewals.WithLabelValues(o)
+	}
+	for _, k := range streamKinds {
+		m.openStreams.WithLabelValues(k)
 	}
 	if reg == nil {
 		return m
@@ -50,15 +120,44 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.saveSeconds, m.readSeconds,
-		gauge("leased_raft_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
-		gauge("leased_raft_commit_index", "The node's commit index.", func() float64 { return float64(n.commit.Load()) }),
-		gauge("leased_raft_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.applied.Load()) }),
-		gauge("leased_raft_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),
-		gauge("leased_fsm_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.liveLeases()) }),
-		gauge("leased_raftlog_db_size_bytes", "Size of the raft log file.", func() float64 { return float64(n.storage.Size()) }),
+	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.fsyncSeconds, m.applySeconds,
+		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.expiryLag,
+		m.peerRTT, m.peerFailures, buildInfo(),
+		gauge("leased_has_leader", "1 while this node knows a leader.", func() float64 { return boolFloat(n.leader.Load() != 0) }),
+		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),
+		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
+		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.commit.Load()) }),
+		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.applied.Load()) }),
+		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.liveLeases()) }),
+		gauge("leased_db_size_bytes", "Size of the raft log file (raft.db).", func() float64 { return float64(n.storage.Size()) }),
+		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.len()) }),
+		gauge("leased_watchers", "Watch streams subscribed on this node.", func() float64 { return float64(n.watch.len()) }),
 	)
 	return m
+}
+
+// buildInfo is leased_build_info: 1, labelled with the binary's module version ("(devel)" when unknown),
+// VCS revision ("unknown" when not stamped) and Go version.
+func buildInfo() prometheus.Collector {
+	version, revision, goversion := "(devel)", "unknown", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" {
+			version = v
+		}
+		if bi.GoVersion != "" {
+			goversion = bi.GoVersion
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "leased_build_info", Help: "The build of this binary (always 1).",
+	}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, goversion).Set(1)
+	return g
 }
 
 func boolFloat(b bool) float64 {
@@ -81,13 +180,26 @@ func (m *metrics) applied(res fsm.Result) {
 	}
 }
 
-func (m *metrics) proposed(err error) {
-	if err != nil {
-		m.proposals.WithLabelValues("error").Inc()
-		return
-	}
-	m.proposals.WithLabelValues("applied").Inc()
+// proposed counts one proposal's outcome. entered reports whether the command may have entered the log.
+func (m *metrics) proposed(entered bool, err error) {
+	m.proposals.WithLabelValues(outcomeLabel(entered, err)).Inc()
 }
+
+func outcomeLabel(entered bool, err error) string {
+	switch {
+	case err == nil:
+		return outcomeApplied
+	case errors.Is(err, ErrTimeout):
+		return outcomeTimedOut
+	case !entered:
+		return outcomeRefused
+	default:
+		return outcomeFailed
+	}
+}
+
+// refused counts a write rejected before it could be proposed (invalid; not leader and not forwardable).
+func (m *metrics) refused() { m.proposals.WithLabelValues(outcomeRefused).Inc() }
 
 func (m *metrics) renewed(results []*leasepb.KeepAliveResult) {
 	for _, r := range results {
@@ -97,6 +209,35 @@ func (m *metrics) renewed(results []*leasepb.KeepAliveResult) {
 			m.renewals.WithLabelValues("renewed").Inc()
 		}
 	}
+}
+
+// addPeer sets up a peer's series (at 0).
+func (m *metrics) addPeer(id uint64) {
+	m.peerRTT.WithLabelValues(leasepb.FormatID(id))
+	m.peerFailures.WithLabelValues(leasepb.FormatID(id))
+}
+
+// removePeer drops a removed member's series.
+func (m *metrics) removePeer(id uint64) {
+	m.peerRTT.DeleteLabelValues(leasepb.FormatID(id))
+	m.peerFailures.DeleteLabelValues(leasepb.FormatID(id))
+}
+
+// peerRoundTrip and peerDropped are the transport's per-peer hooks (transport.Config.OnRoundTrip,
+// OnDropped).
+func (m *metrics) peerRoundTrip(id uint64, d time.Duration) {
+	m.peerRTT.WithLabelValues(leasepb.FormatID(id)).Observe(d.Seconds())
+}
+
+func (m *metrics) peerDropped(id uint64, count int) {
+	m.peerFailures.WithLabelValues(leasepb.FormatID(id)).Add(float64(count))
+}
+
+// stream counts one open server stream of kind until the returned func is called.
+func (m *metrics) stream(kind string) func() {
+	g := m.openStreams.WithLabelValues(kind)
+	g.Inc()
+	return g.Dec
 }
 
 func since(start time.Time) float64 { return time.Since(start).Seconds() }

@@ -35,6 +35,12 @@ type logStore interface {
 	Close() error
 }
 
+// logIndexer is the part of raft.Storage that tells how many entries the log holds.
+type logIndexer interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+}
+
 // node owns the raft node, the state machine and everything that reacts to applied entries. One goroutine
 // (run) owns the raft Ready loop; gRPC handlers talk to it through proposals, ReadIndex and the FSM lock.
 type node struct {
@@ -44,6 +50,7 @@ type node struct {
 	id        uint64
 	clusterID uint64
 	storage   logStore
+	logIndex  logIndexer // the raft log's first and last index, for leased_raft_log_entries
 	raft      raft.Node
 	transport peerTransport
 
@@ -61,12 +68,14 @@ type node struct {
 	metrics     *metrics
 
 	// status, updated by the Ready loop.
-	leader    atomic.Uint64
-	term      atomic.Uint64
-	commit    atomic.Uint64
-	role      atomic.Int32
-	confState *raftpb.ConfState
-	snapIndex uint64
+	leader atomic.Uint64
+	// lastLeader is the last non-zero leader this node knew (Ready loop only), for leader changes.
+	lastLeader uint64
+	term       atomic.Uint64
+	commit     atomic.Uint64
+	role       atomic.Int32
+	confState  *raftpb.ConfState
+	snapIndex  uint64
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 
@@ -169,8 +178,12 @@ func (n *node) handleReady(rd raft.Ready) error {
 			return err
 		}
 	}
-	if err := n.applyEntries(rd.CommittedEntries); err != nil {
-		return err
+	if len(rd.CommittedEntries) > 0 {
+		start := time.Now()
+		if err := n.applyEntries(rd.CommittedEntries); err != nil {
+			return err
+		}
+		n.metrics.applySeconds.Observe(since(start))
 	}
 	for _, rs := range rd.ReadStates {
 		n.reads.deliver(rs)
@@ -198,9 +211,24 @@ func (n *node) persist(rd raft.Ready, snap *raftpb.Snapshot) error {
 	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, rd.Entries, snap) }); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
-	n.metrics.saveSeconds.Observe(since(start))
+	n.metrics.fsyncSeconds.Observe(since(start))
 	n.unsyncedHS = nil
+	if len(rd.Entries) > 0 || snap != nil {
+		n.updateLogEntries()
+	}
 	return nil
+}
+
+// updateLogEntries sets leased_raft_log_entries from the log's first and last index.
+func (n *node) updateLogEntries() {
+	if n.logIndex == nil {
+		return
+	}
+	first, err1 := n.logIndex.FirstIndex()
+	last, err2 := n.logIndex.LastIndex()
+	if err1 == nil && err2 == nil && last+1 >= first {
+		n.metrics.logEntries.Set(float64(last + 1 - first))
+	}
 }
 
 // flushHardState writes a HardState that persist held back.
@@ -208,18 +236,23 @@ func (n *node) flushHardState() error {
 	if n.unsyncedHS == nil {
 		return nil
 	}
+	start := time.Now()
 	if err := n.diskWrite("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
 		return fmt.Errorf("persist hard state: %w", err)
 	}
+	n.metrics.fsyncSeconds.Observe(since(start))
 	n.unsyncedHS = nil
 	return nil
 }
 
 func (n *node) updateSoftState(ss *raft.SoftState) {
 	wasLeader := n.isLeader()
-	if n.leader.Swap(ss.Lead) != ss.Lead {
+	// A change to a new, known leader (as etcd counts them): losing sight of the leader is not one.
+	if ss.Lead != raft.None && ss.Lead != n.lastLeader {
 		n.metrics.leaderChanges.Inc()
+		n.lastLeader = ss.Lead
 	}
+	n.leader.Store(ss.Lead)
 	n.role.Store(int32(ss.RaftState))
 	isLeader := ss.RaftState == raft.StateLeader
 	switch {
@@ -255,6 +288,8 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.watch.reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)
 	n.restores.Add(1)
+	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
+	n.updateLogEntries()
 	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
 	return nil
 }
@@ -268,6 +303,7 @@ func (n *node) maybeSnapshot() error {
 	if err := n.flushHardState(); err != nil {
 		return err
 	}
+	start := time.Now()
 	n.fsmMu.RLock()
 	data, err := n.sm.Snapshot()
 	n.fsmMu.RUnlock()
@@ -291,6 +327,9 @@ func (n *node) maybeSnapshot() error {
 			return fmt.Errorf("compact log at %d: %w", applied-n.cfg.SnapshotCatchUp, err)
 		}
 	}
+	n.metrics.snapSeconds.Observe(since(start))
+	n.metrics.snapBytes.Set(float64(len(data)))
+	n.updateLogEntries()
 	n.log.Debug("snapshot taken", "index", applied, "bytes", len(data))
 	return nil
 }

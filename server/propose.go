@@ -19,7 +19,8 @@ import (
 // propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
 func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error) {
-	defer func() { n.metrics.proposed(err) }()
+	entered := false // the command may be in the log: a failure from then on is not a refusal
+	defer func() { n.metrics.proposed(entered, err) }()
 	if err := n.stoppedErr(); err != nil {
 		return fsm.Result{}, 0, err
 	}
@@ -36,8 +37,10 @@ func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result
 		if errors.Is(err, raft.ErrProposalDropped) {
 			return fsm.Result{}, 0, n.proposeErr(ctx, err) // never entered the log
 		}
+		entered = !errors.Is(err, raft.ErrStopped) // stopped: refused, though the caller cannot know
 		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, err))
 	}
+	entered = true
 	// From here on the entry may be in the log: any answer but its Result leaves the outcome unknown.
 	select {
 	case out := <-ch:

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -94,6 +96,15 @@ func checkDataDir(dir string, want raftlog.Identity) error {
 }
 
 func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listeners) (*Server, error) {
+	// The client port's gRPC metrics per method and code (grpc_server_*), with the handling-time
+	// histogram; registered first, so that a Registerer that has them already fails before anything starts.
+	rpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 16))))
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(rpcMetrics); err != nil {
+			return nil, fmt.Errorf("register gRPC metrics: %w", err)
+		}
+	}
 	if err := bindListeners(&cfg, &lis); err != nil {
 		return nil, err
 	}
@@ -102,7 +113,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		var err error
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
-			Logger: n.log,
+			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped,
 		})
 		return tr, err
 	})
@@ -114,9 +125,12 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
-	s.clientSrv = grpc.NewServer(clientServerOptions(cfg)...)
+	s.clientSrv = grpc.NewServer(append(clientServerOptions(cfg),
+		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor()))...)
 	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
+	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
 	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
 	tr.Register(s.peerSrv)
 	return s, nil
@@ -178,7 +192,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.logPath = p.Path()
 	}
 	n.applied.Store(snapIndex)
+	n.logIndex = storage
 	n.metrics = newMetrics(cfg.Registerer, n)
+	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
+	n.updateLogEntries()
+	n.lessor.expiryLag = n.metrics.expiryLag.Observe
 	n.lessor.reset(sm, cfg.Clock.Now())
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
@@ -233,6 +251,7 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 			m.ClientAddr = n.cfg.ClientAddr
 		} else {
 			n.transport.AddPeer(m.Id, addr)
+			n.metrics.addPeer(m.Id)
 		}
 		n.members[m.Id] = m
 		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(&leasepb.Member{Id: m.Id, Name: name, PeerAddr: addr})

@@ -39,6 +39,7 @@ func (s *leasesService) Release(ctx context.Context, req *leasepb.ReleaseRequest
 
 // KeepAlive serves each message of the stream as one write (a batch of renewals).
 func (s *leasesService) KeepAlive(stream grpc.BidiStreamingServer[leasepb.KeepAliveRequest, leasepb.KeepAliveResponse]) error {
+	defer s.n.metrics.stream(streamKeepAlive)()
 	ctx := stream.Context()
 	for {
 		req, err := stream.Recv()
@@ -97,6 +98,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 }
 
 func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStreamingServer[leasepb.WatchResponse]) error {
+	defer s.n.metrics.stream(streamWatch)()
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}

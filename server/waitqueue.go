@@ -23,6 +23,17 @@ type waiter struct {
 
 func newWaitQueue() *waitQueue { return &waitQueue{queues: make(map[string][]*waiter)} }
 
+// len is the number of waiters (leased_waiters).
+func (q *waitQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, ws := range q.queues {
+		n += len(ws)
+	}
+	return n
+}
+
 // enqueue appends a waiter for resource.
 func (q *waitQueue) enqueue(resource string) *waiter {
 	q.mu.Lock()

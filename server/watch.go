@@ -105,6 +105,13 @@ func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watch
 	return w, backlog, nil
 }
 
+// len is the number of subscribed watchers (leased_watchers).
+func (h *watchHub) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watchers)
+}
+
 func (h *watchHub) unsubscribe(w *watcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -82,7 +82,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 	}
 	metrics := fetch(t, "http://"+admin+"/metrics")
-	for _, want := range []string{"leased_raft_is_leader 1", "leased_fsm_live_leases 0", "leased_raftlog_save_seconds_count", "go_goroutines"} {
+	for _, want := range []string{"leased_is_leader 1", "leased_live_leases 0", "leased_disk_fsync_duration_seconds_count", "leased_build_info{", "go_goroutines"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,6 +33,9 @@ type Cluster struct {
 }
 
 // Start starts size nodes with server.TestConfig (changed by mutate, if given) and waits for a leader.
+// mutate is called once per node, with its Name set, so it can give each node its own Registerer (a
+// prometheus.Registry per node, to gather each node's metrics apart). A Registerer serves one server:
+// before Restart of such a node, give it a fresh one with SetRegisterer.
 func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
@@ -146,6 +150,9 @@ func (c *Cluster) Stop(i int) {
 		}
 	}
 }
+
+// SetRegisterer replaces the Registerer node i gets when it is restarted.
+func (c *Cluster) SetRegisterer(i int, reg prometheus.Registerer) { c.cfgs[i].Registerer = reg }
 
 // Restart starts node i again on its data dir and addresses.
 func (c *Cluster) Restart(i int) {

@@ -86,6 +86,14 @@ type Config struct {
 	// hook for tests that cut links between in-process nodes. It runs inside Send, so it must be fast, safe
 	// for concurrent use, and must not call the Transport.
 	Filter func(m *raftpb.Message) bool
+	// OnRoundTrip, when set, hears the round-trip time to a peer: from a heartbeat handed to Send to the
+	// arrival of that peer's heartbeat response (the oldest heartbeat not yet answered; one lost with a
+	// dropped message, or older than maxRoundTrip, is forgotten). OnDropped, when set, hears of messages
+	// to a peer that could not be sent (counted in Stats.Dropped; not those Filter drops, nor those sent
+	// after Close). Both run on transport goroutines and inside Send: they must be fast, safe for
+	// concurrent use, and must not call the Transport. The server turns them into per-peer metrics.
+	OnRoundTrip func(peer uint64, rtt time.Duration)
+	OnDropped   func(peer uint64, count int)
 }
 
 // Defaults for the zero fields of Config.

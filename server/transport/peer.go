@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -33,6 +34,9 @@ type peer struct {
 	conn   *grpc.ClientConn
 	client wirepb.RaftClient
 	queue  chan *raftpb.Message
+	// heartbeatAt is when the oldest heartbeat not yet answered was handed to Send (Transport.monoNow;
+	// 0: none), for Config.OnRoundTrip.
+	heartbeatAt atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -309,9 +313,27 @@ func (p *peer) fail(msgs []*raftpb.Message, err error) {
 	p.lose(msgs)
 }
 
+// heartbeatSent records a heartbeat handed to Send, unless an earlier one is still unanswered (and not
+// so old that it must have been lost).
+func (p *peer) heartbeatSent() {
+	now := p.t.monoNow()
+	if old := p.heartbeatAt.Load(); old == 0 || now-old > int64(maxRoundTrip) {
+		p.heartbeatAt.CompareAndSwap(old, now)
+	}
+}
+
+// maxRoundTrip is the oldest unanswered heartbeat a response is still matched to.
+const maxRoundTrip = 10 * time.Second
+
 // lose counts msgs as dropped and reports them to raft.
 func (p *peer) lose(msgs []*raftpb.Message) {
 	p.t.stats.dropped.Add(uint64(len(msgs)))
+	p.t.dropped(p.id, len(msgs))
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgHeartbeat {
+			p.heartbeatAt.Store(0) // its answer will not come
+		}
+	}
 	p.t.reports.reportUnreachable(p.id)
 	for _, m := range msgs {
 		if m.GetType() == raftpb.MsgSnap {

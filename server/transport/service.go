@@ -138,6 +138,9 @@ func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch) error {
 				i, b.GetFrom(), b.GetTo(), m.GetFrom(), m.GetTo())
 		}
 		t.stats.received.Add(1)
+		if m.GetType() == raftpb.MsgHeartbeatResp {
+			t.heartbeatAnswered(m.GetFrom())
+		}
 		if err := t.cfg.Raft.Process(ctx, m); err != nil {
 			if ctx.Err() != nil {
 				if t.ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -25,6 +26,7 @@ type Transport struct {
 	dialOpts []grpc.DialOption
 	stats    counters
 	reports  *reporter
+	epoch    time.Time // origin of monoNow
 
 	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine and ends every
 	// inbound stream.
@@ -54,6 +56,7 @@ func New(cfg Config) (*Transport, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With(slog.String("component", "transport"), slog.String("local", leasepb.FormatID(cfg.LocalID))),
 		reports: newReporter(cfg.Raft),
+		epoch:   time.Now(),
 		ctx:     ctx,
 		cancel:  cancel,
 		peers:   make(map[uint64]*peer),
@@ -169,6 +172,9 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		}
 		select {
 		case p.queue <- m:
+			if m.GetType() == raftpb.MsgHeartbeat && t.cfg.OnRoundTrip != nil {
+				p.heartbeatSent()
+			}
 		default:
 			t.drop(m)
 		}
@@ -178,11 +184,38 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 // drop counts m as dropped and tells raft, without blocking.
 func (t *Transport) drop(m *raftpb.Message) {
 	t.stats.dropped.Add(1)
+	t.dropped(m.GetTo(), 1)
 	t.reports.reportUnreachable(m.GetTo())
 	if m.GetType() == raftpb.MsgSnap {
 		t.reports.reportSnapshot(m.GetTo(), raft.SnapshotFailure)
 	}
 }
+
+// dropped tells Config.OnDropped of count messages to peer that were lost.
+func (t *Transport) dropped(peer uint64, count int) {
+	if f := t.cfg.OnDropped; f != nil && count > 0 {
+		f(peer, count)
+	}
+}
+
+// heartbeatAnswered hands the round trip of the oldest unanswered heartbeat to peer to Config.OnRoundTrip.
+func (t *Transport) heartbeatAnswered(peer uint64) {
+	if t.cfg.OnRoundTrip == nil {
+		return
+	}
+	t.mu.RLock()
+	p := t.peers[peer]
+	t.mu.RUnlock()
+	if p == nil {
+		return
+	}
+	if sent := p.heartbeatAt.Swap(0); sent != 0 {
+		t.cfg.OnRoundTrip(peer, time.Duration(t.monoNow()-sent))
+	}
+}
+
+// monoNow is a monotonic reading, in nanoseconds since New, never 0.
+func (t *Transport) monoNow() int64 { return int64(time.Since(t.epoch)) + 1 }
 
 // PeerClient returns a Raft service client on the connection to peer id, so the server can call
 // Forward on the leader without a second connection. The client stops working (Canceled) once the peer

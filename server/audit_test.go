@@ -1,0 +1,102 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
+)
+
+// syncBuffer is a bytes.Buffer safe for the node's goroutines to log into.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// auditLines are the JSON log lines of the audit trail in s.
+func auditLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("not a JSON log line: %q: %v", sc.Text(), err)
+		}
+		if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "lease ") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestAuditTrail: a grant, a release and an expiry each make one info line on the (single) node, in the
+// JSON format of --log-format json, with the constant keys.
+func TestAuditTrail(t *testing.T) {
+	logs := &syncBuffer{}
+	cfg := server.TestConfig()
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s := startSingleNode(t, &cfg)
+	cl := dial(t, s.ClientAddr())
+	ctx := ctxT(t)
+	a, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "audit/a", Holder: "alice", TtlMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Release(ctx, &leasepb.ReleaseRequest{Resource: "audit/a", Token: a.GetLease().GetToken()}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "audit/b", Holder: "bob", TtlMs: cfg.TTLFloor().Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the expiry's audit line", func() bool {
+		return strings.Contains(logs.String(), `"msg":"lease expired"`)
+	})
+	type want struct {
+		msg, event, resource, holder string
+		token                        uint64
+	}
+	wants := []want{
+		{"lease granted", "granted", "audit/a", "alice", a.GetLease().GetToken()},
+		{"lease released", "released", "audit/a", "alice", a.GetLease().GetToken()},
+		{"lease granted", "granted", "audit/b", "bob", b.GetLease().GetToken()},
+		{"lease expired", "expired", "audit/b", "bob", b.GetLease().GetToken()},
+	}
+	lines := auditLines(t, logs.String())
+	if len(lines) != len(wants) {
+		t.Fatalf("audit lines = %v, want %d", lines, len(wants))
+	}
+	for i, w := range wants {
+		l := lines[i]
+		if l["level"] != "INFO" || l["msg"] != w.msg || l["event"] != w.event || l["resource"] != w.resource ||
+			l["holder"] != w.holder || l["token"] != float64(w.token) || l["role"] != "leader" || l["node"] != "n1" {
+			t.Errorf("audit line %d = %v, want %+v on the leader n1", i, l, w)
+		}
+		if idx, _ := l["index"].(float64); idx < float64(w.token) {
+			t.Errorf("audit line %d: index %v before the grant %d", i, l["index"], w.token)
+		}
+	}
+	if lines[0]["index"] != float64(a.GetLease().GetToken()) {
+		t.Errorf("a grant's index %v is not its token %d", lines[0]["index"], a.GetLease().GetToken())
+	}
+}
