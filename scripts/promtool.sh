@@ -16,6 +16,8 @@
 
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/apt.sh
+source scripts/apt.sh
 
 readonly RULES=deploy/prometheus/alerts.yaml
 readonly TESTS=deploy/prometheus/alerts_test.yaml
@@ -29,13 +31,7 @@ loud() {
 	printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n' >&2
 }
 
-POLICY_RC_CREATED=""
-cleanup() {
-	if [[ -n "$POLICY_RC_CREATED" ]]; then
-		rm -f /usr/sbin/policy-rc.d
-	fi
-}
-trap cleanup EXIT
+trap apt_restore_policy EXIT
 
 find_promtool() {
 	if [[ -n "${PROMTOOL:-}" ]]; then
@@ -47,31 +43,8 @@ find_promtool() {
 
 # install_promtool installs Debian's prometheus package for its promtool, without starting the server.
 install_promtool() {
-	if [[ "$(id -u)" -ne 0 ]]; then
-		log "not root: cannot install the prometheus package (apt-get install prometheus, or set PROMTOOL)"
-		return 1
-	fi
-	if ! command -v apt-get >/dev/null 2>&1; then
-		log "apt-get not found: cannot install the prometheus package"
-		return 1
-	fi
-	# invoke-rc.d and deb-systemd-invoke ask policy-rc.d; 101 = "action forbidden", so the package's
-	# postinst does not start a Prometheus server.
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod 755 /usr/sbin/policy-rc.d
-		POLICY_RC_CREATED=1
-	fi
-	local apt=(apt-get -o DPkg::Lock::Timeout=300 -q)
 	local ok=1
-	log "installing the prometheus package (for promtool) with apt-get"
-	if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" update </dev/null >&2; then
-		ok=0
-	elif ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends prometheus </dev/null >&2; then
-		ok=0
-	fi
-	cleanup
-	POLICY_RC_CREATED=""
+	apt_install prometheus || ok=0
 	# On a machine that runs systemd the package also enables the service for the next boot: undo that,
 	# we only wanted promtool.
 	if [[ $ok -eq 1 && -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then

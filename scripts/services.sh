@@ -55,7 +55,8 @@ WORKDIR=""
 REDIS_PID=""
 PG_DATA=""
 PG_BIN=""
-POLICY_RC_CREATED=""
+# shellcheck source=scripts/apt.sh
+source "$(dirname "$(readlink -f "$0")")/apt.sh"
 
 run_as_postgres() {
 	if is_root; then
@@ -135,35 +136,14 @@ find_pg_bin() {
 
 have_redis() { command -v redis-server >/dev/null 2>&1; }
 
-# install_packages installs the given Debian packages, keeping apt from
-# starting the packaged system-wide services (we start our own).
+# install_packages installs the given Debian packages (scripts/apt.sh), keeping apt from starting the
+# packaged system-wide services (we start our own).
 install_packages() {
 	if ! is_root; then
 		warn "not root: cannot install $* (install them yourself)"
 		return 1
 	fi
-	if ! command -v apt-get >/dev/null 2>&1; then
-		warn "apt-get not found: cannot install $*"
-		return 1
-	fi
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod 755 /usr/sbin/policy-rc.d
-		POLICY_RC_CREATED=1
-	fi
-	local apt=(apt-get -o DPkg::Lock::Timeout=300 -q)
-	local ok=1
-	log "installing $* with apt-get"
-	if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" update </dev/null >&2; then
-		ok=0
-	elif ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" </dev/null >&2; then
-		ok=0
-	fi
-	if [[ -n "$POLICY_RC_CREATED" ]]; then
-		rm -f /usr/sbin/policy-rc.d
-		POLICY_RC_CREATED=""
-	fi
-	[[ $ok -eq 1 ]]
+	apt_install "$@"
 }
 
 ensure_binaries() {
