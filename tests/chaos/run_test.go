@@ -144,7 +144,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  answers checked against the applied event log: %d\n", rep.AnswersLog)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "L1"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -343,6 +343,9 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	rep.AnswersLog, vlog, vrel = checkAnswers(ops, events, r.hist.start, gaps, sentinelTok)
 	violate("log", vlog...)
 	violate("log-release", vrel...)
+
+	// The audit trail and the leader gauges (issue 15).
+	violate("obs", r.checkObservability(events)...)
 
 	// L1, from the nemesis log.
 	r.mu.Lock()
