@@ -180,9 +180,11 @@ func TestCutOffHolderSeesDoneBeforeTheServerExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := watchExpiry(ctx, t, observer, "cut")
-	// Cut only after a renewal has succeeded: remaining validity only grows when one does.
-	first := l.Remaining()
-	for deadline := time.Now().Add(5 * time.Second); l.Remaining() <= first; {
+	// Cut only after a renewal has succeeded: the end of the validity window moves only when one does.
+	// (Compare ends, not Remaining(): a renewal's window counts from its send time, so right after the
+	// answer Remaining() can be a little below what it was just after the Acquire answered.)
+	firstEnd := time.Now().Add(l.Remaining())
+	for deadline := time.Now().Add(5 * time.Second); !time.Now().Add(l.Remaining()).After(firstEnd.Add(ttl / 6)); {
 		if time.Now().After(deadline) {
 			t.Fatal("no renewal succeeded within 5s")
 		}
