@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,14 @@ type Config struct {
 	KeepAliveTime    time.Duration
 	KeepAliveTimeout time.Duration
 	KeepAliveMinTime time.Duration
+
+	// ClientTLS, when set, serves the client port over TLS; with ClientCertAuth it must also require and
+	// verify client certificates, and a request's identity is its certificate's (docs/security.md).
+	// PeerTLS, when set, is mutual TLS on the peer port. nil is plaintext. cmd/leased builds both from
+	// certificate files that it re-reads when they change.
+	ClientTLS      *tls.Config
+	ClientCertAuth bool
+	PeerTLS        *tls.Config
 
 	Limits Limits
 

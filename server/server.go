@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -141,11 +142,15 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 // the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
 // with or without streams.
 func clientServerOptions(cfg Config) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
 	}
+	if cfg.ClientTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.ClientTLS)))
+	}
+	return opts
 }
 
 // nodeStorage is a node's raft log: what raft reads, and what the node writes (raftlog.Storage; an
