@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 
 // TestConfig has fast ticks and small snapshot intervals, for in-process clusters in tests. Its election
 // timeout is 100 ms (10 ticks of 10 ms: shorter makes leaders churn on a loaded machine under the race
-// detector), so its TTL floor (the shortest TTL it accepts) is 500 ms.
+// detector), so its TTL floor (the shortest TTL it accepts) is 800 ms.
 func TestConfig() Config {
 	c := DefaultConfig()
 	c.TickInterval = 10 * time.Millisecond
@@ -158,19 +158,19 @@ func (c Config) ElectionTimeout() time.Duration {
 }
 
 // TTLFloor is the shortest TTL this configuration accepts (docs/operations.md, "TTL floor"): a lease
-// whose holder keeps renewing must outlast one leader crash or freeze. Counted from the holder's last
-// acknowledged renewal, the failover takes up to a renewal interval (the SDK renews every TTL/3) plus
-// raft's randomized election timeout (< 2 × the election timeout) before a new leader can answer; the
-// holder then needs time to notice the old leader is gone, find the new one and renew, less its drift
-// margin. With the election part needing at most 2/3 of the TTL, that is 3 × the election timeout, plus
-// a renewal slack of 2 × the election timeout for the holder's reaction and drift: 5 × the election
-// timeout, 5 s with the defaults.
+// whose holder keeps renewing must outlast one leader crash or freeze. The SDK renews every TTL/3 and
+// abandons a renewal unanswered for TTL/6, so counted from its last acknowledged renewal a holder has
+// TTL/2 to reach a new leader and renew. A failover takes up to 2 × the election timeout (raft
+// randomizes it) plus the new leader's first commit and the holder's discovery and ReadIndex, about
+// 2.5 × in all; floorElections = 8 makes TTL/2 = 4 × the election timeout, leaving 1.5 × of slack for
+// scheduling delay and clock drift (with 5 ×, the earlier floor, a 30-minute soak lost 0.3 % of the
+// leases at the floor: docs/testing.md). 8 s with the defaults, where Consul's minimum session TTL is 10 s.
 func (c Config) TTLFloor() time.Duration {
-	return 3*c.ElectionTimeout() + c.renewalSlack()
+	return floorElections * c.ElectionTimeout()
 }
 
-// renewalSlack is the part of TTLFloor beyond the failover itself.
-func (c Config) renewalSlack() time.Duration { return 2 * c.ElectionTimeout() }
+// floorElections is TTLFloor in election timeouts.
+const floorElections = 8
 
 // minTTL is the shortest TTL the edge accepts: Limits.MinTTL, or the floor when that is 0.
 func (c Config) minTTL() time.Duration {
@@ -187,7 +187,7 @@ func (c Config) limits() Limits {
 	floor := c.TTLFloor()
 	switch {
 	case l.MinTTL == floor:
-		l.minTTLWhy = fmt.Sprintf("the TTL must outlast a leader failover: 3 × the %v election timeout + %v of renewal slack", c.ElectionTimeout(), c.renewalSlack())
+		l.minTTLWhy = fmt.Sprintf("the TTL must outlast a leader failover: %d × the %v election timeout", floorElections, c.ElectionTimeout())
 	case l.MinTTL > floor:
 		l.minTTLWhy = fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %d", floor.Milliseconds())
 	default:
@@ -223,7 +223,7 @@ func (c Config) Validate() error {
 	l := c.Limits
 	check(l.MinTTL >= 0, "min TTL must not be negative")
 	check(l.MinTTL == 0 || l.MinTTL >= c.TTLFloor() || c.belowTTLFloor, "min TTL %v is below the TTL floor %v: a lease must outlast a leader failover "+
-		"(3 × the %v election timeout + %v of renewal slack); leave it 0 for the floor", l.MinTTL, c.TTLFloor(), c.ElectionTimeout(), c.renewalSlack())
+		"(%d × the %v election timeout); leave it 0 for the floor", l.MinTTL, c.TTLFloor(), floorElections, c.ElectionTimeout())
 	check(l.MaxTTL >= c.minTTL(), "TTL range %v..%v is empty", c.minTTL(), l.MaxTTL)
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")
 	check(l.MaxLeasesPerHolder > 0 && l.MaxKeepAliveLeases > 0 && l.MaxListLimit > 0 && l.MaxRequestBytes > 0, "count limits must be positive")

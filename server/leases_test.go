@@ -96,7 +96,7 @@ func TestAcquireRetryWithSameRequestIDReturnsSameToken(t *testing.T) {
 func TestExpiredLeaseIsRegrantedWithLargerToken(t *testing.T) {
 	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	first, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "dead", TtlMs: 500, RequestId: "a"})
+	first, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "dead", TtlMs: 800, RequestId: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
 	f := c.Follower()
 	var refs []*leasepb.LeaseRef
 	for _, r := range []string{"a", "b", "c"} {
-		got, err := c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: 500, RequestId: r})
+		got, err := c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: r, Holder: "h", TtlMs: 800, RequestId: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for seq := uint64(1); time.Since(start) < 2*time.Second; seq++ { // four TTLs
+	for seq := uint64(1); time.Since(start) < 3200*time.Millisecond; seq++ { // four TTLs
 		if err := stream.Send(&leasepb.KeepAliveRequest{Seq: seq, Leases: refs}); err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestKeepAliveKeepsLeasesPastTheirTTL(t *testing.T) {
 			t.Fatalf("keepalive response %v", resp)
 		}
 		for _, r := range resp.GetResults() {
-			if r.GetGone() || r.GetTtlMs() != 500 {
+			if r.GetGone() || r.GetTtlMs() != 800 {
 				t.Fatalf("lease lost while renewed: %v", r)
 			}
 		}

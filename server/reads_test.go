@@ -58,7 +58,7 @@ func TestListPaginatesAndValidateTokenAnswers(t *testing.T) {
 func TestLockDelayThroughTheAPI(t *testing.T) {
 	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "ld", Holder: "gone", TtlMs: 500, LockDelayMs: 800, RequestId: "a"}); err != nil {
+	if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "ld", Holder: "gone", TtlMs: 800, LockDelayMs: 800, RequestId: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	var delayedSeen bool

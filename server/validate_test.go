@@ -9,21 +9,21 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// TestTTLFloor: with the default election timeout (1 s) the floor is 5 s; a 3 s lease — lost on a leader
+// TestTTLFloor: with the default election timeout (1 s) the floor is 8 s; a 3 s lease — lost on a leader
 // SIGKILL before the floor existed — is refused at the edge with a message that names the floor and why,
 // and a configured minimum below the floor is a configuration error. TestConfig has its own small floor.
 func TestTTLFloor(t *testing.T) {
 	cfg := DefaultConfig()
-	if got := cfg.TTLFloor(); got != 5*time.Second {
-		t.Fatalf("default TTL floor %v, want 5s", got)
+	if got := cfg.TTLFloor(); got != 8*time.Second {
+		t.Fatalf("default TTL floor %v, want 8s", got)
 	}
 	l := cfg.limits()
 	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3000})
-	const want = "ttl_ms: 3000 is below the minimum 5000 (the TTL must outlast a leader failover: 3 × the 1s election timeout + 2s of renewal slack)"
+	const want = "ttl_ms: 3000 is below the minimum 8000 (the TTL must outlast a leader failover: 8 × the 1s election timeout)"
 	if !errors.Is(err, ErrInvalid) || err.Error() != want {
 		t.Fatalf("acquire with a 3 s TTL: %v\nwant %s", err, want)
 	}
-	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000}); err != nil {
+	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 8000}); err != nil {
 		t.Fatalf("acquire at the floor: %v", err)
 	}
 	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}); err == nil || !strings.Contains(err.Error(), "above the maximum 3600000") {
@@ -39,7 +39,7 @@ func TestTTLFloor(t *testing.T) {
 	}
 	below := valid(cfg)
 	below.Limits.MinTTL = 3 * time.Second
-	if err := below.Validate(); err == nil || !strings.Contains(err.Error(), "min TTL 3s is below the TTL floor 5s") {
+	if err := below.Validate(); err == nil || !strings.Contains(err.Error(), "min TTL 3s is below the TTL floor 8s") {
 		t.Fatalf("min TTL below the floor: %v", err)
 	}
 	above := valid(cfg)
@@ -47,21 +47,21 @@ func TestTTLFloor(t *testing.T) {
 	if err := above.Validate(); err != nil {
 		t.Fatalf("min TTL above the floor: %v", err)
 	}
-	if err := above.limits().acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 6000}); err == nil ||
-		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 5000)") {
+	if err := above.limits().acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 9000}); err == nil ||
+		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 8000)") {
 		t.Fatalf("acquire below a configured minimum above the floor: %v", err)
 	}
 	slower := valid(cfg)
 	slower.TickInterval = 200 * time.Millisecond // a 2 s election timeout: the floor follows it
-	if got := slower.TTLFloor(); got != 10*time.Second {
-		t.Fatalf("floor with a 2 s election timeout %v, want 10s", got)
+	if got := slower.TTLFloor(); got != 16*time.Second {
+		t.Fatalf("floor with a 2 s election timeout %v, want 16s", got)
 	}
 
 	test := valid(TestConfig())
 	if err := test.Validate(); err != nil {
 		t.Fatalf("TestConfig: %v", err)
 	}
-	if got := test.limits().MinTTL; got != 500*time.Millisecond {
-		t.Fatalf("TestConfig's minimum TTL %v, want its 500ms floor", got)
+	if got := test.limits().MinTTL; got != 800*time.Millisecond {
+		t.Fatalf("TestConfig's minimum TTL %v, want its 800ms floor", got)
 	}
 }

@@ -10,7 +10,7 @@
 //   - holder: 1..128 bytes (--max-holder-bytes), printable ASCII without spaces.
 //   - value: at most 4096 bytes (--max-value-bytes), arbitrary bytes.
 //   - request_id: at most 64 bytes, printable ASCII.
-//   - ttl_ms: the TTL floor (5 × the election timeout: 5,000 with the default 1 s) .. 3,600,000 (1 h);
+//   - ttl_ms: the TTL floor (8 × the election timeout: 8,000 with the default 1 s) .. 3,600,000 (1 h);
 //     --min-ttl may raise the floor, --max-ttl sets the top. See docs/client.md, "TTL floor".
 //   - lock_delay_ms: 0..60,000 (--max-lock-delay).
 //   - leases per holder: 10,000 (--max-leases-per-holder).

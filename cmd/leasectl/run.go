@@ -110,7 +110,7 @@ COMMAND is handled as by 'leasectl run': signals are forwarded; on loss of leade
 SIGKILL after --grace, and elect exits with code 4 or 5; otherwise elect resigns when COMMAND exits and
 exits with COMMAND's status. SIGINT while still campaigning exits with code 1.`,
 		Example: `  leasectl elect service/scheduler --value "$(hostname):8080" -- ./scheduler
-  leasectl elect service/scheduler --value node-a --ttl 5s --grace 20s -- ./scheduler --active`,
+  leasectl elect service/scheduler --value node-a --ttl 10s --grace 20s -- ./scheduler --active`,
 		Args: commandArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "value"); err != nil {

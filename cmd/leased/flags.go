@@ -72,7 +72,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&l.MaxResourceBytes, "max-resource-bytes", l.MaxResourceBytes, "longest resource name")
 	fs.IntVar(&l.MaxHolderBytes, "max-holder-bytes", l.MaxHolderBytes, "longest holder name")
 	fs.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest lease value")
-	fs.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest lease TTL a client may ask for; 0 is the TTL floor, 5 × the election timeout (a lease must outlast a leader failover); a value below the floor is refused")
+	fs.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest lease TTL a client may ask for; 0 is the TTL floor, 8 × the election timeout (a lease must outlast a leader failover); a value below the floor is refused")
 	fs.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&l.MaxLockDelay, "max-lock-delay", l.MaxLockDelay, "longest lock-delay a client may ask for")
 	fs.IntVar(&l.MaxLeasesPerHolder, "max-leases-per-holder", l.MaxLeasesPerHolder, "most leases one holder may hold")

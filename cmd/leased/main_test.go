@@ -43,14 +43,14 @@ func TestConfigErrorsExitOne(t *testing.T) {
 	}
 }
 
-// TestMinTTLBelowTheFloorExitsOne: with the default 1 s election timeout the TTL floor is 5 s, so
+// TestMinTTLBelowTheFloorExitsOne: with the default 1 s election timeout the TTL floor is 8 s, so
 // --min-ttl=3s is a configuration error naming the floor (before it existed, 3 s was accepted and such a
 // lease was lost on a leader SIGKILL).
 func TestMinTTLBelowTheFloorExitsOne(t *testing.T) {
 	args := []string{"--name=n1", "--data-dir=" + t.TempDir(), "--admin-addr=", "--initial-cluster=n1=127.0.0.1:7201", "--min-ttl=3s"}
 	err := run(context.Background(), args, env(), &bytes.Buffer{}, &bytes.Buffer{})
 	var stderr bytes.Buffer
-	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "min TTL 3s is below the TTL floor 5s") {
+	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "min TTL 3s is below the TTL floor 8s") {
 		t.Fatalf("exit %d, %q; want 1 and the floor", code, stderr.String())
 	}
 }

@@ -32,11 +32,16 @@ import (
 )
 
 // Timing of the test clusters: a 20 ms tick and 10 election ticks give a 200 ms election timeout (raft
-// randomizes it to 200..400 ms).
+// randomizes it to 200..400 ms), so a TTL floor of 1.6 s. The checkpoint interval is 5 × the election
+// timeout, as in production (5 s at 1 s): shorter than a lease's renewal interval, it would make every
+// renewal a durable entry (a lease idle since the last checkpoint is renewed through the log), which a
+// production cluster never does at the floor.
 const (
 	Tick            = 20 * time.Millisecond
 	ElectionTicks   = 10
 	ElectionTimeout = ElectionTicks * Tick
+	// CheckpointInterval is the leader's lease checkpoint interval (--checkpoint-interval).
+	CheckpointInterval = 5 * ElectionTimeout
 )
 
 // statusTimeout bounds one Status call: a node that does not answer by then counts as not answering.
@@ -222,7 +227,7 @@ func (c *Cluster) Start(i int) {
 		"--client-addr=" + n.ClientAddr, "--peer-addr=" + n.PeerAddr, "--admin-addr=" + n.AdminAddr,
 		"--initial-cluster=" + c.initial,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
-		"--proposal-timeout=2s", "--checkpoint-interval=500ms", "--log-level=info",
+		"--proposal-timeout=2s", "--checkpoint-interval=" + CheckpointInterval.String(), "--log-level=info",
 	}, c.cfg.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
