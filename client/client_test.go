@@ -67,15 +67,15 @@ func TestLeaseIsKeptAliveAndReleased(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
 	c := newClient(t, cl.Endpoints(), nil)
 	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "svc/primary", client.WithTTL(500*time.Millisecond), client.WithValue([]byte("me")))
+	l, err := c.Acquire(ctx, "svc/primary", client.WithTTL(800*time.Millisecond), client.WithValue([]byte("me")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Token() == 0 || l.Remaining() <= 0 || l.Remaining() > 500*time.Millisecond {
+	if l.Token() == 0 || l.Remaining() <= 0 || l.Remaining() > 800*time.Millisecond {
 		t.Fatalf("fresh lease: token %d remaining %v", l.Token(), l.Remaining())
 	}
 	// Held well past its TTL by the keeper.
-	deadline := time.Now().Add(2 * time.Second) // four TTLs
+	deadline := time.Now().Add(3200 * time.Millisecond) // four TTLs
 	for time.Now().Before(deadline) {
 		select {
 		case <-l.Done():

@@ -330,3 +330,99 @@ func TestWatchLeavesABlackHoledNodeThroughKeepalivePings(t *testing.T) {
 		t.Fatal("the watch never left the black-holed node")
 	}
 }
+
+// TestKeepAliveRidesOutASlowLink is the slow-but-alive case: every byte the client sends reaches the node
+// 400 ms late, so each renewal is answered after the keeper's watchdog (TTL/6 = 250 ms) has given up on
+// it, yet well within the TTL. The abandoned streams are still read, their late answers extend the lease
+// from each round's send time, and the lease survives several TTLs. Abandoning a stream used to drop its
+// answers with it, so every renewal was lost and so was the lease.
+func TestKeepAliveRidesOutASlowLink(t *testing.T) {
+	cl := servertest.Start(t, 1, nil)
+	slow := &latencyDialer{}
+	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(slow.dial)}
+	})
+	ctx := ctxT(t)
+	const ttl = 1500 * time.Millisecond
+	l, err := c.Acquire(ctx, "gray/slow", client.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.delay.Store(int64(400 * time.Millisecond))
+	slowedAt := time.Now()
+	for end := slowedAt.Add(4 * ttl); time.Now().Before(end); {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost %v after the link slowed down: %v", time.Since(slowedAt), l.Err())
+		case <-time.After(50 * time.Millisecond): // observation interval
+		}
+	}
+}
+
+// latencyDialer's connections deliver what the client writes delay late (a long link, not a narrow one:
+// writes queue, none waits for another).
+type latencyDialer struct {
+	delay atomic.Int64 // nanoseconds
+}
+
+func (d *latencyDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	lc := &latencyConn{Conn: conn, delay: &d.delay, queue: make(chan delayedWrite, 1024), closed: make(chan struct{})}
+	lc.wg.Go(lc.pump)
+	return lc, nil
+}
+
+type delayedWrite struct {
+	due time.Time
+	b   []byte
+}
+
+type latencyConn struct {
+	net.Conn
+	delay     *atomic.Int64
+	queue     chan delayedWrite
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+func (c *latencyConn) Write(p []byte) (int, error) {
+	w := delayedWrite{due: time.Now().Add(time.Duration(c.delay.Load())), b: append([]byte(nil), p...)}
+	select {
+	case c.queue <- w:
+		return len(p), nil
+	case <-c.closed:
+		return 0, net.ErrClosed
+	}
+}
+
+// pump writes each queued chunk when it is due.
+func (c *latencyConn) pump() {
+	for {
+		select {
+		case w := <-c.queue:
+			t := time.NewTimer(time.Until(w.due))
+			select {
+			case <-t.C: // the link's latency, simulated
+			case <-c.closed:
+				t.Stop()
+				return
+			}
+			if _, err := c.Conn.Write(w.b); err != nil {
+				return
+			}
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+func (c *latencyConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	err := c.Conn.Close()
+	c.wg.Wait()
+	return err
+}

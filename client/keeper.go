@@ -26,6 +26,8 @@ type keeper struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	// draining counts abandoned streams still read for late answers (see drain); close waits for them.
+	draining sync.WaitGroup
 }
 
 type leaseKey struct {
@@ -82,6 +84,7 @@ func (k *keeper) close() {
 	if started {
 		<-k.done
 	}
+	k.draining.Wait()
 	for _, l := range held {
 		l.end(ErrClosed)
 	}
@@ -106,15 +109,24 @@ func (k *keeper) run() {
 }
 
 // session runs one KeepAlive stream until it fails, goes unanswered, or the keeper stops; it reports
-// whether any answer arrived (a healthy session resets the backoff).
+// whether the next session may start at once (an answer arrived, or the watchdog abandoned the stream)
+// rather than after a backoff.
 //
 // The watchdog: every round of renewals must be answered within watchdog() (half the renewal interval).
 // A stream whose answer does not come in time — a frozen node, a black-holed link, a leader stalled on its
 // disk — is abandoned, the node is remembered as unresponsive, and the next session renews through
-// another node at once, well before the leases' validity runs out.
+// another node at once, well before the leases' validity runs out. An abandoned stream is still read
+// until its answers could no longer extend a lease (drain): a leader that is slow rather than gone — a
+// delayed link, a loaded machine — answers late, and a late answer still extends each lease from the
+// round's send time.
 func (k *keeper) session() bool {
 	ctx, cancel := context.WithCancel(k.c.ctx)
-	defer cancel()
+	drained := false
+	defer func() {
+		if !drained {
+			cancel()
+		}
+	}()
 	addr := k.c.target(ctx)
 	conn, err := k.c.conn(addr)
 	if err != nil {
@@ -204,9 +216,11 @@ func (k *keeper) session() bool {
 				timer.Stop()
 				k.c.log.Debug("keepalive unanswered; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
 				k.c.unresponsive(addr)
-				cancel()
-				<-recvErr
-				return healthy
+				drained = true
+				k.drain(rounds[len(rounds)-1].at.Add(3*k.interval()), cancel, recvErr)
+				// No backoff before the next session: this one already waited out the watchdog, and a slow
+				// node's late answers (which drain still applies) need the renewals to go on at their pace.
+				return true
 			case <-timer.C:
 				break wait
 			case <-k.wake:
@@ -215,6 +229,27 @@ func (k *keeper) session() bool {
 			}
 		}
 	}
+}
+
+// drain keeps reading an abandoned stream in the background — its receive goroutine goes on applying
+// answers — until the stream ends, the keeper stops, or the newest round sent on it can no longer extend
+// a lease (until: its send time plus the TTL); then it cancels the stream.
+func (k *keeper) drain(until time.Time, cancel context.CancelFunc, recvErr <-chan error) {
+	k.draining.Add(1)
+	go func() {
+		defer k.draining.Done()
+		defer cancel()
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		select {
+		case <-recvErr:
+			return
+		case <-t.C:
+		case <-k.stop:
+		}
+		cancel()
+		<-recvErr
+	}()
 }
 
 // receive reads answers until the stream ends, recording the newest seq answered.
