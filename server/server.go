@@ -115,6 +115,9 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped,
+			// A peer that comes back is dialed again within half an election timeout, so a restarted
+			// node is reachable before the next election needs its vote.
+			BackoffMax: max(cfg.ElectionTimeout()/2, transport.DefaultBackoffMin),
 		})
 		return tr, err
 	})

@@ -41,11 +41,16 @@ type peer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
+	// heard wakes a backoff: the peer opened a stream to us, so it is up again (see contact).
+	heard chan struct{}
 
 	// Owned by run.
 	pending  *raftpb.Message // taken from the queue but left out of the previous batch (too big)
 	failures int             // consecutive failed attempts; drives the backoff and the log level
 	opened   bool            // a stream was opened before, so the next one is a reconnect
+	// awaitReady: a backoff ended because the peer reached us (contact), so the next open waits for the
+	// connection — still failing fast from the last failure — to come up, rather than fail at once.
+	awaitReady bool
 }
 
 func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
@@ -64,6 +69,7 @@ func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
+		heard:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -165,7 +171,17 @@ type link struct {
 // open starts a stream to the peer and its watcher goroutine, which link.close stops and waits for.
 func (p *peer) open() (*link, error) {
 	ctx, cancel := context.WithCancel(p.ctx)
-	s, err := p.client.Stream(ctx)
+	var opts []grpc.CallOption
+	giveUp := func() bool { return true }
+	if p.awaitReady {
+		p.awaitReady = false
+		opts = append(opts, grpc.WaitForReady(true))
+		giveUp = time.AfterFunc(p.t.cfg.DialTimeout, cancel).Stop
+	}
+	s, err := p.client.Stream(ctx, opts...)
+	if !giveUp() && err == nil {
+		err = context.Canceled // the dial timeout fired just as the stream opened
+	}
 	if err != nil {
 		cancel()
 		return nil, err
@@ -356,12 +372,28 @@ func (p *peer) backoff() bool {
 		select {
 		case <-timer.C:
 			return true
+		case <-p.heard:
+			p.awaitReady = true
+			return true
 		case <-p.ctx.Done():
 			return false
 		case m := <-p.queue:
 			p.lose([]*raftpb.Message{m})
 		}
 	}
+}
+
+// contact tells a peer in backoff that the node has heard from it: a peer that restarted is back at
+// once, and waiting out a backoff of up to BackoffMax (several election timeouts) would keep its votes
+// and the leader's entries from it — a restarted follower could delay the next election by seconds.
+func (p *peer) contact() {
+	select {
+	case p.heard <- struct{}{}:
+	default:
+	}
+	// gRPC's own reconnect backoff is left alone: ClientConn.ResetConnectBackoff races with gRPC's
+	// balancer (v1.85). It is bounded by BackoffMax, which the server sets to half an election timeout.
+
 }
 
 // dropQueued drops and reports everything left in the queue once the peer is stopped. The peer is

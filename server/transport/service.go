@@ -87,11 +87,16 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 		}
 	}()
 
+	first := true
 	for {
 		select {
 		case b := <-batches:
 			if err := s.deliver(ctx, b); err != nil {
 				return err
+			}
+			if first { // a checked batch: its sender is a peer of this cluster, and up
+				first = false
+				t.heardFrom(b.GetFrom())
 			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {

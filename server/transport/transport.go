@@ -214,6 +214,17 @@ func (t *Transport) heartbeatAnswered(peer uint64) {
 	}
 }
 
+// heardFrom is called when a peer opens a stream to this node: if the link back to it is in backoff,
+// the backoff ends (peer.contact).
+func (t *Transport) heardFrom(id uint64) {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	if p != nil {
+		p.contact()
+	}
+}
+
 // monoNow is a monotonic reading, in nanoseconds since New, never 0.
 func (t *Transport) monoNow() int64 { return int64(time.Since(t.epoch)) + 1 }
 
