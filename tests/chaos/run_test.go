@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -76,6 +77,10 @@ type run struct {
 	// monitor
 	leaderChanges int
 	maxUnavail    time.Duration
+
+	// clientLog receives every SDK client's debug log (clients.log in the artifacts), with times as
+	// offsets from the start of the run like the nemesis log's.
+	clientLog *slog.Logger
 
 	// gray failures and L1
 	cnet            *clientNet
@@ -154,6 +159,24 @@ func (rep *report) String() string {
 	return b.String()
 }
 
+// openClientLog points clientLog at path; the function it returns closes the file.
+func (r *run) openClientLog(path string, start time.Time) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.clientLog = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.String("t", fmt.Sprintf("%.3f", a.Value.Time().Sub(start).Seconds()))
+			}
+			return a
+		},
+	}))
+	return func() { _ = f.Close() }
+}
+
 func sortedMap(m map[string]int) string {
 	var keys []string
 	for k := range m {
@@ -178,9 +201,12 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		releases: map[releaseKey]time.Time{},
 	}
 	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3))
+	hist := newHistory() // the run's, once the floor is known (discovering it is not part of the history)
+	closeLog := r.openClientLog(filepath.Join(dir, "clients.log"), hist.start)
+	defer closeLog()
 	r.cnet = newClientNet(r.c.Endpoints())
 	r.minTTL = r.discoverMinTTL()
-	r.hist = newHistory()
+	r.hist = hist
 
 	bg, stopBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
