@@ -38,7 +38,7 @@ func FuzzDeliverPeerBatch(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		_ = (&service{t: tr}).deliver(context.Background(), b)
+		_ = (&service{t: tr}).deliver(context.Background(), b, 0)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for sender, msgs := range r.got {
