@@ -162,6 +162,9 @@ func load(f Files) (*tls.Certificate, *x509.CertPool, error) {
 func (s *Source) ServerConfig(auth tls.ClientAuthType) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		// Only the per-handshake configuration below counts; this one says what it does for those who
+		// inspect it (server.Config.Validate).
+		ClientAuth: auth,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			cert, pool := s.Current()
 			return &tls.Config{
