@@ -126,8 +126,15 @@ func validSnapshot(m *raftpb.Message) bool {
 	if cs == nil || len(cs.GetVoters()) == 0 {
 		return false
 	}
-	_, _, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: md.GetIndex()}, cs)
-	return err == nil
+	// What raft does on restore, including its check that the result is the configuration asked for
+	// (it panics otherwise: a node that is both voter and learner, say).
+	cfg, prs, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: md.GetIndex()}, cs)
+	if err != nil {
+		return false
+	}
+	pt := tracker.MakeProgressTracker(1, 0)
+	pt.Config, pt.Progress = cfg, prs
+	return cs.Equivalent(pt.ConfState()) == nil
 }
 
 // errPeerMessageDropped: a peer message failed checkPeerMessage.
