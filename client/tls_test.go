@@ -36,7 +36,7 @@ func TestTLSFailuresAreUnauthenticated(t *testing.T) {
 		"expired certificate": {testcerts.ClientConfig(ca.Expired(t, "alice"), ca.Pool()), "expired"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(t, cl.Endpoints(), func(c *client.Config) { c.TLS, c.RequestTimeout = tc.cfg, 10 * time.Second })
+			c := newClient(t, cl.Endpoints(), func(c *client.Config) { c.TLS, c.RequestTimeout = tc.cfg, 10*time.Second })
 			start := time.Now()
 			_, err := c.Get(context.Background(), "tls/sdk")
 			if !errors.Is(err, client.ErrUnauthenticated) || !strings.Contains(err.Error(), tc.hint) {
