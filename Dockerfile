@@ -17,6 +17,12 @@ COPY --from=build --chown=65532:65532 /out/data /data
 # (LEASED_NAME, LEASED_DATA_DIR, LEASED_INITIAL_CLUSTER, ...); see docs/operations.md.
 EXPOSE 7101 7201 7401
 VOLUME ["/data"]
+# NO TLS BY DEFAULT. With these defaults a node refuses to start: its peer port would be plaintext on a
+# non-loopback address. Mount certificates and set LEASED_CERT_FILE, LEASED_KEY_FILE,
+# LEASED_TRUSTED_CA_FILE, LEASED_CLIENT_CERT_AUTH=true and LEASED_PEER_CERT_FILE, LEASED_PEER_KEY_FILE,
+# LEASED_PEER_TRUSTED_CA_FILE — or set LEASED_INSECURE_PEER=true on a network you trust, knowing that
+# anyone who reaches the ports can then forge raft traffic and do anything as a client
+# (docs/security.md, "Containers"). The admin port has no authentication: do not publish it widely.
 ENV LEASED_DATA_DIR=/data \
     LEASED_CLIENT_ADDR=0.0.0.0:7101 \
     LEASED_PEER_ADDR=0.0.0.0:7201 \

@@ -29,7 +29,9 @@ type Config struct {
 	// Endpoints are client addresses of cluster nodes (host:port). At least one is required; the client
 	// finds the leader from the answers and goes straight to it.
 	Endpoints []string
-	// TLS, when set, secures every connection (server-side TLS arrives in a later release).
+	// TLS, when set, secures every connection: RootCAs verifies the servers (nil: the system's roots),
+	// Certificates is the client certificate that servers with --client-cert-auth require. A handshake
+	// failure ends the call at once with ErrUnauthenticated, naming the TLS problem.
 	TLS *tls.Config
 	// DialTimeout bounds connecting to one endpoint (TCP and the HTTP/2 handshake) within an attempt: a node
 	// that does not complete it in time is skipped for this attempt and remembered as unresponsive.
@@ -98,8 +100,9 @@ type Client struct {
 
 	mu        sync.Mutex
 	conns     map[string]*grpc.ClientConn
-	leader    string // the address the client currently prefers; "" when unknown
-	next      int    // round-robin position among the endpoints
+	causes    map[*grpc.ClientConn]*tlsCause // the last TLS failure of each connection, with Config.TLS
+	leader    string                         // the address the client currently prefers; "" when unknown
+	next      int                            // round-robin position among the endpoints
 	closed    bool
 	health    map[string]health // endpoints that did not answer in time, skipped until their backoff ends
 	discovery chan struct{}     // closed when the leader discovery in flight ends; nil when none is
@@ -126,6 +129,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(), metrics: m,
 		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health),
+		causes: make(map[*grpc.ClientConn]*tlsCause),
 	}
 	if len(cfg.Endpoints) == 1 {
 		c.leader = cfg.Endpoints[0]
@@ -207,8 +211,10 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		return conn, nil
 	}
 	creds := insecure.NewCredentials()
+	var cause *tlsCause
 	if c.cfg.TLS != nil {
-		creds = credentials.NewTLS(c.cfg.TLS)
+		cause = &tlsCause{}
+		creds = &watchedCreds{TransportCredentials: credentials.NewTLS(c.cfg.TLS), cause: cause}
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
@@ -228,6 +234,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
 	c.conns[addr] = conn
+	if cause != nil {
+		c.causes[conn] = cause
+	}
 	return conn, nil
 }
 
@@ -235,8 +244,22 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 var errNotConnected = errors.New("not connected")
 
 // ready waits, at most DialTimeout and never beyond ctx, for conn to be connected. A connection that
-// fails (refused, reset) returns at once, so the call can move on.
+// fails (refused, reset) returns at once, so the call can move on; one whose TLS handshake failed says
+// why (ErrUnauthenticated).
 func (c *Client) ready(ctx context.Context, conn *grpc.ClientConn) error {
+	err := c.waitReady(ctx, conn)
+	if err != nil {
+		c.mu.Lock()
+		cause := c.causes[conn].get()
+		c.mu.Unlock()
+		if cause != nil {
+			return tlsProblem(conn.Target(), cause)
+		}
+	}
+	return err
+}
+
+func (c *Client) waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 	st := conn.GetState()
 	if st == connectivity.Ready {
 		return nil
@@ -502,6 +525,9 @@ func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(con
 			c.budget.success()
 			c.responsive(addr)
 			return out, nil
+		}
+		if errors.Is(err, ErrUnauthenticated) { // a TLS failure: the same credentials fail everywhere
+			return zero, err
 		}
 		if ctx.Err() != nil {
 			if errors.Is(err, errNotConnected) {

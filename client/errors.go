@@ -32,6 +32,14 @@ var (
 	// ErrPrecondition: the Cluster service refused a request whose precondition failed (e.g. promoting a
 	// learner that has not caught up).
 	ErrPrecondition = errors.New("leased: precondition failed")
+	// ErrUnauthenticated: the cluster did not accept this client's credentials: a TLS handshake failure
+	// (a server certificate from an unknown CA, a client certificate missing, expired or refused), or
+	// gRPC Unauthenticated. The message names the TLS problem. Not retried: the same credentials fail
+	// the same way.
+	ErrUnauthenticated = errors.New("leased: not authenticated")
+	// ErrPermissionDenied: the cluster knows this client's identity and refuses it the call (gRPC
+	// PermissionDenied; the message names the identity and the missing permission).
+	ErrPermissionDenied = errors.New("leased: permission denied")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("leased: client closed")
 	// ErrOutcomeUnknown: a write (Acquire, Renew, Release) may or may not have taken effect. An attempt
@@ -188,6 +196,10 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.Canceled, msg)
 	case codes.Unimplemented:
 		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
+	case codes.Unauthenticated:
+		return fmt.Errorf("%w: %s", ErrUnauthenticated, msg)
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
 	}
 	return err
 }

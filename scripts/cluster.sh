@@ -16,8 +16,25 @@
 # arrives or when no node is left.
 #
 # Extra arguments are passed to every node, e.g. `scripts/cluster.sh --log-level=debug`.
+#
+# --tls (first argument) turns on TLS on the client and peer ports, with client certificates required:
+# certificates are made by scripts/certs.sh in ./data/certs (once; delete the directory for new ones, or
+# re-run certs.sh there to rotate them while the cluster runs). Talk to it with
+#   leasectl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key status
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+tls_args() { :; }
+if [[ ${1:-} == --tls ]]; then
+	shift
+	CERTS=data/certs
+	[[ -f $CERTS/ca.crt ]] || scripts/certs.sh "$CERTS"
+	tls_args() { # tls_args NAME: the certificate flags of node NAME
+		printf '%s\n' --cert-file "$CERTS/$1.crt" --key-file "$CERTS/$1.key" --trusted-ca-file "$CERTS/ca.crt" \
+			--client-cert-auth --peer-cert-file "$CERTS/$1.crt" --peer-key-file "$CERTS/$1.key" \
+			--peer-trusted-ca-file "$CERTS/ca.crt"
+	}
+fi
 
 GRACE=${GRACE:-10}
 GO=${GO:-go}
@@ -46,9 +63,11 @@ prefix() {
 start() {
 	local i=$1 name=n$1
 	mkdir -p "data/$name"
+	local tls=()
+	mapfile -t tls < <(tls_args "$name")
 	local args=(--name "$name" --data-dir "data/$name"
 		--client-addr "127.0.0.1:710$i" --peer-addr "127.0.0.1:720$i" --admin-addr "127.0.0.1:740$i"
-		--initial-cluster "$INITIAL" "${@:2}")
+		--initial-cluster "$INITIAL" "${tls[@]}" "${@:2}")
 	cmdline[$name]="$BIN ${args[*]}"
 	"$BIN" "${args[@]}" > >(prefix "$name") 2>&1 &
 	pid[$name]=$!

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,11 @@ type Config struct {
 	ClientTLS      *tls.Config
 	ClientCertAuth bool
 	PeerTLS        *tls.Config
+	// InsecurePeer allows a plaintext peer port on an address other than loopback. Without PeerTLS
+	// anyone who reaches the peer port can forge raft messages and forwarded requests (docs/security.md),
+	// so that is refused unless this says the network itself is trusted; the node then logs a warning at
+	// every start.
+	InsecurePeer bool
 
 	Limits Limits
 
@@ -220,6 +226,11 @@ func (c Config) Validate() error {
 	check(c.DiskStallTimeout >= 2*c.ElectionTimeout(), "disk stall timeout (%v) must be at least twice the election timeout (%v): "+
 		"a node must not stop for a stall the cluster rides out without electing another leader", c.DiskStallTimeout, c.ElectionTimeout())
 	check(c.KeepAliveTime > 0 && c.KeepAliveTimeout > 0 && c.KeepAliveMinTime > 0, "keepalive time, timeout and min time must be positive")
+	check(!c.ClientCertAuth || (c.ClientTLS != nil && c.ClientTLS.ClientAuth == tls.RequireAndVerifyClientCert),
+		"client certificate auth needs client TLS that requires and verifies client certificates (--cert-file, --key-file, --trusted-ca-file)")
+	check(c.PeerTLS != nil || c.InsecurePeer || isLoopback(c.PeerAddr), "peer address %s is not loopback and peer TLS is off: "+
+		"anyone who reaches it could forge raft messages; give --peer-cert-file, --peer-key-file and --peer-trusted-ca-file, "+
+		"or --insecure-peer on a network you trust", c.PeerAddr)
 	l := c.Limits
 	check(l.MinTTL >= 0, "min TTL must not be negative")
 	check(l.MinTTL == 0 || l.MinTTL >= c.TTLFloor() || c.belowTTLFloor, "min TTL %v is below the TTL floor %v: a lease must outlast a leader failover "+
@@ -232,4 +243,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// isLoopback reports whether a listen address (host:port) only accepts connections from this machine.
+// An empty host listens on every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

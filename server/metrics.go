@@ -33,6 +33,7 @@ type metrics struct {
 	expiryLag     prometheus.Histogram
 	peerRTT       *prometheus.HistogramVec // by peer
 	peerFailures  *prometheus.CounterVec   // by peer
+	peerRejects   *prometheus.CounterVec   // by reason
 }
 
 // Label values, all of them set up front.
@@ -101,6 +102,13 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		peerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leased_peer_send_failures_total", Help: "Raft messages to a peer that could not be sent (dropped, stream error).",
 		}, []string{"peer"}),
+		peerRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leased_peer_messages_dropped_total",
+			Help: "Raft messages received from peers and dropped before raft saw them, by reason (docs/security.md, \"Hostile peer input\").",
+		}, []string{"reason"}),
+	}
+	for _, r := range peerDropReasons {
+		m.peerRejects.WithLabelValues(r)
 	}
 	for _, t := range eventTypeLabel {
 		m.events.WithLabelValues(t)
@@ -122,7 +130,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	}
 	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.fsyncSeconds, m.applySeconds,
 		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.expiryLag,
-		m.peerRTT, m.peerFailures, buildInfo(),
+		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(),
 		gauge("leased_has_leader", "1 while this node knows a leader.", func() float64 { return boolFloat(n.leader.Load() != 0) }),
 		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),
 		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
@@ -231,6 +239,12 @@ func (m *metrics) peerRoundTrip(id uint64, d time.Duration) {
 
 func (m *metrics) peerDropped(id uint64, count int) {
 	m.peerFailures.WithLabelValues(leasepb.FormatID(id)).Add(float64(count))
+}
+
+// peerRejected counts inbound peer messages dropped for reason (the checks of peerinput.go, and the
+// transport's OnRejected).
+func (m *metrics) peerRejected(reason string, count int) {
+	m.peerRejects.WithLabelValues(reason).Add(float64(count))
 }
 
 // stream counts one open server stream of kind until the returned func is called.

@@ -54,7 +54,7 @@ var contractSeries = []string{
 	"leased_proposals_total", "leased_disk_fsync_duration_seconds", "leased_apply_duration_seconds",
 	"leased_raft_log_entries", "leased_db_size_bytes", "leased_snapshot_size_bytes", "leased_snapshot_duration_seconds",
 	"leased_live_leases", "leased_waiters", "leased_watchers", "leased_open_streams", "leased_keepalive_batch_size",
-	"leased_expiry_lag_seconds", "leased_peer_round_trip_seconds", "leased_peer_send_failures_total",
+	"leased_expiry_lag_seconds", "leased_peer_round_trip_seconds", "leased_peer_send_failures_total", "leased_peer_messages_dropped_total",
 	"leased_renewals_total", "leased_read_index_duration_seconds", "leased_events_total", "leased_commit_index",
 	"leased_applied_index", "grpc_server_handled_total", "grpc_server_handling_seconds", "grpc_server_started_total",
 	"grpc_server_msg_received_total", "grpc_server_msg_sent_total",

@@ -115,6 +115,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped,
+			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
 			BackoffMax: max(cfg.ElectionTimeout()/2, transport.DefaultBackoffMin),
@@ -316,6 +317,10 @@ func (s *Server) Start() {
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
 	}
+	if s.cfg.PeerTLS == nil && !isLoopback(s.cfg.PeerAddr) {
+		s.log.Warn("peer port is plaintext on a non-loopback address (--insecure-peer): anyone who reaches it can "+
+			"forge raft messages; use peer TLS (docs/security.md)", "peer_addr", s.cfg.PeerAddr)
+	}
 	s.log.Info("node started", "id", leasepb.FormatID(s.node.id), "cluster", leasepb.FormatID(s.node.clusterID),
 		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr)
 }
@@ -449,7 +454,7 @@ func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
 type raftAdapter struct{ n *node }
 
 func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
-	return a.n.raft.Step(ctx, m)
+	return a.n.stepPeer(ctx, m)
 }
 func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {

@@ -97,6 +97,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 		cfg.Name = fmt.Sprintf("n%d", i+1)
 		cfg.DataDir = "sim:" + cfg.Name // never opened
 		cfg.ClientAddr, cfg.PeerAddr = "sim:client:"+cfg.Name, initial[cfg.Name]
+		cfg.InsecurePeer = true // an in-memory network: no port is ever opened
 		cfg.InitialCluster = initial
 		cfg.Logger = logger.With("sim", cfg.Name)
 		cfg.Clock = realClock{} // virtual inside the bubble

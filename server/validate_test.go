@@ -31,7 +31,7 @@ func TestTTLFloor(t *testing.T) {
 	}
 
 	valid := func(c Config) Config {
-		c.Name, c.DataDir, c.ClientAddr, c.PeerAddr = "n1", "/d", "h:1", "h:2"
+		c.Name, c.DataDir, c.ClientAddr, c.PeerAddr = "n1", "/d", "h:1", "127.0.0.1:2"
 		return c
 	}
 	if err := valid(cfg).Validate(); err != nil {

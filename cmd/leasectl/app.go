@@ -27,6 +27,13 @@ const defaultEndpoints = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 // endpointsEnv overrides the default endpoints; --endpoints overrides it.
 const endpointsEnv = "LEASECTL_ENDPOINTS"
 
+// The TLS flags' environment variables; a flag overrides its variable.
+const (
+	cacertEnv = "LEASECTL_CACERT"
+	certEnv   = "LEASECTL_CERT"
+	keyEnv    = "LEASECTL_KEY"
+)
+
 // app is one leasectl invocation: its streams, its global flags and what they resolved to.
 type app struct {
 	stdin          io.Reader
@@ -63,7 +70,9 @@ runs a command while holding a lease (run) or while leading an election (elect),
 state. Data goes to stdout (a table, or one JSON object per line with -o json); diagnostics go to stderr.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed,
-4 not found or token no longer current, 5 cluster unavailable or timed out.`,
+4 not found or token no longer current, 5 cluster unavailable or timed out,
+6 not authenticated or not permitted (TLS handshake failure, Unauthenticated, PermissionDenied),
+7 outcome unknown.`,
 		Example: `  leasectl acquire jobs/report --ttl 30s
   leasectl get jobs/report -o json
   LEASECTL_ENDPOINTS=10.0.0.1:7101 leasectl status`,
@@ -84,9 +93,9 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed
 		"comma-separated client addresses (host:port) of cluster nodes; env "+endpointsEnv)
 	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "time limit for each request, e.g. 500ms, 10s, 1m")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (one object per line)")
-	pf.StringVar(&a.cacert, "cacert", "", "PEM file of CA certificates to verify servers with (enables TLS)")
-	pf.StringVar(&a.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
-	pf.StringVar(&a.key, "key", "", "PEM private key of --cert")
+	pf.StringVar(&a.cacert, "cacert", "", "PEM file of CA certificates to verify servers with (enables TLS); env "+cacertEnv)
+	pf.StringVar(&a.cert, "cert", "", "PEM client certificate for mutual TLS (with --key; enables TLS); env "+certEnv)
+	pf.StringVar(&a.key, "key", "", "PEM private key of --cert; env "+keyEnv)
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(
@@ -131,14 +140,21 @@ func (a *app) resolveGlobals(cmd *cobra.Command, _ []string) error {
 		return usagef(cmd, "%v", err)
 	}
 	a.endpoints = eps
+	for _, f := range []struct {
+		name, env string
+		p         *string
+	}{{"cacert", cacertEnv, &a.cacert}, {"cert", certEnv, &a.cert}, {"key", keyEnv, &a.key}} {
+		if !cmd.Flags().Changed(f.name) {
+			if v := strings.TrimSpace(a.getenv(f.env)); v != "" {
+				*f.p = v
+			}
+		}
+	}
 	cfg, err := loadTLS(a.cacert, a.cert, a.key)
 	if err != nil {
 		return usagef(cmd, "%v", err)
 	}
 	a.tlsConfig = cfg
-	if cfg != nil {
-		a.warnf("TLS is enabled, but leased servers do not serve TLS yet: connections will fail until they do")
-	}
 	return nil
 }
 

@@ -20,9 +20,10 @@ const (
 	exitHeld        = 3 // held by someone else, or another precondition failed
 	exitNotFound    = 4 // no such lease, or the token is no longer the current grant
 	exitUnavailable = 5 // no leader reachable, or the request timed out
-	// 6 is reserved for authentication and permission failures (issue #10: Unauthenticated,
-	// PermissionDenied, a TLS handshake failure), as its contract names it.
-	//
+	// exitAuth: the cluster refused this client: a TLS handshake failure (unknown CA, a client
+	// certificate missing, expired or refused), Unauthenticated, or PermissionDenied.
+	exitAuth = 6
+
 	// exitOutcomeUnknown: a write (acquire, renew, release) reached the cluster but no answer said whether
 	// it took effect; running the same command again is safe and tells.
 	exitOutcomeUnknown = 7
@@ -99,6 +100,8 @@ func exitCode(err error) int {
 		return status.code
 	case errors.As(err, &usage), errors.Is(err, client.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrPermissionDenied):
+		return exitAuth
 	case errors.Is(err, client.ErrOutcomeUnknown): // before NotFound and Unavailable: it is neither
 		return exitOutcomeUnknown
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrPrecondition):

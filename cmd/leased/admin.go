@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +23,11 @@ import (
 //	/healthz  200 while the process runs
 //	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping
 //	/metrics  Prometheus metrics (leased_*, plus the Go runtime's and the process's)
+//	/debug/pprof/  Go's profiler, only with --enable-pprof
+//
+// It serves plaintext on loopback by default (--admin-addr); with --admin-cert-file and --admin-key-file
+// it serves HTTPS (TLS 1.2+, the certificate re-read when its files change). It has no authentication:
+// anyone who reaches it can read the metrics and, with --enable-pprof, profile the process.
 //
 // Built with -tags faultinject it also serves fault hooks for the chaos harness (fault.go).
 type adminServer struct {
@@ -28,6 +35,8 @@ type adminServer struct {
 	metrics  prometheus.Gatherer
 	srv      *http.Server
 	log      *slog.Logger
+	tls      *tls.Config // nil: plaintext
+	pprof    bool
 	stopping atomic.Bool
 	done     chan struct{}
 	errc     chan error // at most one error from Serve; never closed
@@ -38,8 +47,8 @@ type leaderKnower interface {
 	Leader() uint64
 }
 
-func listenAdmin(addr string, log *slog.Logger, metrics prometheus.Gatherer) (*adminServer, error) {
-	a := &adminServer{log: log, metrics: metrics, done: make(chan struct{}), errc: make(chan error, 1)}
+func listenAdmin(addr string, log *slog.Logger, metrics prometheus.Gatherer, tlsCfg *tls.Config, pprof bool) (*adminServer, error) {
+	a := &adminServer{log: log, metrics: metrics, tls: tlsCfg, pprof: pprof, done: make(chan struct{}), errc: make(chan error, 1)}
 	if addr == "" {
 		close(a.done)
 		return a, nil
@@ -47,6 +56,9 @@ func listenAdmin(addr string, log *slog.Logger, metrics prometheus.Gatherer) (*a
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for admin http: %w", err)
+	}
+	if tlsCfg != nil {
+		lis = tls.NewListener(lis, tlsCfg)
 	}
 	a.lis = lis
 	return a, nil
@@ -77,6 +89,13 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 	})
 	if a.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
+	}
+	if a.pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	registerFaults(mux, node)
 	return mux

@@ -26,6 +26,7 @@ type options struct {
 	logLevel    slog.Level
 	logFormat   string
 	showVersion bool
+	tls         tlsOptions
 }
 
 // usageError is a problem with the command line itself (unknown flag, unparsable value). main exits 2.
@@ -55,7 +56,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the raft log; it belongs to one cluster and one node for life (required)")
 	fs.StringVar(&c.ClientAddr, "client-addr", "127.0.0.1:7101", "host:port serving the gRPC Leases and Cluster services to clients")
 	fs.StringVar(&c.PeerAddr, "peer-addr", "127.0.0.1:7201", "host:port serving raft traffic from the other nodes")
-	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz); empty disables it")
+	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz, /metrics); loopback by default, empty disables it")
 	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node (required)")
 
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
@@ -79,6 +80,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest gRPC message a client may send")
 	fs.IntVar(&l.MaxKeepAliveLeases, "max-keepalive-leases", l.MaxKeepAliveLeases, "most leases one KeepAlive message may renew")
 	fs.IntVar(&l.MaxListLimit, "max-list-limit", l.MaxListLimit, "largest List page")
+
+	addTLSFlags(fs, &o.tls)
 
 	fs.Var((*levelFlag)(&o.logLevel), "log-level", "log `level`: debug, info, warn or error")
 	fs.Var(formatFlag{&o.logFormat}, "log-format", "log `format`: text or json")

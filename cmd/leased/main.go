@@ -68,9 +68,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.cfg.Logger, o.cfg.Version, o.cfg.Registerer = log, version, reg
+	certs, err := buildTLS(o.tls, log)
+	if err != nil {
+		return err
+	}
+	o.cfg.ClientTLS, o.cfg.ClientCertAuth, o.cfg.PeerTLS = certs.client, o.tls.clientCertAuth, certs.peer
+	o.cfg.InsecurePeer = o.tls.insecurePeer
 
 	// Bind the admin listener first: a port in use is reported before the data dir is opened.
-	admin, err := listenAdmin(o.adminAddr, log, reg)
+	admin, err := listenAdmin(o.adminAddr, log, reg, certs.admin, o.tls.enablePprof)
 	if err != nil {
 		return err
 	}
@@ -81,6 +87,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("leased starting", "version", version, "name", o.cfg.Name, "data_dir", o.cfg.DataDir,
 		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "admin_addr", admin.addr(),
+		"client_tls", certs.client != nil, "client_cert_auth", o.cfg.ClientCertAuth, "peer_tls", certs.peer != nil,
+		"admin_tls", certs.admin != nil, "pprof", o.tls.enablePprof,
 		"initial_cluster", formatCluster(o.cfg.InitialCluster))
 	srv.Start()
 	admin.serve(srv)

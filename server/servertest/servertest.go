@@ -5,6 +5,7 @@ package servertest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -15,17 +16,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest/testcerts"
 )
 
 // Cluster is a running in-process cluster.
 type Cluster struct {
 	t    testing.TB
 	cfgs []server.Config
+	// clientTLS secures Conn's connections (StartTLS); nil is plaintext.
+	clientTLS *tls.Config
 
 	mu    sync.Mutex
 	nodes []*server.Server
@@ -38,7 +43,29 @@ type Cluster struct {
 // before Restart of such a node, give it a fresh one with SetRegisterer.
 func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
+	return start(t, size, nil, mutate)
+}
+
+// StartTLS is Start with TLS on both ports: every node gets a certificate from ca naming it (n1, n2, ...)
+// for mutual TLS between peers, and its client port requires client certificates signed by ca
+// (ClientCertAuth). Conn connects as the identity "servertest"; ClientTLS makes configurations for others.
+// mutate runs after the TLS fields are set, so it can change them.
+func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Config)) *Cluster {
+	t.Helper()
+	return start(t, size, testcerts.ClientConfig(ca.Client(t, "servertest"), ca.Pool()), func(cfg *server.Config) {
+		node := ca.Node(t, cfg.Name)
+		cfg.PeerTLS = testcerts.MutualConfig(node, ca)
+		cfg.ClientTLS = testcerts.ServerConfig(node, ca.Pool())
+		cfg.ClientCertAuth = true
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
+}
+
+func start(t testing.TB, size int, clientTLS *tls.Config, mutate func(*server.Config)) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size), clientTLS: clientTLS}
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)
 	for i := range size {
@@ -116,7 +143,11 @@ func (c *Cluster) Conn(i int) *grpc.ClientConn {
 		return nil
 	}
 	if c.conns[i] == nil {
-		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if c.clientTLS != nil {
+			creds = credentials.NewTLS(c.clientTLS)
+		}
+		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			c.t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,10 +54,28 @@ type Config struct {
 	Forward ForwardFunc
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions are appended to the transport's own options (insecure credentials, message size limits
-	// and a reconnect backoff matching BackoffMin/BackoffMax), so they can override them, e.g. with
-	// grpc.WithTransportCredentials for TLS.
+	// DialOptions are appended to the transport's own options (message size limits and a reconnect
+	// backoff matching BackoffMin/BackoffMax; insecure credentials unless TLS is set), so they can
+	// override them (tests inject dialers).
 	DialOptions []grpc.DialOption
+	// TLS, when set, is mutual TLS on both sides of every peer connection: ServerOptions serve it and
+	// require a client certificate, and dials present one. It must verify the other side's chain (a
+	// RootCAs pool, or its own VerifyConnection with InsecureSkipVerify, as tlsfiles.Source.PeerConfig
+	// does); the transport adds the identity check on top: a certificate names a member by its CN or a
+	// DNS SAN, the member name must be known to MemberID, and the member a dial reaches must be the peer
+	// dialed. A connection whose certificate names no member is refused at the handshake, and inbound
+	// batches whose sender is not the certificate's member are dropped (OnRejected, "sender_mismatch").
+	// nil is plaintext.
+	TLS *tls.Config
+	// MemberID maps a member name, as certificates carry it, to the member's raft id (ok false: not a
+	// member). Required with TLS. It is called on every handshake, from gRPC goroutines: it must be fast
+	// and safe for concurrent use. The server answers from its member table, so a member added or
+	// removed later is recognised or refused from then on.
+	MemberID func(name string) (id uint64, ok bool)
+	// OnRejected, when set, hears of inbound messages dropped because of who sent them (reason
+	// "sender_mismatch": the batch's sender is not the member its certificate names). Same rules as
+	// OnDropped.
+	OnRejected func(reason string, count int)
 	// QueueSize is how many messages wait per peer before Send starts dropping. Default 4096.
 	QueueSize int
 	// MaxBatchBytes and MaxBatchMessages cap one RaftBatch. A single message larger than MaxBatchBytes
@@ -133,6 +152,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dial timeout %v must be positive", c.DialTimeout)
 	case c.KeepAliveTime <= 0 || c.KeepAliveTimeout <= 0:
 		return fmt.Errorf("keepalive time %v and timeout %v must be positive", c.KeepAliveTime, c.KeepAliveTimeout)
+	case c.TLS != nil && c.MemberID == nil:
+		return errors.New("TLS needs MemberID to tell which member a certificate names")
 	case c.MaxMsgBytes <= batchOverhead:
 		return fmt.Errorf("max message bytes %d is too small", c.MaxMsgBytes)
 	}

@@ -40,6 +40,11 @@ up for BackoffMax, so a peer that keeps refusing the stream is retried slowly.
     reason. A snapshot is never left pending in raft.
   - Inbound batches are checked before raft sees them: a batch for another cluster or another raft id
     ends the stream with FailedPrecondition; an undecodable message ends it with InvalidArgument.
+  - With Config.TLS, connections are mutual TLS and a certificate names its member (identity.go): a
+    certificate naming no member is refused at the handshake, a dial that reaches another member than
+    the one dialled is refused, and a batch whose sender is not the certificate's member is dropped and
+    reported through Config.OnRejected. What the messages say is the receiver's to check (the server
+    does, before raft).
   - Close stops every goroutine the transport started, ends inbound streams, and waits.
 
 # Concurrency

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,11 @@ type peer struct {
 }
 
 func newPeer(t *Transport, id uint64, addr string) (*peer, error) {
-	conn, err := grpc.NewClient(addr, t.dialOpts...)
+	opts := t.dialOpts
+	if t.cfg.TLS != nil {
+		opts = append(slices.Clip(opts), t.dialCredentials(id))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create client for %s: %w", addr, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -30,14 +31,19 @@ func (t *Transport) Service() wirepb.RaftServer {
 }
 
 // ServerOptions returns the grpc.Server options the peer server needs: a receive limit of
-// Config.MaxMsgBytes, since raft snapshots travel inside single messages.
+// Config.MaxMsgBytes, since raft snapshots travel inside single messages, and with Config.TLS mutual TLS
+// that refuses certificates naming no member.
 func (t *Transport) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	var creds []grpc.ServerOption
+	if t.cfg.TLS != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(t.serverTLS())))
+	}
+	return append(creds,
 		grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: t.cfg.KeepAliveTime, Timeout: t.cfg.KeepAliveTimeout}),
 		// Every peer pings at KeepAliveTime, streams or not: accept that with room for timer jitter.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: t.cfg.KeepAliveTime / 2, PermitWithoutStream: true}),
-	}
+	)
 }
 
 // service is the server side of the Raft service. It is a separate type so the Transport's own method
@@ -64,6 +70,12 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 	}
 	t.wg.Add(1)
 	t.mu.RUnlock()
+	member, err := t.streamMember(srv.Context())
+	if err != nil {
+		t.wg.Done()
+		t.stats.rejected.Add(1)
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(srv.Context())
 	defer cancel()
@@ -91,7 +103,7 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 	for {
 		select {
 		case b := <-batches:
-			if err := s.deliver(ctx, b); err != nil {
+			if err := s.deliver(ctx, b, member); err != nil {
 				return err
 			}
 			if first { // a checked batch: its sender is a peer of this cluster, and up
@@ -112,8 +124,9 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 	}
 }
 
-// deliver checks one batch and hands its messages to raft. An error ends the stream.
-func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch) error {
+// deliver checks one batch and hands its messages to raft. member is the raft id the stream's
+// certificate names (0: no TLS, nothing to check). An error ends the stream.
+func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch, member uint64) error {
 	t := s.t
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
@@ -129,6 +142,14 @@ func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch) error {
 			slog.String("to", leasepb.FormatID(b.GetTo())))
 		return status.Errorf(codes.FailedPrecondition,
 			"recipient mismatch: batch is for raft id %016x, this node is raft id %016x", b.GetTo(), t.cfg.LocalID)
+	}
+	if member != 0 && b.GetFrom() != member {
+		// A member speaking for another: drop what it says, count it, and keep listening (it may be a
+		// bug that a later batch does not repeat; a stream refusal would only make it reconnect).
+		t.rejected(RejectSenderMismatch, len(b.GetMessages()))
+		t.log.Warn("dropping raft batch whose sender is not its certificate's member", slog.String("member", leasepb.FormatID(member)),
+			slog.String("claimed_from", leasepb.FormatID(b.GetFrom())), slog.Int("messages", len(b.GetMessages())))
+		return nil
 	}
 	for i, raw := range b.GetMessages() {
 		m := &raftpb.Message{}
@@ -162,9 +183,13 @@ func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch) error {
 	return nil
 }
 
-// Forward checks the cluster id and hands the request to Config.Forward.
+// Forward checks the caller (a member, with TLS) and the cluster id, and hands the request to
+// Config.Forward.
 func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	t := s.t
+	if _, err := t.streamMember(ctx); err != nil {
+		return nil, err
+	}
 	if req.GetClusterId() != t.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"cluster id mismatch: request is for cluster %016x, this node (raft id %016x) is in cluster %016x",

@@ -63,8 +63,10 @@ func New(cfg Config) (*Transport, error) {
 	}
 	bc := backoff.DefaultConfig
 	bc.BaseDelay, bc.MaxDelay = cfg.BackoffMin, cfg.BackoffMax
-	t.dialOpts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	if cfg.TLS == nil {
+		t.dialOpts = append(t.dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	t.dialOpts = append(append(t.dialOpts,
 		// gRPC keeps its own reconnect backoff per connection (up to two minutes by default); without
 		// this a peer that comes back would stay unreachable long after our own backoff retried.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: cfg.DialTimeout}),
@@ -73,7 +75,7 @@ func New(cfg Config) (*Transport, error) {
 			grpc.MaxCallSendMsgSize(cfg.MaxMsgBytes),
 			grpc.MaxCallRecvMsgSize(cfg.MaxMsgBytes),
 		),
-	}, cfg.DialOptions...)
+	), cfg.DialOptions...)
 	go t.reports.run()
 	return t, nil
 }

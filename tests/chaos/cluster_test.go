@@ -20,12 +20,13 @@ import (
 type cluster struct {
 	*proc.Cluster
 	proxy *faultProxy
+	tls   *chaosTLS // nil: plaintext
 }
 
-func newCluster(t testing.TB, bin, dir string, size int) *cluster {
+func newCluster(t testing.TB, bin, dir string, size int, withTLS bool) *cluster {
 	t.Helper()
 	c := &cluster{}
-	c.Cluster = proc.New(t, proc.Config{
+	cfg := proc.Config{
 		Bin: bin, Dir: dir, Size: size,
 		Admin:    true, // the disk-stall nemesis's hook (-tags faultinject) is on the admin address
 		PeerHost: peerHost,
@@ -34,7 +35,12 @@ func newCluster(t testing.TB, bin, dir string, size int) *cluster {
 			proxy := c.proxy.url(i)
 			return []string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}
 		},
-	})
+	}
+	if withTLS {
+		c.tls = newChaosTLS(t, certsDir(dir), size)
+		cfg.NodeArgs, cfg.ClientTLS = c.tls.nodeArgs, c.tls.client
+	}
+	c.Cluster = proc.New(t, cfg)
 	var peers []string
 	for _, n := range c.Nodes {
 		peers = append(peers, n.PeerAddr)

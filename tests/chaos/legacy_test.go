@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
@@ -39,7 +38,7 @@ func (r *run) legacyHolder(ctx context.Context, k int, name string, ttl time.Dur
 		c, ok := conns[addr]
 		if !ok {
 			var err error
-			c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), r.cnet.dialOption(name))
+			c, err = grpc.NewClient(addr, grpc.WithTransportCredentials(r.c.tls.creds()), r.cnet.dialOption(name))
 			if err != nil {
 				panic(err) // only on a bad address
 			}

@@ -49,6 +49,9 @@ type runConfig struct {
 	Strict bool
 	// Plants are planted bugs of the workload client (plants; LEASED_CHAOS_PLANT).
 	Plants plants
+	// TLS runs the cluster with TLS on the client and peer ports (tls_test.go; LEASED_CHAOS_TLS=1, make
+	// chaos TLS=1).
+	TLS bool
 }
 
 // run is one chaos run: a cluster, the workload, the nemeses, and what they recorded.
@@ -193,14 +196,14 @@ func sortedMap(m map[string]int) string {
 // chaosRun starts a cluster, runs the workload (with nemeses if configured), heals, and checks every
 // invariant. It returns the report; the caller decides what is a failure.
 func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
-	t.Logf("chaos run: seed %d, duration %v, nemeses %v, artifacts in %s", cfg.Seed, cfg.Duration, cfg.Nemeses, dir)
+	t.Logf("chaos run: seed %d, duration %v, nemeses %v, tls %v, artifacts in %s", cfg.Seed, cfg.Duration, cfg.Nemeses, cfg.TLS, dir)
 	start := time.Now()
 	r := &run{
 		t: t, cfg: cfg, dir: dir, hist: newHistory(), stores: newStores(t),
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
-	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3))
+	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS)
 	hist := newHistory() // the run's, once the floor is known (discovering it is not part of the history)
 	closeLog := r.openClientLog(filepath.Join(dir, "clients.log"), hist.start)
 	defer closeLog()

@@ -129,6 +129,7 @@ func (r *run) newClient(h string, clk client.Clock) *client.Client {
 	c, err := client.New(client.Config{
 		Endpoints: r.c.Endpoints(), Holder: h, DialTimeout: time.Second, RequestTimeout: time.Second, Clock: clk,
 		Logger:      r.clientLog.With("client", h),
+		TLS:         r.c.tls.clientTLS(),
 		DialOptions: []grpc.DialOption{r.cnet.dialOption(h)}, // through the client side of the fault layer
 	})
 	if err != nil {

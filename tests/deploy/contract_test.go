@@ -39,6 +39,7 @@ var nodeMetrics = map[string]kind{
 	"leased_expiry_lag_seconds":          histogram,
 	"leased_peer_round_trip_seconds":     histogram,
 	"leased_peer_send_failures_total":    counter,
+	"leased_peer_messages_dropped_total": counter,
 	"leased_renewals_total":              counter,
 	"leased_read_index_duration_seconds": histogram,
 	"leased_events_total":                counter,

@@ -11,6 +11,7 @@ package proc
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -26,6 +27,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leased/leased/api/leasepb"
@@ -124,6 +126,11 @@ type Config struct {
 	Args []string
 	// Env, if set, returns variables added to node i's environment.
 	Env func(i int) []string
+	// NodeArgs, if set, returns flags added to node i's command line (its certificate files, say).
+	NodeArgs func(i int) []string
+	// ClientTLS, if set, secures the cluster's own client connections (Node.Conn), for nodes that serve
+	// TLS on their client ports.
+	ClientTLS *tls.Config
 }
 
 // Node is one leased process. Its name, addresses and data dir stay the same across restarts.
@@ -176,8 +183,12 @@ func New(t testing.TB, cfg Config) *Cluster {
 			peer = net.JoinHostPort(cfg.PeerHost(i), port)
 		}
 		members = append(members, n.Name+"="+peer)
+		creds := insecure.NewCredentials()
+		if cfg.ClientTLS != nil {
+			creds = credentials.NewTLS(cfg.ClientTLS)
+		}
 		conn, err := grpc.NewClient(n.ClientAddr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
@@ -228,7 +239,7 @@ func (c *Cluster) Start(i int) {
 		"--initial-cluster=" + c.initial,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
 		"--proposal-timeout=2s", "--checkpoint-interval=" + CheckpointInterval.String(), "--log-level=info",
-	}, c.cfg.Args...)...)
+	}, c.nodeArgs(i)...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {
@@ -243,6 +254,15 @@ func (c *Cluster) Start(i int) {
 		close(exited)
 	}()
 	n.cmd, n.exited = cmd, exited
+}
+
+// nodeArgs are the flags Config adds to node i's command line.
+func (c *Cluster) nodeArgs(i int) []string {
+	args := slices.Clone(c.cfg.Args)
+	if c.cfg.NodeArgs != nil {
+		args = append(args, c.cfg.NodeArgs(i)...)
+	}
+	return args
 }
 
 // Running reports whether node i runs (a SIGSTOPped node runs).

@@ -1,0 +1,185 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3/confchange"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/leased/leased/server/transport"
+)
+
+// Hostile peer input. raft trusts its peers: a message from a buggy or forged member can make it panic
+// (a heartbeat committing past the end of the log, entries that overlap committed ones) or wrap a term
+// counter that it then persists (a term of 2^64−1, plus one at the next campaign, is 0). With peer TLS
+// the transport already refuses strangers and drops batches a member sends in another's name; what is
+// left is checked here, on every message, before raft sees it. Each check is cheap (no disk read: the
+// log's last index is kept in memory) and refuses only what a correct member never sends.
+
+// Reasons a peer message is dropped: the label values of leased_peer_messages_dropped_total.
+const (
+	dropSenderMismatch = transport.RejectSenderMismatch // the batch's sender is not its certificate's member (transport)
+	dropNotMember      = "not_member"                   // from an id that is not a member, or from ourselves
+	dropType           = "type"                         // a message type that never travels between nodes
+	dropTerm           = "term"                         // a term or index too large to be real (raft would overflow)
+	dropCommit         = "commit"                       // a heartbeat committing past the end of this node's log
+	dropMalformed      = "malformed"                    // entries, acknowledgements or a snapshot that cannot be right
+)
+
+var peerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
+
+// maxPeerTerm bounds terms and indexes a peer may send. 2^62 leaves raft every increment it will ever
+// make (a term grows by one per election) without overflow, and no real cluster gets near it.
+const maxPeerTerm = 1 << 62
+
+// peerTypes are the raft messages that travel between nodes. The others are local (MsgHup, MsgBeat, the
+// storage messages, ...) or unused here (MsgProp: proposal forwarding is disabled).
+var peerTypes = map[raftpb.MessageType]bool{
+	raftpb.MsgApp: true, raftpb.MsgAppResp: true, raftpb.MsgVote: true, raftpb.MsgVoteResp: true,
+	raftpb.MsgPreVote: true, raftpb.MsgPreVoteResp: true, raftpb.MsgSnap: true, raftpb.MsgHeartbeat: true,
+	raftpb.MsgHeartbeatResp: true, raftpb.MsgTransferLeader: true, raftpb.MsgTimeoutNow: true,
+	raftpb.MsgReadIndex: true, raftpb.MsgReadIndexResp: true,
+}
+
+// peerView is what the checks need of the local node.
+type peerView struct {
+	self      uint64
+	isMember  func(id uint64) bool
+	lastIndex func() uint64 // the last index in the durable log
+}
+
+// checkPeerMessage returns why m must be dropped, or "" to let raft have it.
+func checkPeerMessage(m *raftpb.Message, v peerView) string {
+	switch {
+	case m.GetFrom() == v.self || !v.isMember(m.GetFrom()):
+		return dropNotMember
+	case m.GetTo() != v.self:
+		return dropMalformed // the transport checks this too; raft would act on it regardless
+	case !peerTypes[m.GetType()]:
+		return dropType
+	case m.GetTerm() >= maxPeerTerm || m.GetLogTerm() >= maxPeerTerm || m.GetIndex() >= maxPeerTerm ||
+		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm:
+		return dropTerm
+	case m.GetTerm() == 0 && m.GetType() != raftpb.MsgReadIndex:
+		// raft takes a term of 0 for a local message and skips every term check; only a follower's
+		// forwarded MsgReadIndex travels without one.
+		return dropMalformed
+	}
+	switch m.GetType() {
+	case raftpb.MsgHeartbeat:
+		// raft commits the heartbeat's index outright and panics past the end of its log. A leader only
+		// sends what the follower acknowledged (min(match, committed)), and the follower acknowledges only
+		// what it persisted.
+		if m.GetCommit() > v.lastIndex() {
+			return dropCommit
+		}
+	case raftpb.MsgApp:
+		if !consistentEntries(m) {
+			return dropMalformed
+		}
+	case raftpb.MsgAppResp:
+		// A follower acknowledges only entries this node sent it. A larger index would become its match
+		// and the next index to send from, beyond the log.
+		if !m.GetReject() && m.GetIndex() > v.lastIndex() {
+			return dropMalformed
+		}
+	case raftpb.MsgSnap:
+		if !validSnapshot(m) {
+			return dropMalformed
+		}
+	}
+	if len(m.GetEntries()) > 0 && m.GetType() != raftpb.MsgApp && m.GetType() != raftpb.MsgReadIndex &&
+		m.GetType() != raftpb.MsgReadIndexResp {
+		return dropMalformed
+	}
+	return ""
+}
+
+// consistentEntries reports whether a MsgApp's entries follow its previous entry (Index, LogTerm) one
+// index at a time, with terms that never decrease and never exceed the leader's (raft's logSlice.valid,
+// which raft itself checks only after acting on them).
+func consistentEntries(m *raftpb.Message) bool {
+	index, term := m.GetIndex(), m.GetLogTerm()
+	if term > m.GetTerm() {
+		return false
+	}
+	for _, e := range m.GetEntries() {
+		if e.GetIndex() != index+1 || e.GetTerm() < term || e.GetTerm() > m.GetTerm() {
+			return false
+		}
+		index, term = e.GetIndex(), e.GetTerm()
+	}
+	return index < maxPeerTerm
+}
+
+// validSnapshot reports whether a MsgSnap carries a snapshot raft can restore: an index and term, a term
+// no newer than the sender's, and a configuration raft accepts (it panics on one it cannot restore).
+func validSnapshot(m *raftpb.Message) bool {
+	md := m.GetSnapshot().GetMetadata()
+	if md == nil || md.GetIndex() == 0 || md.GetIndex() >= maxPeerTerm || md.GetTerm() == 0 || md.GetTerm() > m.GetTerm() {
+		return false
+	}
+	cs := md.GetConfState()
+	if cs == nil || len(cs.GetVoters()) == 0 {
+		return false
+	}
+	// What raft does on restore, including its check that the result is the configuration asked for
+	// (it panics otherwise: a node that is both voter and learner, say).
+	cfg, prs, err := confchange.Restore(confchange.Changer{Tracker: tracker.MakeProgressTracker(1, 0), LastIndex: md.GetIndex()}, cs)
+	if err != nil {
+		return false
+	}
+	pt := tracker.MakeProgressTracker(1, 0)
+	pt.Config, pt.Progress = cfg, prs
+	return cs.Equivalent(pt.ConfState()) == nil
+}
+
+// errPeerMessageDropped: a peer message failed checkPeerMessage.
+var errPeerMessageDropped = errors.New("peer message dropped")
+
+// stepPeer checks a message from a peer and hands it to raft, or drops and counts it.
+func (n *node) stepPeer(ctx context.Context, m *raftpb.Message) error {
+	if reason := checkPeerMessage(m, n.peerView()); reason != "" {
+		n.metrics.peerRejected(reason, 1)
+		return fmt.Errorf("%w (%s): %v from %x, term %d", errPeerMessageDropped, reason, m.GetType(), m.GetFrom(), m.GetTerm())
+	}
+	return n.raft.Step(ctx, m)
+}
+
+func (n *node) peerView() peerView {
+	return peerView{
+		self:     n.id,
+		isMember: n.isMember,
+		lastIndex: func() uint64 {
+			last, err := n.logIndex.LastIndex()
+			if err != nil {
+				return 0 // a closed log: drop what depends on it
+			}
+			return last
+		},
+	}
+}
+
+// isMember reports whether id is in the member table.
+func (n *node) isMember(id uint64) bool {
+	n.membersMu.RLock()
+	defer n.membersMu.RUnlock()
+	_, ok := n.members[id]
+	return ok
+}
+
+// memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
+// peer certificate is.
+func (n *node) memberByName(name string) (uint64, bool) {
+	n.membersMu.RLock()
+	defer n.membersMu.RUnlock()
+	for id, m := range n.members {
+		if m.GetName() == name {
+			return id, true
+		}
+	}
+	return 0, false
+}

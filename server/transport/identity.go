@@ -1,0 +1,146 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// Peer identity with Config.TLS: a node's certificate names its member, by its CN or one of its DNS
+// SANs (other SANs, such as localhost, name no member and are ignored). The handshake is refused, both
+// ways, when the certificate names no member or more than one; a dial also checks that the member is the
+// peer it meant to reach. Inbound streams then carry the member's raft id, against which every batch's
+// sender is checked (service.deliver).
+
+// RejectSenderMismatch is the OnRejected reason for a batch whose sender is not its certificate's member.
+const RejectSenderMismatch = "sender_mismatch"
+
+// memberOf is the raft id of the member cert names.
+func (t *Transport) memberOf(cert *x509.Certificate) (uint64, error) {
+	names := append([]string{cert.Subject.CommonName}, cert.DNSNames...)
+	var ids []uint64
+	var named []string
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		if id, ok := t.cfg.MemberID(name); ok && !slices.Contains(ids, id) {
+			ids, named = append(ids, id), append(named, name)
+		}
+	}
+	switch len(ids) {
+	case 1:
+		return ids[0], nil
+	case 0:
+		return 0, fmt.Errorf("certificate (CN %q, DNS names %q) names no member of the cluster", cert.Subject.CommonName, cert.DNSNames)
+	default:
+		return 0, fmt.Errorf("certificate names several members (%q): a node certificate must name exactly one", named)
+	}
+}
+
+// checkMember is a VerifyConnection step that refuses a verified certificate naming no member (want 0)
+// or not the member want.
+func (t *Transport) checkMember(cs tls.ConnectionState, want uint64) error {
+	if len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("tls: the peer presented no certificate")
+	}
+	id, err := t.memberOf(cs.PeerCertificates[0])
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	if want != 0 && id != want {
+		return fmt.Errorf("tls: certificate names member %s, but this connection is to member %s",
+			leasepb.FormatID(id), leasepb.FormatID(want))
+	}
+	return nil
+}
+
+// withMemberCheck returns a copy of c that runs c's own VerifyConnection, then checkMember.
+func (t *Transport) withMemberCheck(c *tls.Config, want uint64) *tls.Config {
+	c = c.Clone()
+	base := c.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if base != nil {
+			if err := base(cs); err != nil {
+				return err
+			}
+		}
+		return t.checkMember(cs, want)
+	}
+	return c
+}
+
+// serverTLS is Config.TLS for the serving side: client certificates required, and naming a member. A
+// configuration that picks its settings per handshake (GetConfigForClient, as tlsfiles does) gets the
+// check added to each configuration it returns.
+func (t *Transport) serverTLS() *tls.Config {
+	c := t.cfg.TLS.Clone()
+	if c.MinVersion < tls.VersionTLS12 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	if get := c.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			sc, err := get(hello)
+			if err != nil || sc == nil {
+				return sc, err
+			}
+			sc = t.withMemberCheck(sc, 0)
+			sc.ClientAuth = tls.RequireAndVerifyClientCert
+			return sc, nil
+		}
+		return c
+	}
+	c = t.withMemberCheck(c, 0)
+	c.ClientAuth = tls.RequireAndVerifyClientCert
+	return c
+}
+
+// dialCredentials are the credentials for dialing peer id: Config.TLS, checking that the server's
+// certificate names that very member.
+func (t *Transport) dialCredentials(id uint64) grpc.DialOption {
+	c := t.withMemberCheck(t.cfg.TLS, id)
+	if c.MinVersion < tls.VersionTLS12 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+}
+
+// streamMember is the raft id of the member on the other end of an inbound call: 0 without TLS (no
+// identity to check), an error when TLS is on and the call carries no member certificate (the handshake
+// should have refused it already; this is the second lock).
+func (t *Transport) streamMember(ctx context.Context) (uint64, error) {
+	if t.cfg.TLS == nil {
+		return 0, nil
+	}
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return 0, status.Error(codes.Unauthenticated, "no peer information on a TLS peer port")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return 0, status.Error(codes.Unauthenticated, "the peer port requires a verified member certificate")
+	}
+	id, err := t.memberOf(info.State.VerifiedChains[0][0])
+	if err != nil {
+		return 0, status.Error(codes.PermissionDenied, err.Error())
+	}
+	return id, nil
+}
+
+// rejected tells Config.OnRejected of count inbound messages dropped for reason.
+func (t *Transport) rejected(reason string, count int) {
+	t.stats.rejected.Add(uint64(count))
+	if f := t.cfg.OnRejected; f != nil && count > 0 {
+		f(reason, count)
+	}
+}

@@ -1,0 +1,171 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/servertest/testcerts"
+)
+
+// members is a fixed member table n1..n3 = raft ids 1..3.
+func members(name string) (uint64, bool) {
+	id, ok := map[string]uint64{"n1": 1, "n2": 2, "n3": 3}[name]
+	return id, ok
+}
+
+// rejections records OnRejected calls.
+type rejections struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *rejections) add(reason string, count int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = make(map[string]int)
+	}
+	r.n[reason] += count
+}
+
+func (r *rejections) get(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[reason]
+}
+
+// tlsNode starts a transport with mutual TLS, serving and presenting cert.
+func tlsNode(t *testing.T, id uint64, ca *testcerts.CA, cert *testcerts.Pair, rej *rejections) *node {
+	return startNode(t, id, func(c *Config) {
+		c.TLS, c.MemberID = testcerts.MutualConfig(cert, ca), members
+		if rej != nil {
+			c.OnRejected = rej.add
+		}
+	})
+}
+
+// openStream opens a Raft.Stream to addr with tlsCfg, as a hand-written peer would.
+func openStream(t *testing.T, addr string, tlsCfg *tls.Config) (raftStream, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return wirepb.NewRaftClient(conn).Stream(context.Background())
+}
+
+func rawStream(t *testing.T, addr string, tlsCfg *tls.Config) raftStream {
+	t.Helper()
+	s, err := openStream(t, addr, tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func batchOf(t *testing.T, from, to uint64, msgs ...*raftpb.Message) *wirepb.RaftBatch {
+	t.Helper()
+	b := &wirepb.RaftBatch{ClusterId: 0xC1, From: from, To: to}
+	for _, m := range msgs {
+		raw, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Messages = append(b.Messages, raw)
+	}
+	return b
+}
+
+func TestMutualTLSBetweenMembers(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	a := tlsNode(t, 1, ca, ca.Node(t, "n1"), nil)
+	b := tlsNode(t, 2, ca, ca.Node(t, "n2"), nil)
+	connect(a, b)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 5)})
+	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 6)})
+	waitFor(t, "both heartbeats over TLS", func() bool { return len(b.raft.from(1)) == 1 && len(a.raft.from(2)) == 1 })
+}
+
+// A client certificate that names no member, one from another CA, or none at all: the handshake fails
+// and nothing reaches raft.
+func TestTLSRefusesNonMembers(t *testing.T) {
+	ca, other := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "other")
+	b := tlsNode(t, 2, ca, ca.Node(t, "n2"), nil)
+	huge := ^uint64(0)
+	heartbeat := msg(raftpb.MsgHeartbeat, 9, 2, 0)
+	heartbeat.Term = &huge
+	for name, cfg := range map[string]*tls.Config{
+		"not a member":   testcerts.MutualConfig(ca.Node(t, "intruder"), ca),
+		"other CA":       testcerts.MutualConfig(other.Node(t, "n1"), ca),
+		"no client cert": testcerts.ClientConfig(nil, ca.Pool()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Depending on the TLS version the refusal shows at the stream's start or at its end.
+			s, err := openStream(t, b.addr, cfg)
+			if err == nil {
+				_ = s.Send(batchOf(t, 9, 2, heartbeat))
+				_, err = s.CloseAndRecv()
+			}
+			if err == nil {
+				t.Fatal("a non-member's stream was accepted")
+			}
+		})
+	}
+	if got := b.raft.count(); got != 0 {
+		t.Fatalf("raft processed %d messages from non-members", got)
+	}
+}
+
+// A member's certificate speaking for another member: its batches are dropped and counted, the stream
+// stays, and what it says as itself is delivered.
+func TestTLSDropsSenderMismatch(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	rej := &rejections{}
+	b := tlsNode(t, 2, ca, ca.Node(t, "n2"), rej)
+	s := rawStream(t, b.addr, testcerts.MutualConfig(ca.Node(t, "n3"), ca))
+	if err := s.Send(batchOf(t, 1, 2, msg(raftpb.MsgHeartbeat, 1, 2, 1), msg(raftpb.MsgHeartbeat, 1, 2, 2))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged batch to be counted", func() bool { return rej.get(RejectSenderMismatch) == 2 })
+	if err := s.Send(batchOf(t, 3, 2, msg(raftpb.MsgHeartbeat, 3, 2, 3))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "member 3's own message", func() bool { return len(b.raft.from(3)) == 1 })
+	if got := b.raft.from(1); len(got) != 0 {
+		t.Fatalf("raft processed %d messages forged as member 1", len(got))
+	}
+}
+
+// Dialing member 2 and reaching a server whose certificate names member 3: the dial refuses it.
+func TestTLSDialChecksTheMemberReached(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	a := tlsNode(t, 1, ca, ca.Node(t, "n1"), nil)
+	impostor := tlsNode(t, 2, ca, ca.Node(t, "n3"), nil)
+	a.tr.AddPeer(2, impostor.addr)
+	waitFor(t, "the dial to fail", func() bool {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
+		return a.tr.Stats().SendFailures > 0
+	})
+	if got := impostor.raft.count(); got != 0 {
+		t.Fatalf("impostor received %d messages", got)
+	}
+}
+
+func TestTLSNeedsMemberID(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	cfg := testConfig(t, 1, newFakeRaft())
+	cfg.TLS = testcerts.MutualConfig(ca.Node(t, "n1"), ca)
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "MemberID") {
+		t.Fatalf("New without MemberID: %v", err)
+	}
+}
