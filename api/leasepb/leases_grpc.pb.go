@@ -27,6 +27,10 @@
 //     whether a write may still take effect).
 //   - RESOURCE_EXHAUSTED: a per-holder or per-node limit; details carry google.rpc.QuotaFailure.
 //   - OUT_OF_RANGE: Watch asked for events older than the retained history; details carry WatchCompacted.
+//   - UNAUTHENTICATED: the node requires client certificates (--client-cert-auth) and the request carried
+//     no usable identity; details carry AccessDenied.
+//   - PERMISSION_DENIED: the identity lacks a permission the call needs (the cluster's ACL), or names
+//     another identity's lease; details carry AccessDenied naming the identity and the permission.
 //   - DEADLINE_EXCEEDED: the call's deadline passed; the outcome of a write is then unknown (retry Acquire
 //     with the same request_id to learn it).
 
