@@ -32,6 +32,12 @@ var (
 	// ErrPrecondition: the Cluster service refused a request whose precondition failed (e.g. promoting a
 	// learner that has not caught up).
 	ErrPrecondition = errors.New("leased: precondition failed")
+	// ErrUnauthenticated: the cluster requires a client certificate identity and the call had none (see
+	// *AccessError).
+	ErrUnauthenticated = errors.New("leased: unauthenticated")
+	// ErrPermissionDenied: the identity lacks a permission the call needs, or named another identity's
+	// lease (see *AccessError).
+	ErrPermissionDenied = errors.New("leased: permission denied")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("leased: client closed")
 	// ErrOutcomeUnknown: a write (Acquire, Renew, Release) may or may not have taken effect. An attempt
@@ -58,6 +64,8 @@ var (
 type HeldError struct {
 	Resource string
 	Holder   string
+	// Identity is the authenticated identity holding the lease ("" without client certificates).
+	Identity string
 	Token    uint64
 	// Remaining is the leader's view of the time left on the lease (or on the lock-delay).
 	RemainingMs int64
@@ -73,6 +81,50 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// AccessError is ErrUnauthenticated (Identity empty) or ErrPermissionDenied, with what the server named:
+// the caller's identity, the permission it lacks (read, lease or admin), the resource or prefix ("" for
+// the whole cluster), and the identity holding the lease when the call named another's.
+type AccessError struct {
+	Identity, Permission, Resource, Owner string
+	msg                                   string
+}
+
+func (e *AccessError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrUnauthenticated) or errors.Is(err, ErrPermissionDenied) true.
+func (e *AccessError) Is(target error) bool {
+	if e.Identity == "" {
+		return target == ErrUnauthenticated
+	}
+	return target == ErrPermissionDenied
+}
+
+func accessErrorOf(st *status.Status) error {
+	e := &AccessError{msg: st.Message()}
+	for _, d := range st.Details() {
+		if a, ok := d.(*leasepb.AccessDenied); ok {
+			e.Identity, e.Resource, e.Owner = a.GetIdentity(), a.GetResource(), a.GetOwner()
+			e.Permission = permissionName(a.GetPermission())
+		}
+	}
+	if st.Code() == codes.PermissionDenied && e.Identity == "" {
+		e.Identity = "?" // a server without details: still a denial, not an authentication failure
+	}
+	return e
+}
+
+func permissionName(p leasepb.Permission) string {
+	switch p {
+	case leasepb.Permission_PERMISSION_READ:
+		return "read"
+	case leasepb.Permission_PERMISSION_LEASE:
+		return "lease"
+	case leasepb.Permission_PERMISSION_ADMIN:
+		return "admin"
+	}
+	return ""
+}
 
 // waitEndedError is a waiting Acquire whose context ended while the cluster still said "held". It is
 // the held answer (errors.Is ErrHeld, errors.As *HeldError), and says that the wait ended.
@@ -156,7 +208,7 @@ func fromStatus(err error) error {
 	case codes.FailedPrecondition:
 		for _, d := range st.Details() {
 			if h, ok := d.(*leasepb.LeaseHeld); ok {
-				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Token: h.GetToken(),
+				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Identity: h.GetIdentity(), Token: h.GetToken(),
 					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed()}
 			}
 		}
@@ -188,6 +240,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.Canceled, msg)
 	case codes.Unimplemented:
 		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return accessErrorOf(st)
 	}
 	return err
 }

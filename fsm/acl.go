@@ -41,14 +41,14 @@ func (f *FSM) Allows(identity, scope string, p leasepb.Permission) bool {
 	return f.aclSet && acl.Allows(f.acl, identity, scope, p)
 }
 
-// mayRelease decides whether identity may release l: its own lease needs lease on the resource, another
-// identity's (or one granted without identity) needs admin.
+// mayRelease decides whether identity may release l: its own lease needs lease (or admin) on the
+// resource, another identity's (or one granted without identity) needs admin.
 func (f *FSM) mayRelease(identity string, l *lease) (Denial, bool) {
 	need := leasepb.Permission_PERMISSION_LEASE
 	if l.identity != identity {
 		need = leasepb.Permission_PERMISSION_ADMIN
 	}
-	if f.Allows(identity, l.resource, need) {
+	if f.Allows(identity, l.resource, need) || f.Allows(identity, l.resource, leasepb.Permission_PERMISSION_ADMIN) {
 		return Denial{}, false
 	}
 	d := Denial{Identity: identity, Permission: need, Resource: l.resource}

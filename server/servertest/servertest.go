@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -27,6 +28,9 @@ type Cluster struct {
 	t    testing.TB
 	cfgs []server.Config
 
+	// creds secure the cluster's own connections (Conn); insecure unless StartWithACL.
+	creds credentials.TransportCredentials
+
 	mu    sync.Mutex
 	nodes []*server.Server
 	conns []*grpc.ClientConn
@@ -38,7 +42,12 @@ type Cluster struct {
 // before Restart of such a node, give it a fresh one with SetRegisterer.
 func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
+	return start(t, size, insecure.NewCredentials(), mutate)
+}
+
+func start(t testing.TB, size int, creds credentials.TransportCredentials, mutate func(*server.Config)) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, creds: creds, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)
 	for i := range size {
@@ -116,7 +125,7 @@ func (c *Cluster) Conn(i int) *grpc.ClientConn {
 		return nil
 	}
 	if c.conns[i] == nil {
-		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(c.creds))
 		if err != nil {
 			c.t.Fatal(err)
 		}
