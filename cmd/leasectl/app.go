@@ -63,7 +63,8 @@ runs a command while holding a lease (run) or while leading an election (elect),
 state. Data goes to stdout (a table, or one JSON object per line with -o json); diagnostics go to stderr.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed,
-4 not found or token no longer current, 5 cluster unavailable or timed out.`,
+4 not found or token no longer current, 5 cluster unavailable or timed out,
+6 unauthenticated or permission denied.`,
 		Example: `  leasectl acquire jobs/report --ttl 30s
   leasectl get jobs/report -o json
   LEASECTL_ENDPOINTS=10.0.0.1:7101 leasectl status`,
@@ -92,7 +93,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed
 	root.AddCommand(
 		a.acquireCommand(), a.renewCommand(), a.releaseCommand(), a.getCommand(), a.listCommand(),
 		a.watchCommand(), a.runCommand(), a.electCommand(), a.leaderCommand(), a.statusCommand(),
-		a.memberCommand(), a.snapshotCommand(),
+		a.memberCommand(), a.snapshotCommand(), a.aclCommand(),
 	)
 	// Cobra's own commands get examples too.
 	root.InitDefaultHelpCmd()

@@ -20,8 +20,9 @@ const (
 	exitHeld        = 3 // held by someone else, or another precondition failed
 	exitNotFound    = 4 // no such lease, or the token is no longer the current grant
 	exitUnavailable = 5 // no leader reachable, or the request timed out
-	// 6 is reserved for authentication and permission failures (issue #10: Unauthenticated,
-	// PermissionDenied, a TLS handshake failure), as its contract names it.
+	// exitAccess: Unauthenticated or PermissionDenied (issue #10's contract; a TLS handshake failure
+	// exits 6 too).
+	exitAccess = 6
 	//
 	// exitOutcomeUnknown: a write (acquire, renew, release) reached the cluster but no answer said whether
 	// it took effect; running the same command again is safe and tells.
@@ -99,6 +100,8 @@ func exitCode(err error) int {
 		return status.code
 	case errors.As(err, &usage), errors.Is(err, client.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, client.ErrUnauthenticated), errors.Is(err, client.ErrPermissionDenied):
+		return exitAccess
 	case errors.Is(err, client.ErrOutcomeUnknown): // before NotFound and Unavailable: it is neither
 		return exitOutcomeUnknown
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrPrecondition):
@@ -141,10 +144,16 @@ func (a *app) reportError(err error, code int, root *cobra.Command) {
 	}
 	if a.jsonOut() {
 		out := map[string]any{"error": msg, "code": code}
-		var held *client.HeldError
+		var (
+			held   *client.HeldError
+			access *client.AccessError
+		)
 		if errors.As(err, &held) {
 			out["resource"], out["holder"], out["token"] = held.Resource, held.Holder, held.Token
 			out["remaining_ms"], out["lock_delayed"] = held.RemainingMs, held.LockDelayed
+		}
+		if errors.As(err, &access) {
+			out["identity"], out["permission"], out["resource"] = access.Identity, access.Permission, access.Resource
 		}
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(a.stderr, "%s\n", b)
