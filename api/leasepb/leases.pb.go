@@ -392,8 +392,11 @@ type AcquireRequest struct {
 	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// value is an optional payload stored with the lease (at most 4096 bytes).
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	// request_id is the idempotency key: a retry with the same holder and request_id returns the existing
-	// grant rather than a second grant or a "held" error. Clients should always set it (at most 64 bytes).
+	// request_id is the idempotency key: a retry with the same holder (with client certificates: the same
+	// identity) and request_id returns the existing grant rather than a second grant or a "held" error.
+	// While that grant is live, reusing the request_id with other parameters (resource, ttl_ms, value,
+	// lock_delay_ms, and with identities holder) is INVALID_ARGUMENT naming the first difference; wait is
+	// not compared. Clients should always set it (at most 64 bytes).
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait blocks until the resource is granted to this caller (FIFO per resource) instead of failing with
 	// FAILED_PRECONDITION when it is held.
