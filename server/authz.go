@@ -131,6 +131,13 @@ func (n *node) authorizeWrite(req *wirepb.ForwardRequest) error {
 	return err
 }
 
+// rulesSet reports whether the cluster's ACL rules were ever set, for the wording of a denial.
+func (n *node) rulesSet() bool {
+	var set bool
+	n.readFSM(func(sm *fsm.FSM) { _, set = sm.ACL() })
+	return set
+}
+
 // authorizeRead checks read on scope against this node's state (for Watch, which reads no lease).
 func (n *node) authorizeRead(identity, scope string) error {
 	var err error

@@ -79,7 +79,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 	case fsm.HolderLimit:
 		return nil, ErrHolderLimit
 	case fsm.Denied:
-		return nil, denied(res.Denial, true)
+		return nil, denied(res.Denial, n.rulesSet())
 	case fsm.RequestReused:
 		r := res.Reuse
 		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
@@ -189,7 +189,7 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	switch {
 	case res.Code == fsm.Denied:
-		return nil, denied(res.Denial, true)
+		return nil, denied(res.Denial, n.rulesSet())
 	case res.Code == fsm.OK && res.Replayed:
 		// An earlier request released this token (a retry whose first answer was lost): that is success.
 		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
