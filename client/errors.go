@@ -66,6 +66,8 @@ var (
 type HeldError struct {
 	Resource string
 	Holder   string
+	// Identity is the authenticated identity holding the lease ("" without client certificates).
+	Identity string
 	Token    uint64
 	// Remaining is the leader's view of the time left on the lease (or on the lock-delay).
 	RemainingMs int64
@@ -81,6 +83,50 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// AccessError is ErrUnauthenticated (Identity empty) or ErrPermissionDenied, with what the server named:
+// the caller's identity, the permission it lacks (read, lease or admin), the resource or prefix ("" for
+// the whole cluster), and the identity holding the lease when the call named another's.
+type AccessError struct {
+	Identity, Permission, Resource, Owner string
+	msg                                   string
+}
+
+func (e *AccessError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrUnauthenticated) or errors.Is(err, ErrPermissionDenied) true.
+func (e *AccessError) Is(target error) bool {
+	if e.Identity == "" {
+		return target == ErrUnauthenticated
+	}
+	return target == ErrPermissionDenied
+}
+
+func accessErrorOf(st *status.Status) error {
+	e := &AccessError{msg: st.Message()}
+	for _, d := range st.Details() {
+		if a, ok := d.(*leasepb.AccessDenied); ok {
+			e.Identity, e.Resource, e.Owner = a.GetIdentity(), a.GetResource(), a.GetOwner()
+			e.Permission = permissionName(a.GetPermission())
+		}
+	}
+	if st.Code() == codes.PermissionDenied && e.Identity == "" {
+		e.Identity = "?" // a server without details: still a denial, not an authentication failure
+	}
+	return e
+}
+
+func permissionName(p leasepb.Permission) string {
+	switch p {
+	case leasepb.Permission_PERMISSION_READ:
+		return "read"
+	case leasepb.Permission_PERMISSION_LEASE:
+		return "lease"
+	case leasepb.Permission_PERMISSION_ADMIN:
+		return "admin"
+	}
+	return ""
+}
 
 // waitEndedError is a waiting Acquire whose context ended while the cluster still said "held". It is
 // the held answer (errors.Is ErrHeld, errors.As *HeldError), and says that the wait ended.
@@ -164,7 +210,7 @@ func fromStatus(err error) error {
 	case codes.FailedPrecondition:
 		for _, d := range st.Details() {
 			if h, ok := d.(*leasepb.LeaseHeld); ok {
-				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Token: h.GetToken(),
+				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Identity: h.GetIdentity(), Token: h.GetToken(),
 					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed()}
 			}
 		}
@@ -196,10 +242,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", context.Canceled, msg)
 	case codes.Unimplemented:
 		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
-	case codes.Unauthenticated:
-		return fmt.Errorf("%w: %s", ErrUnauthenticated, msg)
-	case codes.PermissionDenied:
-		return fmt.Errorf("%w: %s", ErrPermissionDenied, msg)
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return accessErrorOf(st)
 	}
 	return err
 }

@@ -18,8 +18,13 @@ import (
 type Info struct {
 	Resource string
 	Holder   string
-	Token    uint64
-	TTL      time.Duration
+	// Identity is the authenticated identity holding the lease (its certificate's CN or first URI SAN);
+	// "" when granted without client certificates.
+	Identity string
+	// RequestID is the request id the grant was made under, shown only to the identity holding it.
+	RequestID string
+	Token     uint64
+	TTL       time.Duration
 	// Remaining is the leader's view of the time left (0 when answered by a follower).
 	Remaining time.Duration
 	Value     []byte
@@ -27,7 +32,7 @@ type Info struct {
 
 func infoOf(l *leasepb.Lease) Info {
 	return Info{
-		Resource: l.GetResource(), Holder: l.GetHolder(), Token: l.GetToken(),
+		Resource: l.GetResource(), Holder: l.GetHolder(), Identity: l.GetIdentity(), RequestID: l.GetRequestId(), Token: l.GetToken(),
 		TTL:       time.Duration(l.GetTtlMs()) * time.Millisecond,
 		Remaining: time.Duration(l.GetRemainingMs()) * time.Millisecond,
 		Value:     l.GetValue(),

@@ -9,6 +9,12 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	if c.GetResource() == "" || c.GetHolder() == "" || c.GetTtlMs() <= 0 || c.GetLockDelayMs() < 0 {
 		return Result{Code: Invalid}
 	}
+	if c.Identity != "" && !f.Allows(c.Identity, c.Resource, leasepb.Permission_PERMISSION_LEASE) {
+		return Result{Code: Denied, Denial: Denial{Identity: c.Identity, Permission: leasepb.Permission_PERMISSION_LEASE, Resource: c.Resource}}
+	}
+	if res, ok := f.sameRequest(c); ok {
+		return res
+	}
 	h := f.holders[c.Holder]
 	_, delayed := f.delays[c.Resource]
 	if delayed || (c.HolderLimit > 0 && h != nil && len(h.leases) >= int(c.HolderLimit)) {
@@ -26,6 +32,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 		lockDelayMs: c.LockDelayMs,
 		value:       c.Value,
 		requestID:   c.RequestId,
+		identity:    c.Identity,
 		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader
 	}
 	// One descent of the tree for the common case, a free resource; when it was held, put the current
@@ -38,6 +45,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 		return f.refuse(c)
 	}
 	h.add(l)
+	f.indexRequest(l)
 	f.highest = index
 	granted := l.export()
 	return Result{Code: OK, Lease: granted, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: index, Lease: granted}}}
@@ -47,7 +55,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 // grant, replayed), held by anyone else, in lock-delay, holder at its limit.
 func (f *FSM) refuse(c *wirepb.AcquireCmd) Result {
 	if cur, ok := f.lookup(c.Resource); ok {
-		if cur.holder.name == c.Holder && c.RequestId != "" && cur.requestID == c.RequestId {
+		if c.RequestId != "" && keyOf(cur) == keyOfCmd(c) && cur.requestID == c.RequestId {
 			// A retry of the intent that made this grant: answer with it, unchanged (decision 5).
 			return Result{Code: OK, Lease: cur.export(), Replayed: true}
 		}
@@ -64,6 +72,11 @@ func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 	if plantedReleaseIgnoresToken { // tests/chaos planted bug: a constant false unless built with -tags plantbug
 		l, ok = f.lookup(c.GetResource())
 	}
+	if ok && c.GetIdentity() != "" {
+		if d, denied := f.mayRelease(c.GetIdentity(), l); denied {
+			return Result{Code: Denied, Denial: d}
+		}
+	}
 	if !ok {
 		// A retry of a release that took effect answers OK, replayed; otherwise say how the lease ended.
 		end := f.ends.of(c.GetResource(), c.GetToken(), f.highest)
@@ -75,7 +88,11 @@ func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 	f.remove(l)
 	f.ends.add(l.resource, l.token, index, EndReleased)
 	released := l.export()
-	return Result{Code: OK, Lease: released, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_RELEASED, Index: index, Lease: released}}}
+	ev := Event{Type: leasepb.EventType_EVENT_TYPE_RELEASED, Index: index, Lease: released}
+	if c.GetIdentity() != "" && c.GetIdentity() != l.identity {
+		ev.By = c.GetIdentity() // an admin released another identity's lease
+	}
+	return Result{Code: OK, Lease: released, Events: []Event{ev}}
 }
 
 func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
@@ -141,11 +158,13 @@ func (f *FSM) endLockDelay(c *wirepb.EndLockDelayCmd) Result {
 func (f *FSM) insert(l *lease) {
 	f.byResource.ReplaceOrInsert(entry{resource: l.resource, lease: l})
 	l.holder.add(l)
+	f.indexRequest(l)
 }
 
 func (f *FSM) remove(l *lease) {
 	f.byResource.Delete(entry{resource: l.resource})
 	l.holder.remove(l)
+	f.unindexRequest(l)
 	if len(l.holder.leases) == 0 {
 		delete(f.holders, l.holder.name)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 )
 
@@ -40,6 +41,11 @@ type FSM struct {
 	// ends remembers the last MaxRememberedEnds lease ends (ends.go), so a retried Release learns that
 	// its first attempt took effect.
 	ends endLog
+	// byRequest indexes the live leases granted under a request id by their dedup key (requests.go).
+	byRequest map[requestKey]*lease
+	// acl holds the ACL rules, read-only once set; aclSet says whether rules were ever set (acl.go).
+	acl    []*leasepb.AclRule
+	aclSet bool
 }
 
 // New returns an empty state machine.
@@ -49,6 +55,7 @@ func New() *FSM {
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
+		byRequest:  make(map[requestKey]*lease),
 	}
 }
 
@@ -104,6 +111,8 @@ func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 		res = f.renew(op.Renew)
 	case *wirepb.Command_EndLockDelay:
 		res = f.endLockDelay(op.EndLockDelay)
+	case *wirepb.Command_SetAcl:
+		res = f.setACL(op.SetAcl)
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}

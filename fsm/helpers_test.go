@@ -85,5 +85,15 @@ func sampleCommands() []*wirepb.Command {
 		checkpoint(&wirepb.LeaseCheckpoint{Resource: "svc/leader", Token: 1, RemainingMs: 7, Renewed: true}),
 		renew("cron/backup", 2),
 		endDelay("cron/vacuum", 3),
+		setACL(false, rule("alice", "jobs/", leasepb.Permission_PERMISSION_LEASE)),
+		acqWith(&wirepb.AcquireCmd{Resource: "jobs/a", Holder: "h", TtlMs: 10, RequestId: "r", Identity: "alice", CheckRequestParams: true}),
 	}
+}
+
+func setACL(initial bool, rules ...*leasepb.AclRule) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: rules, Initial: initial}}}
+}
+
+func rule(identity, prefix string, perms ...leasepb.Permission) *leasepb.AclRule {
+	return &leasepb.AclRule{Identity: identity, Prefix: prefix, Permissions: perms}
 }

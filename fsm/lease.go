@@ -12,6 +12,9 @@ type Lease struct {
 	Value       []byte
 	LockDelayMs int64
 	RequestID   string
+	// Identity is the authenticated identity that holds the lease ("" when granted without client
+	// certificates). Only it, or an identity with admin on the resource, renews or releases the lease.
+	Identity string
 	// Checkpointed is true once a checkpoint was applied to this lease; RemainingMs and Renewed are the
 	// values of the last one. A fresh grant counts as renewed: a new leader gives it a full TTL.
 	Checkpointed bool
@@ -29,6 +32,7 @@ func (l Lease) Proto() *leasepb.Lease {
 		Value:       l.Value,
 		LockDelayMs: l.LockDelayMs,
 		RequestId:   l.RequestID,
+		Identity:    l.Identity,
 	}
 }
 
@@ -54,6 +58,7 @@ type lease struct {
 	remainingMs int64
 	value       []byte
 	requestID   string
+	identity    string
 	holderPos   int32 // position in holder.leases
 	flags       leaseFlags
 }
@@ -84,6 +89,7 @@ func (l *lease) export() Lease {
 		Value:        l.value,
 		LockDelayMs:  l.lockDelayMs,
 		RequestID:    l.requestID,
+		Identity:     l.identity,
 		Checkpointed: l.has(flagCheckpointed),
 		RemainingMs:  l.remainingMs,
 		Renewed:      l.has(flagRenewed),

@@ -23,9 +23,16 @@ const (
 	// Invalid: the command was malformed (empty names, a non-positive TTL). Nothing changed. The server
 	// validates requests before proposing them, so this only guards against a faulty proposer.
 	Invalid
+	// Denied: the command's identity lacks a permission (the ACL's lease on Acquire; lease, or admin for
+	// another identity's lease, on Release). Result.Denial says which. Nothing changed.
+	Denied
+	// RequestReused: Acquire named a request id that the same identity (or, without one, holder) holds a
+	// grant under, with other parameters. Result.Reuse names the first that differs; Result.Lease is
+	// that grant. Nothing changed.
+	RequestReused
 )
 
-var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid"}
+var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused"}
 
 // String names the code in lowercase.
 func (c Code) String() string {
@@ -53,6 +60,10 @@ type Result struct {
 	End End
 	// Delay is set for LockDelayed.
 	Delay LockDelay
+	// Denial is set for Denied.
+	Denial Denial
+	// Reuse is set for RequestReused.
+	Reuse Reuse
 	// Events are the grants, releases and expiries this command made, in order; each carries the entry's
 	// index. Watchers see exactly these.
 	Events []Event
@@ -72,6 +83,24 @@ type Changes struct {
 	DelaysStarted []LockDelay
 	// DelaysEnded are the lock-delays an EndLockDelay entry ended.
 	DelaysEnded []Ref
+	// ACLSet is true when a SetAcl entry replaced the rules.
+	ACLSet bool
+}
+
+// Denial says which permission a command's identity lacked, on which resource.
+type Denial struct {
+	Identity   string
+	Permission leasepb.Permission
+	Resource   string
+	// Owner is the identity holding the lease when the command named another identity's lease.
+	Owner string
+}
+
+// Reuse names the first parameter in which an Acquire differs from the grant its request id made: Field
+// is the AcquireRequest field ("resource", "ttl_ms", "value", "lock_delay_ms", "holder"), Was and Now
+// describe the two values.
+type Reuse struct {
+	RequestID, Field, Was, Now string
 }
 
 // Ref names a lease, or the lock-delay its expiry began: a resource and a token.
@@ -94,6 +123,8 @@ type Event struct {
 	Type  leasepb.EventType
 	Index uint64
 	Lease Lease
+	// By is the identity that released another identity's lease (an admin); "" otherwise.
+	By string
 }
 
 // Proto converts the event to its wire form.

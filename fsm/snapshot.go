@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leased/leased/api/acl"
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 )
@@ -48,6 +49,9 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		body.Ends = append(body.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
 	})
 	body.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
+	if f.aclSet {
+		body.Acl = &wirepb.AclState{Rules: f.acl}
+	}
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
@@ -72,6 +76,7 @@ func (l *lease) record() *wirepb.LeaseRecord {
 		Checkpointed: l.has(flagCheckpointed),
 		RemainingMs:  l.remainingMs,
 		Renewed:      l.has(flagRenewed),
+		Identity:     l.identity,
 	}
 }
 
@@ -134,6 +139,12 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 	}
 	if err := f.restoreEnds(body); err != nil {
 		return nil, err
+	}
+	if body.Acl != nil {
+		if err := acl.Validate(body.Acl.GetRules()); err != nil {
+			return nil, fmt.Errorf("%w: acl: %v", ErrBadSnapshot, err)
+		}
+		f.acl, f.aclSet = cloneRules(body.Acl.GetRules()), true
 	}
 	return f, nil
 }
@@ -229,6 +240,7 @@ func (f *FSM) leaseFromRecord(r *wirepb.LeaseRecord) *lease {
 		remainingMs: r.RemainingMs,
 		value:       r.Value,
 		requestID:   r.RequestId,
+		identity:    r.Identity,
 	}
 	l.set(flagCheckpointed, r.Checkpointed)
 	l.set(flagRenewed, r.Renewed)

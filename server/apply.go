@@ -62,7 +62,7 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	n.lessor.applied(n.clock.Now(), res)
 	n.watch.publish(index, res.Events)
 	n.metrics.applied(res)
-	n.audit(res)
+	n.audit(index, res)
 	n.queue.applied(res)
 	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
 	return nil
@@ -83,19 +83,35 @@ var auditMessages = map[leasepb.EventType]string{
 // identified by its index: filter on role="leader" for one copy in steady state, or deduplicate on
 // index, resource and token; a node that restarts applies, and so logs, the entries after its snapshot
 // again.
-func (n *node) audit(res fsm.Result) {
-	if len(res.Events) == 0 || !n.log.Enabled(context.Background(), slog.LevelInfo) {
+func (n *node) audit(index uint64, res fsm.Result) {
+	if (len(res.Events) == 0 && !res.Changes.ACLSet) || !n.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
 	role := roleName(raft.StateType(n.role.Load()))
+	if res.Changes.ACLSet {
+		n.log.LogAttrs(context.Background(), slog.LevelInfo, "acl rules set",
+			slog.String("event", "acl-set"), slog.Uint64("index", index), slog.String("role", role))
+	}
 	for _, e := range res.Events {
 		n.log.LogAttrs(context.Background(), slog.LevelInfo, auditMessages[e.Type],
 			slog.String("event", eventTypeLabel[e.Type]),
 			slog.String("resource", e.Lease.Resource),
 			slog.Uint64("token", e.Lease.Token),
 			slog.String("holder", e.Lease.Holder),
+			slog.String("identity", e.Lease.Identity),
 			slog.Uint64("index", e.Index),
 			slog.String("role", role))
+		if e.By != "" {
+			// An admin released another identity's lease: the second line names both.
+			n.log.LogAttrs(context.Background(), slog.LevelInfo, "lease released by admin",
+				slog.String("event", "admin-release"),
+				slog.String("resource", e.Lease.Resource),
+				slog.Uint64("token", e.Lease.Token),
+				slog.String("identity", e.Lease.Identity),
+				slog.String("admin", e.By),
+				slog.Uint64("index", e.Index),
+				slog.String("role", role))
+		}
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leased/leased/api/acl"
+	"github.com/leased/leased/api/leasepb"
 )
 
 // Config is everything a node needs. Only cmd/leased parses flags; tests build a Config directly.
@@ -69,6 +72,11 @@ type Config struct {
 	// so that is refused unless this says the network itself is trusted; the node then logs a warning at
 	// every start.
 	InsecurePeer bool
+
+	// InitialACL is the ACL a new cluster starts with (--initial-acl-file; nil: none). A leader that finds
+	// no rules ever set in the replicated state proposes it; once any rules are set (even none, by AclSet)
+	// it is ignored for good. It matters only with ClientCertAuth (docs/security.md, "Identities and ACLs").
+	InitialACL []*leasepb.AclRule
 
 	Limits Limits
 
@@ -239,6 +247,9 @@ func (c Config) Validate() error {
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")
 	check(l.MaxLeasesPerHolder > 0 && l.MaxKeepAliveLeases > 0 && l.MaxListLimit > 0 && l.MaxRequestBytes > 0, "count limits must be positive")
 	check(l.MaxLockDelay >= 0, "max lock delay must not be negative")
+	if err := acl.Validate(c.InitialACL); err != nil {
+		errs = append(errs, fmt.Errorf("initial ACL: %w", err))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config: %w", errors.Join(errs...))
 	}

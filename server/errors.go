@@ -117,6 +117,7 @@ func toStatus(err error, hint leaderHint) error {
 		he *heldError
 		ce *compactedError
 		ee *endedError
+		ae *accessError
 	)
 	switch {
 	case errors.As(err, &fe):
@@ -128,6 +129,10 @@ func toStatus(err error, hint leaderHint) error {
 		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
 	case errors.As(err, &ee):
 		return withDetails(codes.NotFound, err, ee.detail())
+	case errors.As(err, &ae) && errors.Is(err, ErrUnauthenticated):
+		return withDetails(codes.Unauthenticated, err, ae.detail)
+	case errors.As(err, &ae):
+		return withDetails(codes.PermissionDenied, err, ae.detail)
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrHolderLimit):

@@ -19,7 +19,14 @@ import (
 // the response header and the error status are applied there and nowhere else.
 
 // write serves a client's write: here if this node leads, else on the leader (one hop).
+// The client's identity (authn.go) is decided here, by the node the client reached, and travels with the
+// request to the leader.
 func (n *node) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	id, err := n.identityOf(ctx)
+	if err != nil {
+		return nil, n.status(err)
+	}
+	req.Identity = id
 	return n.serveWrite(ctx, req, true)
 }
 
@@ -37,12 +44,21 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 		n.metrics.refused()
 		return nil, n.status(err)
 	}
+	if n.cfg.ClientCertAuth && req.GetIdentity() == "" {
+		// Forwarded by a peer that does not require client certificates: a misconfigured member.
+		n.metrics.refused()
+		return nil, n.status(unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
+	}
 	if !n.isLeader() {
 		if !mayForward {
 			n.metrics.refused()
 			return nil, n.status(n.notLeaderErr())
 		}
 		return n.forward(ctx, req)
+	}
+	if err := n.authorizeWrite(req); err != nil {
+		n.metrics.refused()
+		return nil, n.status(err)
 	}
 	resp, err := n.runWrite(ctx, req)
 	if err != nil {
@@ -56,13 +72,13 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	switch r := req.GetRequest().(type) {
 	case *wirepb.ForwardRequest_Acquire:
-		a, err := n.acquire(ctx, r.Acquire)
+		a, err := n.acquire(ctx, r.Acquire, req.GetIdentity())
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Acquire{Acquire: a}}, err
 	case *wirepb.ForwardRequest_Renew:
 		a, err := n.renew(ctx, r.Renew)
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Renew{Renew: a}}, err
 	case *wirepb.ForwardRequest_Release:
-		a, err := n.release(ctx, r.Release)
+		a, err := n.release(ctx, r.Release, req.GetIdentity())
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Release{Release: a}}, err
 	case *wirepb.ForwardRequest_KeepAlive:
 		a, err := n.keepAlive(ctx, r.KeepAlive)

@@ -15,12 +15,12 @@ import (
 // run on any node.
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees.
-func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
 	if !req.GetWait() {
-		return n.acquireOnce(ctx, req)
+		return n.acquireOnce(ctx, req, identity)
 	}
 	w := n.queue.enqueue(req.GetResource())
 	defer n.queue.leave(req.GetResource(), w)
@@ -30,7 +30,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 			return nil, err
 		}
 		if head {
-			resp, err := n.acquireOnce(ctx, req)
+			resp, err := n.acquireOnce(ctx, req, identity)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
 			}
@@ -45,15 +45,17 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 	}
 }
 
-func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
 	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
-		Resource:    req.GetResource(),
-		Holder:      req.GetHolder(),
-		TtlMs:       req.GetTtlMs(),
-		Value:       req.GetValue(),
-		RequestId:   req.GetRequestId(),
-		LockDelayMs: req.GetLockDelayMs(),
-		HolderLimit: uint32(n.cfg.Limits.MaxLeasesPerHolder),
+		Resource:           req.GetResource(),
+		Holder:             req.GetHolder(),
+		TtlMs:              req.GetTtlMs(),
+		Value:              req.GetValue(),
+		RequestId:          req.GetRequestId(),
+		LockDelayMs:        req.GetLockDelayMs(),
+		HolderLimit:        uint32(n.cfg.Limits.MaxLeasesPerHolder),
+		Identity:           identity,
+		CheckRequestParams: true,
 	}}})
 	if err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*l
 		return &leasepb.AcquireResponse{Lease: lease, Replayed: res.Replayed}, nil
 	case fsm.Held:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
-			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token,
+			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token, Identity: res.Lease.Identity,
 			RemainingMs: n.lessor.remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
 		}}
 	case fsm.LockDelayed:
@@ -76,6 +78,12 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*l
 		}}
 	case fsm.HolderLimit:
 		return nil, ErrHolderLimit
+	case fsm.Denied:
+		return nil, denied(res.Denial, n.rulesSet())
+	case fsm.RequestReused:
+		r := res.Reuse
+		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
+			r.RequestID, r.Field, r.Was, r.Now)
 	default:
 		return nil, invalid("request", "the state machine refused it (%v)", res.Code)
 	}
@@ -169,17 +177,19 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 	return again, nil
 }
 
-func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
+func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error) {
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
 	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
-		Resource: req.GetResource(), Token: req.GetToken(),
+		Resource: req.GetResource(), Token: req.GetToken(), Identity: identity,
 	}}})
 	if err != nil {
 		return nil, err
 	}
 	switch {
+	case res.Code == fsm.Denied:
+		return nil, denied(res.Denial, n.rulesSet())
 	case res.Code == fsm.OK && res.Replayed:
 		// An earlier request released this token (a retry whose first answer was lost): that is success.
 		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
@@ -202,27 +212,35 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 
 // get reads one lease. Its answer's header carries the applied index of the very state it read (captured
 // in the same FSM read), so a client can watch from the next index without missing or repeating an event.
-func (n *node) get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetResponse, error) {
+// Reads check the identity's read permission in the same FSM read as the data (authz.go).
+func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
 		ok      bool
 		applied uint64
+		denied  error
 	)
 	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+			return
+		}
 		lease, ok = sm.Get(req.GetResource())
 		applied = sm.AppliedIndex()
 	}); err != nil {
 		return nil, err
 	}
+	if denied != nil {
+		return nil, denied
+	}
 	if !ok {
 		return nil, ErrNotFound
 	}
-	out := lease.Proto()
+	out := visible(lease, identity, n.cfg.ClientCertAuth)
 	out.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
 	return &leasepb.GetResponse{Lease: out, Header: &leasepb.ResponseHeader{AppliedIndex: applied}}, nil
 }
 
-func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
+func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = 100
@@ -230,21 +248,28 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.Lis
 	var (
 		leases []fsm.Lease
 		more   bool
+		denied error
 	)
 	err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+		if denied = need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
+			return
+		}
 		if req.GetHolder() != "" {
 			leases, more = sm.ListHolder(req.GetHolder(), req.GetPrefix(), req.GetPageToken(), limit)
 		} else {
 			leases, more = sm.List(req.GetPrefix(), req.GetPageToken(), limit)
 		}
 	})
+	if err == nil {
+		err = denied
+	}
 	if err != nil {
 		return nil, err
 	}
 	resp := &leasepb.ListResponse{Leases: make([]*leasepb.Lease, 0, len(leases))}
 	now := n.clock.Now()
 	for _, l := range leases {
-		p := l.Proto()
+		p := visible(l, identity, n.cfg.ClientCertAuth)
 		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
 		resp.Leases = append(resp.Leases, p)
 	}
@@ -254,13 +279,22 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest) (*leasepb.Lis
 	return resp, nil
 }
 
-func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest) (*leasepb.ValidateTokenResponse, error) {
-	var cur uint64
+func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest, identity string) (*leasepb.ValidateTokenResponse, error) {
+	var (
+		cur    uint64
+		denied error
+	)
 	err := n.read(ctx, false, func(sm *fsm.FSM) {
+		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+			return
+		}
 		if l, ok := sm.Get(req.GetResource()); ok {
 			cur = l.Token
 		}
 	})
+	if err == nil {
+		err = denied
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -259,6 +259,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	case isLeader && !wasLeader:
 		n.log.Info("became leader", "term", n.term.Load())
 		n.lessor.promote(n.clock.Now(), n.term.Load())
+		n.proposeInitialACL()
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		n.lessor.demote()

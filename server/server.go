@@ -131,8 +131,8 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
 	s.clientSrv = grpc.NewServer(append(clientServerOptions(cfg),
-		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor()))...)
+		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz))...)
 	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0

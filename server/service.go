@@ -63,7 +63,11 @@ func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leas
 	if err := s.n.cfg.Limits.resource("resource", req.GetResource()); err != nil {
 		return nil, s.n.status(err)
 	}
-	resp, err := s.n.get(ctx, req)
+	id, err := s.n.identityOf(ctx)
+	if err != nil {
+		return nil, s.n.status(err)
+	}
+	resp, err := s.n.get(ctx, req, id)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -77,7 +81,11 @@ func (s *leasesService) List(ctx context.Context, req *leasepb.ListRequest) (*le
 	if err := s.n.cfg.Limits.list(req); err != nil {
 		return nil, s.n.status(err)
 	}
-	resp, err := s.n.list(ctx, req)
+	id, err := s.n.identityOf(ctx)
+	if err != nil {
+		return nil, s.n.status(err)
+	}
+	resp, err := s.n.list(ctx, req, id)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -89,7 +97,11 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	if err := s.n.cfg.Limits.leaseRef(req.GetResource(), req.GetToken()); err != nil {
 		return nil, s.n.status(err)
 	}
-	resp, err := s.n.validateToken(ctx, req)
+	id, err := s.n.identityOf(ctx)
+	if err != nil {
+		return nil, s.n.status(err)
+	}
+	resp, err := s.n.validateToken(ctx, req, id)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -102,6 +114,17 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}
+	id, err := s.n.identityOf(stream.Context())
+	if err != nil {
+		return s.n.status(err)
+	}
+	scope := req.GetPrefix()
+	if req.GetResource() != "" {
+		scope = req.GetResource()
+	}
+	if err := s.n.authorizeRead(id, scope); err != nil {
+		return s.n.status(err)
+	}
 	w, backlog, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
@@ -109,7 +132,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	defer s.n.watch.unsubscribe(w)
 	limit := s.n.cfg.watchMessageBytes()
 	send := func(events []fsm.Event) error {
-		for _, resp := range s.n.watchResponses(events, limit) {
+		for _, resp := range s.n.watchResponses(visibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}

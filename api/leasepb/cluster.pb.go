@@ -865,6 +865,275 @@ func (x *SnapshotChunk) GetSha256() []byte {
 	return nil
 }
 
+// AclRule allows an identity some permissions on every resource that starts with prefix. Rules only allow:
+// an identity's permissions on a resource are the union of every rule that matches both.
+type AclRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity is an exact identity, or "*" for every authenticated identity.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// prefix of the resources the rule covers; "" covers every resource and the cluster calls.
+	Prefix        string       `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Permissions   []Permission `protobuf:"varint,3,rep,packed,name=permissions,proto3,enum=leased.v1.Permission" json:"permissions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclRule) Reset() {
+	*x = AclRule{}
+	mi := &file_leased_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclRule) ProtoMessage() {}
+
+func (x *AclRule) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
+func (*AclRule) Descriptor() ([]byte, []int) {
+	return file_leased_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AclRule) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AclRule) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *AclRule) GetPermissions() []Permission {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+type AclGetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// serializable answers from the local node without a ReadIndex round.
+	Serializable  bool `protobuf:"varint,1,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclGetRequest) Reset() {
+	*x = AclGetRequest{}
+	mi := &file_leased_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclGetRequest) ProtoMessage() {}
+
+func (x *AclGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclGetRequest.ProtoReflect.Descriptor instead.
+func (*AclGetRequest) Descriptor() ([]byte, []int) {
+	return file_leased_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AclGetRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+type AclGetResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Rules  []*AclRule             `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	// set is false when no rules were ever set (the cluster was founded without --initial-acl-file and
+	// nobody ran AclSet): with client-cert-auth, every call is then refused.
+	Set           bool `protobuf:"varint,3,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclGetResponse) Reset() {
+	*x = AclGetResponse{}
+	mi := &file_leased_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclGetResponse) ProtoMessage() {}
+
+func (x *AclGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclGetResponse.ProtoReflect.Descriptor instead.
+func (*AclGetResponse) Descriptor() ([]byte, []int) {
+	return file_leased_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AclGetResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *AclGetResponse) GetRules() []*AclRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *AclGetResponse) GetSet() bool {
+	if x != nil {
+		return x.Set
+	}
+	return false
+}
+
+type AclSetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rules replace every rule (at most 1,000).
+	Rules         []*AclRule `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclSetRequest) Reset() {
+	*x = AclSetRequest{}
+	mi := &file_leased_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclSetRequest) ProtoMessage() {}
+
+func (x *AclSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclSetRequest.ProtoReflect.Descriptor instead.
+func (*AclSetRequest) Descriptor() ([]byte, []int) {
+	return file_leased_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AclSetRequest) GetRules() []*AclRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type AclSetResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// index is the log index of the entry that set the rules.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclSetResponse) Reset() {
+	*x = AclSetResponse{}
+	mi := &file_leased_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclSetResponse) ProtoMessage() {}
+
+func (x *AclSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclSetResponse.ProtoReflect.Descriptor instead.
+func (*AclSetResponse) Descriptor() ([]byte, []int) {
+	return file_leased_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AclSetResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *AclSetResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 var File_leased_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_leased_v1_cluster_proto_rawDesc = "" +
@@ -925,14 +1194,29 @@ const file_leased_v1_cluster_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12'\n" +
 	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06sha256\x18\x04 \x01(\fR\x06sha256*~\n" +
+	"\x06sha256\x18\x04 \x01(\fR\x06sha256\"v\n" +
+	"\aAclRule\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x127\n" +
+	"\vpermissions\x18\x03 \x03(\x0e2\x15.leased.v1.PermissionR\vpermissions\"3\n" +
+	"\rAclGetRequest\x12\"\n" +
+	"\fserializable\x18\x01 \x01(\bR\fserializable\"\x7f\n" +
+	"\x0eAclGetResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12(\n" +
+	"\x05rules\x18\x02 \x03(\v2\x12.leased.v1.AclRuleR\x05rules\x12\x10\n" +
+	"\x03set\x18\x03 \x01(\bR\x03set\"9\n" +
+	"\rAclSetRequest\x12(\n" +
+	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rules\"Y\n" +
+	"\x0eAclSetResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index*~\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_FOLLOWER\x10\x01\x12\x12\n" +
 	"\x0eROLE_CANDIDATE\x10\x02\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x03\x12\x10\n" +
 	"\fROLE_LEARNER\x10\x04\x12\x16\n" +
-	"\x12ROLE_PRE_CANDIDATE\x10\x052\xc4\x03\n" +
+	"\x12ROLE_PRE_CANDIDATE\x10\x052\xc2\x04\n" +
 	"\aCluster\x12=\n" +
 	"\x06Status\x12\x18.leased.v1.StatusRequest\x1a\x19.leased.v1.StatusResponse\x12I\n" +
 	"\n" +
@@ -940,7 +1224,9 @@ const file_leased_v1_cluster_proto_rawDesc = "" +
 	"\tMemberAdd\x12\x1b.leased.v1.MemberAddRequest\x1a\x1c.leased.v1.MemberAddResponse\x12R\n" +
 	"\rMemberPromote\x12\x1f.leased.v1.MemberPromoteRequest\x1a .leased.v1.MemberPromoteResponse\x12O\n" +
 	"\fMemberRemove\x12\x1e.leased.v1.MemberRemoveRequest\x1a\x1f.leased.v1.MemberRemoveResponse\x12B\n" +
-	"\bSnapshot\x12\x1a.leased.v1.SnapshotRequest\x1a\x18.leased.v1.SnapshotChunk0\x01B&Z$github.com/leased/leased/api/leasepbb\x06proto3"
+	"\bSnapshot\x12\x1a.leased.v1.SnapshotRequest\x1a\x18.leased.v1.SnapshotChunk0\x01\x12=\n" +
+	"\x06AclGet\x12\x18.leased.v1.AclGetRequest\x1a\x19.leased.v1.AclGetResponse\x12=\n" +
+	"\x06AclSet\x12\x18.leased.v1.AclSetRequest\x1a\x19.leased.v1.AclSetResponseB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
 
 var (
 	file_leased_v1_cluster_proto_rawDescOnce sync.Once
@@ -955,7 +1241,7 @@ func file_leased_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leased_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_leased_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_leased_v1_cluster_proto_goTypes = []any{
 	(Role)(0),                     // 0: leased.v1.Role
 	(*StatusRequest)(nil),         // 1: leased.v1.StatusRequest
@@ -971,37 +1257,52 @@ var file_leased_v1_cluster_proto_goTypes = []any{
 	(*MemberRemoveResponse)(nil),  // 11: leased.v1.MemberRemoveResponse
 	(*SnapshotRequest)(nil),       // 12: leased.v1.SnapshotRequest
 	(*SnapshotChunk)(nil),         // 13: leased.v1.SnapshotChunk
-	(*ResponseHeader)(nil),        // 14: leased.v1.ResponseHeader
+	(*AclRule)(nil),               // 14: leased.v1.AclRule
+	(*AclGetRequest)(nil),         // 15: leased.v1.AclGetRequest
+	(*AclGetResponse)(nil),        // 16: leased.v1.AclGetResponse
+	(*AclSetRequest)(nil),         // 17: leased.v1.AclSetRequest
+	(*AclSetResponse)(nil),        // 18: leased.v1.AclSetResponse
+	(*ResponseHeader)(nil),        // 19: leased.v1.ResponseHeader
+	(Permission)(0),               // 20: leased.v1.Permission
 }
 var file_leased_v1_cluster_proto_depIdxs = []int32{
-	14, // 0: leased.v1.StatusResponse.header:type_name -> leased.v1.ResponseHeader
+	19, // 0: leased.v1.StatusResponse.header:type_name -> leased.v1.ResponseHeader
 	0,  // 1: leased.v1.StatusResponse.role:type_name -> leased.v1.Role
-	14, // 2: leased.v1.MemberListResponse.header:type_name -> leased.v1.ResponseHeader
+	19, // 2: leased.v1.MemberListResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 3: leased.v1.MemberListResponse.members:type_name -> leased.v1.Member
-	14, // 4: leased.v1.MemberAddResponse.header:type_name -> leased.v1.ResponseHeader
+	19, // 4: leased.v1.MemberAddResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 5: leased.v1.MemberAddResponse.member:type_name -> leased.v1.Member
 	3,  // 6: leased.v1.MemberAddResponse.members:type_name -> leased.v1.Member
-	14, // 7: leased.v1.MemberPromoteResponse.header:type_name -> leased.v1.ResponseHeader
+	19, // 7: leased.v1.MemberPromoteResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 8: leased.v1.MemberPromoteResponse.members:type_name -> leased.v1.Member
-	14, // 9: leased.v1.MemberRemoveResponse.header:type_name -> leased.v1.ResponseHeader
+	19, // 9: leased.v1.MemberRemoveResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 10: leased.v1.MemberRemoveResponse.members:type_name -> leased.v1.Member
-	1,  // 11: leased.v1.Cluster.Status:input_type -> leased.v1.StatusRequest
-	4,  // 12: leased.v1.Cluster.MemberList:input_type -> leased.v1.MemberListRequest
-	6,  // 13: leased.v1.Cluster.MemberAdd:input_type -> leased.v1.MemberAddRequest
-	8,  // 14: leased.v1.Cluster.MemberPromote:input_type -> leased.v1.MemberPromoteRequest
-	10, // 15: leased.v1.Cluster.MemberRemove:input_type -> leased.v1.MemberRemoveRequest
-	12, // 16: leased.v1.Cluster.Snapshot:input_type -> leased.v1.SnapshotRequest
-	2,  // 17: leased.v1.Cluster.Status:output_type -> leased.v1.StatusResponse
-	5,  // 18: leased.v1.Cluster.MemberList:output_type -> leased.v1.MemberListResponse
-	7,  // 19: leased.v1.Cluster.MemberAdd:output_type -> leased.v1.MemberAddResponse
-	9,  // 20: leased.v1.Cluster.MemberPromote:output_type -> leased.v1.MemberPromoteResponse
-	11, // 21: leased.v1.Cluster.MemberRemove:output_type -> leased.v1.MemberRemoveResponse
-	13, // 22: leased.v1.Cluster.Snapshot:output_type -> leased.v1.SnapshotChunk
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	20, // 11: leased.v1.AclRule.permissions:type_name -> leased.v1.Permission
+	19, // 12: leased.v1.AclGetResponse.header:type_name -> leased.v1.ResponseHeader
+	14, // 13: leased.v1.AclGetResponse.rules:type_name -> leased.v1.AclRule
+	14, // 14: leased.v1.AclSetRequest.rules:type_name -> leased.v1.AclRule
+	19, // 15: leased.v1.AclSetResponse.header:type_name -> leased.v1.ResponseHeader
+	1,  // 16: leased.v1.Cluster.Status:input_type -> leased.v1.StatusRequest
+	4,  // 17: leased.v1.Cluster.MemberList:input_type -> leased.v1.MemberListRequest
+	6,  // 18: leased.v1.Cluster.MemberAdd:input_type -> leased.v1.MemberAddRequest
+	8,  // 19: leased.v1.Cluster.MemberPromote:input_type -> leased.v1.MemberPromoteRequest
+	10, // 20: leased.v1.Cluster.MemberRemove:input_type -> leased.v1.MemberRemoveRequest
+	12, // 21: leased.v1.Cluster.Snapshot:input_type -> leased.v1.SnapshotRequest
+	15, // 22: leased.v1.Cluster.AclGet:input_type -> leased.v1.AclGetRequest
+	17, // 23: leased.v1.Cluster.AclSet:input_type -> leased.v1.AclSetRequest
+	2,  // 24: leased.v1.Cluster.Status:output_type -> leased.v1.StatusResponse
+	5,  // 25: leased.v1.Cluster.MemberList:output_type -> leased.v1.MemberListResponse
+	7,  // 26: leased.v1.Cluster.MemberAdd:output_type -> leased.v1.MemberAddResponse
+	9,  // 27: leased.v1.Cluster.MemberPromote:output_type -> leased.v1.MemberPromoteResponse
+	11, // 28: leased.v1.Cluster.MemberRemove:output_type -> leased.v1.MemberRemoveResponse
+	13, // 29: leased.v1.Cluster.Snapshot:output_type -> leased.v1.SnapshotChunk
+	16, // 30: leased.v1.Cluster.AclGet:output_type -> leased.v1.AclGetResponse
+	18, // 31: leased.v1.Cluster.AclSet:output_type -> leased.v1.AclSetResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_cluster_proto_init() }
@@ -1016,7 +1317,7 @@ func file_leased_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_cluster_proto_rawDesc), len(file_leased_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	Cluster_MemberPromote_FullMethodName = "/leased.v1.Cluster/MemberPromote"
 	Cluster_MemberRemove_FullMethodName  = "/leased.v1.Cluster/MemberRemove"
 	Cluster_Snapshot_FullMethodName      = "/leased.v1.Cluster/Snapshot"
+	Cluster_AclGet_FullMethodName        = "/leased.v1.Cluster/AclGet"
+	Cluster_AclSet_FullMethodName        = "/leased.v1.Cluster/AclSet"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -52,6 +54,11 @@ type ClusterClient interface {
 	// Snapshot streams a consistent snapshot of the lease state machine (the FSM snapshot format described
 	// in docs/design.md), in chunks of at most 1 MiB; the last chunk carries the checksum.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// AclGet returns the cluster's ACL rules (admin only).
+	AclGet(ctx context.Context, in *AclGetRequest, opts ...grpc.CallOption) (*AclGetResponse, error)
+	// AclSet replaces the cluster's ACL rules through the log (admin only); every node enforces them from
+	// when it applies the entry. Served by the leader (others answer UNAVAILABLE with its hint).
+	AclSet(ctx context.Context, in *AclSetRequest, opts ...grpc.CallOption) (*AclSetResponse, error)
 }
 
 type clusterClient struct {
@@ -131,6 +138,26 @@ func (c *clusterClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *clusterClient) AclGet(ctx context.Context, in *AclGetRequest, opts ...grpc.CallOption) (*AclGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclGetResponse)
+	err := c.cc.Invoke(ctx, Cluster_AclGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) AclSet(ctx context.Context, in *AclSetRequest, opts ...grpc.CallOption) (*AclSetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclSetResponse)
+	err := c.cc.Invoke(ctx, Cluster_AclSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -150,6 +177,11 @@ type ClusterServer interface {
 	// Snapshot streams a consistent snapshot of the lease state machine (the FSM snapshot format described
 	// in docs/design.md), in chunks of at most 1 MiB; the last chunk carries the checksum.
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// AclGet returns the cluster's ACL rules (admin only).
+	AclGet(context.Context, *AclGetRequest) (*AclGetResponse, error)
+	// AclSet replaces the cluster's ACL rules through the log (admin only); every node enforces them from
+	// when it applies the entry. Served by the leader (others answer UNAVAILABLE with its hint).
+	AclSet(context.Context, *AclSetRequest) (*AclSetResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -177,6 +209,12 @@ func (UnimplementedClusterServer) MemberRemove(context.Context, *MemberRemoveReq
 }
 func (UnimplementedClusterServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedClusterServer) AclGet(context.Context, *AclGetRequest) (*AclGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclGet not implemented")
+}
+func (UnimplementedClusterServer) AclSet(context.Context, *AclSetRequest) (*AclSetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclSet not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -300,6 +338,42 @@ func _Cluster_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _Cluster_AclGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).AclGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_AclGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).AclGet(ctx, req.(*AclGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_AclSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).AclSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_AclSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).AclSet(ctx, req.(*AclSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -326,6 +400,14 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MemberRemove",
 			Handler:    _Cluster_MemberRemove_Handler,
+		},
+		{
+			MethodName: "AclGet",
+			Handler:    _Cluster_AclGet_Handler,
+		},
+		{
+			MethodName: "AclSet",
+			Handler:    _Cluster_AclSet_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

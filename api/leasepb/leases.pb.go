@@ -27,6 +27,10 @@
 //     whether a write may still take effect).
 //   - RESOURCE_EXHAUSTED: a per-holder or per-node limit; details carry google.rpc.QuotaFailure.
 //   - OUT_OF_RANGE: Watch asked for events older than the retained history; details carry WatchCompacted.
+//   - UNAUTHENTICATED: the node requires client certificates (--client-cert-auth) and the request carried
+//     no usable identity; details carry AccessDenied.
+//   - PERMISSION_DENIED: the identity lacks a permission the call needs (the cluster's ACL), or names
+//     another identity's lease; details carry AccessDenied naming the identity and the permission.
 //   - DEADLINE_EXCEEDED: the call's deadline passed; the outcome of a write is then unknown (retry Acquire
 //     with the same request_id to learn it).
 
@@ -104,6 +108,63 @@ func (x EventType) Number() protoreflect.EnumNumber {
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_leased_v1_leases_proto_rawDescGZIP(), []int{0}
+}
+
+// Permission is what an ACL rule allows an identity on the resources under its prefix.
+type Permission int32
+
+const (
+	Permission_PERMISSION_UNSPECIFIED Permission = 0
+	// PERMISSION_READ: Get, List, Watch, ValidateToken.
+	Permission_PERMISSION_READ Permission = 1
+	// PERMISSION_LEASE: Acquire, and Renew, KeepAlive and Release of the identity's own leases.
+	Permission_PERMISSION_LEASE Permission = 2
+	// PERMISSION_ADMIN: Renew, KeepAlive and Release of anyone's lease; with prefix "" also the Cluster
+	// calls other than Status (members, snapshots, AclGet, AclSet).
+	Permission_PERMISSION_ADMIN Permission = 3
+)
+
+// Enum value maps for Permission.
+var (
+	Permission_name = map[int32]string{
+		0: "PERMISSION_UNSPECIFIED",
+		1: "PERMISSION_READ",
+		2: "PERMISSION_LEASE",
+		3: "PERMISSION_ADMIN",
+	}
+	Permission_value = map[string]int32{
+		"PERMISSION_UNSPECIFIED": 0,
+		"PERMISSION_READ":        1,
+		"PERMISSION_LEASE":       2,
+		"PERMISSION_ADMIN":       3,
+	}
+)
+
+func (x Permission) Enum() *Permission {
+	p := new(Permission)
+	*p = x
+	return p
+}
+
+func (x Permission) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Permission) Descriptor() protoreflect.EnumDescriptor {
+	return file_leased_v1_leases_proto_enumTypes[1].Descriptor()
+}
+
+func (Permission) Type() protoreflect.EnumType {
+	return &file_leased_v1_leases_proto_enumTypes[1]
+}
+
+func (x Permission) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Permission.Descriptor instead.
+func (Permission) EnumDescriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{1}
 }
 
 // ResponseHeader is carried by every answer so that clients can follow the leader.
@@ -216,8 +277,13 @@ type Lease struct {
 	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	// lock_delay_ms: after an involuntary loss (expiry) the resource stays ungrantable this long.
 	LockDelayMs int64 `protobuf:"varint,7,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	// request_id is the idempotency key the grant was made under (empty if none was given).
-	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// request_id is the idempotency key the grant was made under (empty if none was given). With client
+	// certificates required it is shown only to the identity that holds the lease, blank to any other.
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// identity is the authenticated identity that holds the lease (its certificate's CN, or first URI SAN);
+	// empty when the lease was granted without client-cert-auth. Only it, or an identity with admin,
+	// renews or releases the lease; holder is a label the client chose.
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +374,13 @@ func (x *Lease) GetRequestId() string {
 	return ""
 }
 
+func (x *Lease) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 // AcquireRequest asks for a lease on a resource.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -319,8 +392,11 @@ type AcquireRequest struct {
 	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// value is an optional payload stored with the lease (at most 4096 bytes).
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	// request_id is the idempotency key: a retry with the same holder and request_id returns the existing
-	// grant rather than a second grant or a "held" error. Clients should always set it (at most 64 bytes).
+	// request_id is the idempotency key: a retry with the same holder (with client certificates: the same
+	// identity) and request_id returns the existing grant rather than a second grant or a "held" error.
+	// While that grant is live, reusing the request_id with other parameters (resource, ttl_ms, value,
+	// lock_delay_ms, and with identities holder) is INVALID_ARGUMENT naming the first difference; wait is
+	// not compared. Clients should always set it (at most 64 bytes).
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait blocks until the resource is granted to this caller (FIFO per resource) instead of failing with
 	// FAILED_PRECONDITION when it is held.
@@ -1500,7 +1576,9 @@ type LeaseHeld struct {
 	// remaining_ms until the current lease expires (leader's view), or until the lock-delay ends.
 	RemainingMs int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	// lock_delayed is true when the resource is free but in its lock-delay after an expiry.
-	LockDelayed   bool `protobuf:"varint,5,opt,name=lock_delayed,json=lockDelayed,proto3" json:"lock_delayed,omitempty"`
+	LockDelayed bool `protobuf:"varint,5,opt,name=lock_delayed,json=lockDelayed,proto3" json:"lock_delayed,omitempty"`
+	// identity of the current grant's holder (see Lease.identity); empty without client-cert-auth.
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1568,6 +1646,13 @@ func (x *LeaseHeld) GetLockDelayed() bool {
 		return x.LockDelayed
 	}
 	return false
+}
+
+func (x *LeaseHeld) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // LeaderHint is the detail of UNAVAILABLE and of every answer forwarded from a follower.
@@ -1765,6 +1850,80 @@ func (x *WatchCompacted) GetOldestIndex() uint64 {
 	return 0
 }
 
+// AccessDenied is the detail of UNAUTHENTICATED and PERMISSION_DENIED.
+type AccessDenied struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identity of the caller; empty for UNAUTHENTICATED.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// permission the call needs and the identity lacks (UNSPECIFIED for UNAUTHENTICATED).
+	Permission Permission `protobuf:"varint,2,opt,name=permission,proto3,enum=leased.v1.Permission" json:"permission,omitempty"`
+	// resource (or, for List and Watch, the prefix) the permission is needed on; empty for a call on the
+	// whole cluster (which needs the permission on the prefix "").
+	Resource string `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	// owner is the identity holding the lease, when the call named another identity's lease.
+	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessDenied) Reset() {
+	*x = AccessDenied{}
+	mi := &file_leased_v1_leases_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessDenied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessDenied) ProtoMessage() {}
+
+func (x *AccessDenied) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessDenied.ProtoReflect.Descriptor instead.
+func (*AccessDenied) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AccessDenied) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AccessDenied) GetPermission() Permission {
+	if x != nil {
+		return x.Permission
+	}
+	return Permission_PERMISSION_UNSPECIFIED
+}
+
+func (x *AccessDenied) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *AccessDenied) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 var File_leased_v1_leases_proto protoreflect.FileDescriptor
 
 const file_leased_v1_leases_proto_rawDesc = "" +
@@ -1778,7 +1937,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\vleader_addr\x18\x04 \x01(\tR\n" +
 	"leaderAddr\x12\x1b\n" +
 	"\traft_term\x18\x05 \x01(\x04R\braftTerm\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\xe4\x01\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x80\x02\n" +
 	"\x05Lease\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -1788,7 +1947,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\"\n" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\"\xc8\x01\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"\xc8\x01\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -1866,13 +2026,14 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"l\n" +
 	"\rWatchResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12(\n" +
-	"\x06events\x18\x02 \x03(\v2\x10.leased.v1.EventR\x06events\"\x9b\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x10.leased.v1.EventR\x06events\"\xb7\x01\n" +
 	"\tLeaseHeld\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12!\n" +
-	"\flock_delayed\x18\x05 \x01(\bR\vlockDelayed\"s\n" +
+	"\flock_delayed\x18\x05 \x01(\bR\vlockDelayed\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"s\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\x12\x1f\n" +
@@ -1887,12 +2048,25 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05index\x18\x04 \x01(\x04R\x05index\x12\x1c\n" +
 	"\tforgotten\x18\x05 \x01(\bR\tforgotten\"3\n" +
 	"\x0eWatchCompacted\x12!\n" +
-	"\foldest_index\x18\x01 \x01(\x04R\voldestIndex*p\n" +
+	"\foldest_index\x18\x01 \x01(\x04R\voldestIndex\"\x93\x01\n" +
+	"\fAccessDenied\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x125\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\x0e2\x15.leased.v1.PermissionR\n" +
+	"permission\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner*p\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_GRANTED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x032\x95\x04\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x03*i\n" +
+	"\n" +
+	"Permission\x12\x1a\n" +
+	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
+	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\x95\x04\n" +
 	"\x06Leases\x12@\n" +
 	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\x12J\n" +
@@ -1915,75 +2089,78 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 	return file_leased_v1_leases_proto_rawDescData
 }
 
-var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
-	(*ResponseHeader)(nil),        // 1: leased.v1.ResponseHeader
-	(*Lease)(nil),                 // 2: leased.v1.Lease
-	(*AcquireRequest)(nil),        // 3: leased.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 4: leased.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 5: leased.v1.RenewRequest
-	(*RenewResponse)(nil),         // 6: leased.v1.RenewResponse
-	(*LeaseRef)(nil),              // 7: leased.v1.LeaseRef
-	(*KeepAliveRequest)(nil),      // 8: leased.v1.KeepAliveRequest
-	(*KeepAliveResult)(nil),       // 9: leased.v1.KeepAliveResult
-	(*KeepAliveResponse)(nil),     // 10: leased.v1.KeepAliveResponse
-	(*ReleaseRequest)(nil),        // 11: leased.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 12: leased.v1.ReleaseResponse
-	(*GetRequest)(nil),            // 13: leased.v1.GetRequest
-	(*GetResponse)(nil),           // 14: leased.v1.GetResponse
-	(*ListRequest)(nil),           // 15: leased.v1.ListRequest
-	(*ListResponse)(nil),          // 16: leased.v1.ListResponse
-	(*ValidateTokenRequest)(nil),  // 17: leased.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil), // 18: leased.v1.ValidateTokenResponse
-	(*WatchRequest)(nil),          // 19: leased.v1.WatchRequest
-	(*Event)(nil),                 // 20: leased.v1.Event
-	(*WatchResponse)(nil),         // 21: leased.v1.WatchResponse
-	(*LeaseHeld)(nil),             // 22: leased.v1.LeaseHeld
-	(*LeaderHint)(nil),            // 23: leased.v1.LeaderHint
-	(*LeaseEnded)(nil),            // 24: leased.v1.LeaseEnded
-	(*WatchCompacted)(nil),        // 25: leased.v1.WatchCompacted
+	(Permission)(0),               // 1: leased.v1.Permission
+	(*ResponseHeader)(nil),        // 2: leased.v1.ResponseHeader
+	(*Lease)(nil),                 // 3: leased.v1.Lease
+	(*AcquireRequest)(nil),        // 4: leased.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 5: leased.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 6: leased.v1.RenewRequest
+	(*RenewResponse)(nil),         // 7: leased.v1.RenewResponse
+	(*LeaseRef)(nil),              // 8: leased.v1.LeaseRef
+	(*KeepAliveRequest)(nil),      // 9: leased.v1.KeepAliveRequest
+	(*KeepAliveResult)(nil),       // 10: leased.v1.KeepAliveResult
+	(*KeepAliveResponse)(nil),     // 11: leased.v1.KeepAliveResponse
+	(*ReleaseRequest)(nil),        // 12: leased.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 13: leased.v1.ReleaseResponse
+	(*GetRequest)(nil),            // 14: leased.v1.GetRequest
+	(*GetResponse)(nil),           // 15: leased.v1.GetResponse
+	(*ListRequest)(nil),           // 16: leased.v1.ListRequest
+	(*ListResponse)(nil),          // 17: leased.v1.ListResponse
+	(*ValidateTokenRequest)(nil),  // 18: leased.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil), // 19: leased.v1.ValidateTokenResponse
+	(*WatchRequest)(nil),          // 20: leased.v1.WatchRequest
+	(*Event)(nil),                 // 21: leased.v1.Event
+	(*WatchResponse)(nil),         // 22: leased.v1.WatchResponse
+	(*LeaseHeld)(nil),             // 23: leased.v1.LeaseHeld
+	(*LeaderHint)(nil),            // 24: leased.v1.LeaderHint
+	(*LeaseEnded)(nil),            // 25: leased.v1.LeaseEnded
+	(*WatchCompacted)(nil),        // 26: leased.v1.WatchCompacted
+	(*AccessDenied)(nil),          // 27: leased.v1.AccessDenied
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
-	1,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
-	2,  // 1: leased.v1.AcquireResponse.lease:type_name -> leased.v1.Lease
-	1,  // 2: leased.v1.RenewResponse.header:type_name -> leased.v1.ResponseHeader
-	7,  // 3: leased.v1.KeepAliveRequest.leases:type_name -> leased.v1.LeaseRef
-	1,  // 4: leased.v1.KeepAliveResponse.header:type_name -> leased.v1.ResponseHeader
-	9,  // 5: leased.v1.KeepAliveResponse.results:type_name -> leased.v1.KeepAliveResult
-	1,  // 6: leased.v1.ReleaseResponse.header:type_name -> leased.v1.ResponseHeader
-	1,  // 7: leased.v1.GetResponse.header:type_name -> leased.v1.ResponseHeader
-	2,  // 8: leased.v1.GetResponse.lease:type_name -> leased.v1.Lease
-	1,  // 9: leased.v1.ListResponse.header:type_name -> leased.v1.ResponseHeader
-	2,  // 10: leased.v1.ListResponse.leases:type_name -> leased.v1.Lease
-	1,  // 11: leased.v1.ValidateTokenResponse.header:type_name -> leased.v1.ResponseHeader
+	2,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
+	3,  // 1: leased.v1.AcquireResponse.lease:type_name -> leased.v1.Lease
+	2,  // 2: leased.v1.RenewResponse.header:type_name -> leased.v1.ResponseHeader
+	8,  // 3: leased.v1.KeepAliveRequest.leases:type_name -> leased.v1.LeaseRef
+	2,  // 4: leased.v1.KeepAliveResponse.header:type_name -> leased.v1.ResponseHeader
+	10, // 5: leased.v1.KeepAliveResponse.results:type_name -> leased.v1.KeepAliveResult
+	2,  // 6: leased.v1.ReleaseResponse.header:type_name -> leased.v1.ResponseHeader
+	2,  // 7: leased.v1.GetResponse.header:type_name -> leased.v1.ResponseHeader
+	3,  // 8: leased.v1.GetResponse.lease:type_name -> leased.v1.Lease
+	2,  // 9: leased.v1.ListResponse.header:type_name -> leased.v1.ResponseHeader
+	3,  // 10: leased.v1.ListResponse.leases:type_name -> leased.v1.Lease
+	2,  // 11: leased.v1.ValidateTokenResponse.header:type_name -> leased.v1.ResponseHeader
 	0,  // 12: leased.v1.Event.type:type_name -> leased.v1.EventType
-	2,  // 13: leased.v1.Event.lease:type_name -> leased.v1.Lease
-	1,  // 14: leased.v1.WatchResponse.header:type_name -> leased.v1.ResponseHeader
-	20, // 15: leased.v1.WatchResponse.events:type_name -> leased.v1.Event
+	3,  // 13: leased.v1.Event.lease:type_name -> leased.v1.Lease
+	2,  // 14: leased.v1.WatchResponse.header:type_name -> leased.v1.ResponseHeader
+	21, // 15: leased.v1.WatchResponse.events:type_name -> leased.v1.Event
 	0,  // 16: leased.v1.LeaseEnded.how:type_name -> leased.v1.EventType
-	3,  // 17: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	5,  // 18: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	8,  // 19: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	11, // 20: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	13, // 21: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	15, // 22: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	17, // 23: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	19, // 24: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	4,  // 25: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	6,  // 26: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	10, // 27: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	12, // 28: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	14, // 29: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	16, // 30: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	18, // 31: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	21, // 32: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	1,  // 17: leased.v1.AccessDenied.permission:type_name -> leased.v1.Permission
+	4,  // 18: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	6,  // 19: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	9,  // 20: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	12, // 21: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	14, // 22: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	16, // 23: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	18, // 24: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	20, // 25: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	5,  // 26: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	7,  // 27: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	11, // 28: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	13, // 29: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	15, // 30: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	17, // 31: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	19, // 32: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	22, // 33: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -1996,8 +2173,8 @@ func file_leased_v1_leases_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   25,
+			NumEnums:      2,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

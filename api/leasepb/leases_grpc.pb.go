@@ -27,6 +27,10 @@
 //     whether a write may still take effect).
 //   - RESOURCE_EXHAUSTED: a per-holder or per-node limit; details carry google.rpc.QuotaFailure.
 //   - OUT_OF_RANGE: Watch asked for events older than the retained history; details carry WatchCompacted.
+//   - UNAUTHENTICATED: the node requires client certificates (--client-cert-auth) and the request carried
+//     no usable identity; details carry AccessDenied.
+//   - PERMISSION_DENIED: the identity lacks a permission the call needs (the cluster's ACL), or names
+//     another identity's lease; details carry AccessDenied naming the identity and the permission.
 //   - DEADLINE_EXCEEDED: the call's deadline passed; the outcome of a write is then unknown (retry Acquire
 //     with the same request_id to learn it).
 
@@ -67,8 +71,8 @@ const (
 //
 // Leases grants, renews and releases leases on named resources.
 type LeasesClient interface {
-	// Acquire grants a lease on a resource if it is free. A retry with the same (holder, request_id) returns the
-	// same grant and token. With wait=true the call queues (FIFO per resource, on the leader) until the resource
+	// Acquire grants a lease on a resource if it is free. A retry with the same (holder, request_id) — with
+	// client certificates, the same (identity, request_id) — returns the same grant and token. With wait=true the call queues (FIFO per resource, on the leader) until the resource
 	// frees or the call is cancelled; cancelling leaves the queue.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Renew resets the lease's TTL. It is acknowledged only after the leader has confirmed its leadership.
@@ -198,8 +202,8 @@ type Leases_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 //
 // Leases grants, renews and releases leases on named resources.
 type LeasesServer interface {
-	// Acquire grants a lease on a resource if it is free. A retry with the same (holder, request_id) returns the
-	// same grant and token. With wait=true the call queues (FIFO per resource, on the leader) until the resource
+	// Acquire grants a lease on a resource if it is free. A retry with the same (holder, request_id) — with
+	// client certificates, the same (identity, request_id) — returns the same grant and token. With wait=true the call queues (FIFO per resource, on the leader) until the resource
 	// frees or the call is cancelled; cancelling leaves the queue.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Renew resets the lease's TTL. It is acknowledged only after the leader has confirmed its leadership.

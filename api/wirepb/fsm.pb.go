@@ -45,6 +45,7 @@ type Command struct {
 	//	*Command_Checkpoint
 	//	*Command_Renew
 	//	*Command_EndLockDelay
+	//	*Command_SetAcl
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -148,6 +149,15 @@ func (x *Command) GetEndLockDelay() *EndLockDelayCmd {
 	return nil
 }
 
+func (x *Command) GetSetAcl() *SetAclCmd {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetAcl); ok {
+			return x.SetAcl
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -176,6 +186,10 @@ type Command_EndLockDelay struct {
 	EndLockDelay *EndLockDelayCmd `protobuf:"bytes,7,opt,name=end_lock_delay,json=endLockDelay,proto3,oneof"`
 }
 
+type Command_SetAcl struct {
+	SetAcl *SetAclCmd `protobuf:"bytes,10,opt,name=set_acl,json=setAcl,proto3,oneof"`
+}
+
 func (*Command_Acquire) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
@@ -187,6 +201,8 @@ func (*Command_Checkpoint) isCommand_Op() {}
 func (*Command_Renew) isCommand_Op() {}
 
 func (*Command_EndLockDelay) isCommand_Op() {}
+
+func (*Command_SetAcl) isCommand_Op() {}
 
 // AcquireCmd grants resource to holder if it is free (token = this entry's index). If holder already holds
 // it under the same non-empty request_id, the existing grant is returned unchanged.
@@ -200,9 +216,17 @@ type AcquireCmd struct {
 	LockDelayMs int64                  `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// holder_limit is the most leases one holder may hold (0: unlimited), fixed by the proposer so every
 	// node decides the same.
-	HolderLimit   uint32 `protobuf:"varint,7,opt,name=holder_limit,json=holderLimit,proto3" json:"holder_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HolderLimit uint32 `protobuf:"varint,7,opt,name=holder_limit,json=holderLimit,proto3" json:"holder_limit,omitempty"`
+	// identity is the authenticated identity of the client (empty without client-cert-auth). The grant
+	// belongs to it; with it set the state machine requires the lease permission on resource, and a
+	// request id is scoped to (identity, request_id) instead of (holder, request_id).
+	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	// check_request_params is set by every proposer of this version: a request id reused with other
+	// parameters (resource, TTL, value, lock-delay, holder) is refused instead of replaying the grant.
+	// Entries of earlier versions lack it and apply as they did.
+	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *AcquireCmd) Reset() {
@@ -284,11 +308,28 @@ func (x *AcquireCmd) GetHolderLimit() uint32 {
 	return 0
 }
 
+func (x *AcquireCmd) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AcquireCmd) GetCheckRequestParams() bool {
+	if x != nil {
+		return x.CheckRequestParams
+	}
+	return false
+}
+
 // ReleaseCmd releases the resource if token is its current grant.
 type ReleaseCmd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Token    uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// identity of the client (empty without client-cert-auth). A lease of another identity is released
+	// only if this identity has admin on the resource (the state machine checks it with its ACL).
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +376,13 @@ func (x *ReleaseCmd) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *ReleaseCmd) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // ExpireCmd expires each listed lease whose token is still the current grant; others are ignored, so late
@@ -606,8 +654,10 @@ type LeaseRecord struct {
 	// checkpointed is true once a checkpoint has been applied to this lease.
 	Checkpointed bool `protobuf:"varint,8,opt,name=checkpointed,proto3" json:"checkpointed,omitempty"`
 	// remaining_ms and renewed are from the last checkpoint (see LeaseCheckpoint).
-	RemainingMs   int64 `protobuf:"varint,9,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
-	Renewed       bool  `protobuf:"varint,10,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	RemainingMs int64 `protobuf:"varint,9,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	Renewed     bool  `protobuf:"varint,10,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	// identity that holds the lease (AcquireCmd.identity).
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +762,13 @@ func (x *LeaseRecord) GetRenewed() bool {
 	return false
 }
 
+func (x *LeaseRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 // LockDelayRecord is a resource in its lock-delay in a snapshot.
 type LockDelayRecord struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -799,8 +856,10 @@ type SnapshotBody struct {
 	// this version (so its presence says ends is meaningful); a snapshot without it predates ends, and its
 	// applied_index plays this role.
 	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// acl is the cluster's ACL; absent when no rules were ever set.
+	Acl           *AclState `protobuf:"bytes,20,opt,name=acl,proto3" json:"acl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -875,6 +934,13 @@ func (x *SnapshotBody) GetForgottenThrough() uint64 {
 	return 0
 }
 
+func (x *SnapshotBody) GetAcl() *AclState {
+	if x != nil {
+		return x.Acl
+	}
+	return nil
+}
+
 // LeaseEndRecord is one remembered lease end in a snapshot.
 type LeaseEndRecord struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -946,11 +1012,111 @@ func (x *LeaseEndRecord) GetHow() leasepb.EventType {
 	return leasepb.EventType(0)
 }
 
+// SetAclCmd replaces the ACL rules. initial marks the rules of --initial-acl-file, proposed by a leader that
+// found no rules: it applies only while no rules were ever set, so two leaders proposing theirs set them
+// once.
+type SetAclCmd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*leasepb.AclRule     `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	Initial       bool                   `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAclCmd) Reset() {
+	*x = SetAclCmd{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAclCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAclCmd) ProtoMessage() {}
+
+func (x *SetAclCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAclCmd.ProtoReflect.Descriptor instead.
+func (*SetAclCmd) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetAclCmd) GetRules() []*leasepb.AclRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *SetAclCmd) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
+}
+
+// AclState is the ACL in a snapshot.
+type AclState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*leasepb.AclRule     `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclState) Reset() {
+	*x = AclState{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclState) ProtoMessage() {}
+
+func (x *AclState) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclState.ProtoReflect.Descriptor instead.
+func (*AclState) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AclState) GetRules() []*leasepb.AclRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
 var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"\xa9\x03\n" +
+	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xe3\x03\n" +
 	"\aCommand\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\x04R\n" +
 	"proposalId\x12:\n" +
@@ -961,8 +1127,10 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"checkpoint\x18\x05 \x01(\v2!.leased.internal.v1.CheckpointCmdH\x00R\n" +
 	"checkpoint\x124\n" +
 	"\x05renew\x18\x06 \x01(\v2\x1c.leased.internal.v1.RenewCmdH\x00R\x05renew\x12K\n" +
-	"\x0eend_lock_delay\x18\a \x01(\v2#.leased.internal.v1.EndLockDelayCmdH\x00R\fendLockDelayB\x04\n" +
-	"\x02op\"\xd3\x01\n" +
+	"\x0eend_lock_delay\x18\a \x01(\v2#.leased.internal.v1.EndLockDelayCmdH\x00R\fendLockDelay\x128\n" +
+	"\aset_acl\x18\n" +
+	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAclB\x04\n" +
+	"\x02op\"\xa1\x02\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -972,11 +1140,14 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\"\n" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12!\n" +
-	"\fholder_limit\x18\a \x01(\rR\vholderLimit\">\n" +
+	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
+	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\"Z\n" +
 	"\n" +
 	"ReleaseCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"8\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"8\n" +
 	"\tExpireCmd\x12+\n" +
 	"\x06leases\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06leases\"\x80\x01\n" +
 	"\x0fLeaseCheckpoint\x12\x1a\n" +
@@ -989,7 +1160,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bRenewCmd\x12+\n" +
 	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leasesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bresourceR\x05token\">\n" +
 	"\x0fEndLockDelayCmd\x12+\n" +
-	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xa8\x02\n" +
+	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xc4\x02\n" +
 	"\vLeaseRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -1002,12 +1173,13 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\fcheckpointed\x18\b \x01(\bR\fcheckpointed\x12!\n" +
 	"\fremaining_ms\x18\t \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\arenewed\x18\n" +
-	" \x01(\bR\arenewed\"t\n" +
+	" \x01(\bR\arenewed\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"t\n" +
 	"\x0fLockDelayRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xd7\x02\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\x87\x03\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
@@ -1015,13 +1187,19 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\vlock_delays\x18\x04 \x03(\v2#.leased.internal.v1.LockDelayRecordR\n" +
 	"lockDelays\x126\n" +
 	"\x04ends\x18\x05 \x03(\v2\".leased.internal.v1.LeaseEndRecordR\x04ends\x120\n" +
-	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01B\x14\n" +
+	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01\x12.\n" +
+	"\x03acl\x18\x14 \x01(\v2\x1c.leased.internal.v1.AclStateR\x03aclB\x14\n" +
 	"\x12_forgotten_through\"\x80\x01\n" +
 	"\x0eLeaseEndRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12&\n" +
-	"\x03how\x18\x04 \x01(\x0e2\x14.leased.v1.EventTypeR\x03howB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"\x03how\x18\x04 \x01(\x0e2\x14.leased.v1.EventTypeR\x03how\"O\n" +
+	"\tSetAclCmd\x12(\n" +
+	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rules\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"4\n" +
+	"\bAclState\x12(\n" +
+	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rulesB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_fsm_proto_rawDescOnce sync.Once
@@ -1035,7 +1213,7 @@ func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: leased.internal.v1.Command
 	(*AcquireCmd)(nil),       // 1: leased.internal.v1.AcquireCmd
@@ -1049,8 +1227,11 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*LockDelayRecord)(nil),  // 9: leased.internal.v1.LockDelayRecord
 	(*SnapshotBody)(nil),     // 10: leased.internal.v1.SnapshotBody
 	(*LeaseEndRecord)(nil),   // 11: leased.internal.v1.LeaseEndRecord
-	(*leasepb.LeaseRef)(nil), // 12: leased.v1.LeaseRef
-	(leasepb.EventType)(0),   // 13: leased.v1.EventType
+	(*SetAclCmd)(nil),        // 12: leased.internal.v1.SetAclCmd
+	(*AclState)(nil),         // 13: leased.internal.v1.AclState
+	(*leasepb.LeaseRef)(nil), // 14: leased.v1.LeaseRef
+	(leasepb.EventType)(0),   // 15: leased.v1.EventType
+	(*leasepb.AclRule)(nil),  // 16: leased.v1.AclRule
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1059,19 +1240,23 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	5,  // 3: leased.internal.v1.Command.checkpoint:type_name -> leased.internal.v1.CheckpointCmd
 	6,  // 4: leased.internal.v1.Command.renew:type_name -> leased.internal.v1.RenewCmd
 	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
-	12, // 6: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
-	4,  // 7: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
-	12, // 8: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	12, // 9: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
-	8,  // 10: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
-	9,  // 11: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
-	11, // 12: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
-	13, // 13: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 6: leased.internal.v1.Command.set_acl:type_name -> leased.internal.v1.SetAclCmd
+	14, // 7: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	4,  // 8: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
+	14, // 9: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	14, // 10: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	8,  // 11: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
+	9,  // 12: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
+	11, // 13: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
+	13, // 14: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
+	15, // 15: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	16, // 16: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
+	16, // 17: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }
@@ -1086,6 +1271,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 		(*Command_Checkpoint)(nil),
 		(*Command_Renew)(nil),
 		(*Command_EndLockDelay)(nil),
+		(*Command_SetAcl)(nil),
 	}
 	file_leased_internal_v1_fsm_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
@@ -1094,7 +1280,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -145,7 +145,11 @@ type ForwardRequest struct {
 	//	*ForwardRequest_Renew
 	//	*ForwardRequest_Release
 	//	*ForwardRequest_KeepAlive
-	Request       isForwardRequest_Request `protobuf_oneof:"request"`
+	Request isForwardRequest_Request `protobuf_oneof:"request"`
+	// identity is the authenticated identity of the client that sent the request, decided by the node it
+	// reached (empty without client-cert-auth). Peers are trusted members: the leader enforces ownership
+	// and ACLs for this identity.
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +239,13 @@ func (x *ForwardRequest) GetKeepAlive() *leasepb.KeepAliveRequest {
 		}
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type isForwardRequest_Request interface {
@@ -391,7 +402,7 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bmessages\x18\x04 \x03(\fR\bmessages\"\x0f\n" +
-	"\rRaftStreamEnd\"\xab\x02\n" +
+	"\rRaftStreamEnd\"\xc7\x02\n" +
 	"\x0eForwardRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -400,7 +411,8 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\x05renew\x18\x04 \x01(\v2\x17.leased.v1.RenewRequestH\x00R\x05renew\x125\n" +
 	"\arelease\x18\x05 \x01(\v2\x19.leased.v1.ReleaseRequestH\x00R\arelease\x12<\n" +
 	"\n" +
-	"keep_alive\x18\x06 \x01(\v2\x1b.leased.v1.KeepAliveRequestH\x00R\tkeepAliveB\t\n" +
+	"keep_alive\x18\x06 \x01(\v2\x1b.leased.v1.KeepAliveRequestH\x00R\tkeepAlive\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentityB\t\n" +
 	"\arequest\"\xfe\x01\n" +
 	"\x0fForwardResponse\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.leased.v1.AcquireResponseH\x00R\aacquire\x120\n" +

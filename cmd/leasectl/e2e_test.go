@@ -40,6 +40,7 @@ func TestCluster(t *testing.T) {
 		{"ElectAndLeader", testElect},
 		{"LeaderWatch", testLeaderWatch},
 		{"ClusterServiceUnimplemented", testUnimplemented},
+		{"RequestIDReuseIsRefused", testRequestIDReuse},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}

@@ -144,10 +144,16 @@ func (a *app) reportError(err error, code int, root *cobra.Command) {
 	}
 	if a.jsonOut() {
 		out := map[string]any{"error": msg, "code": code}
-		var held *client.HeldError
+		var (
+			held   *client.HeldError
+			access *client.AccessError
+		)
 		if errors.As(err, &held) {
 			out["resource"], out["holder"], out["token"] = held.Resource, held.Holder, held.Token
 			out["remaining_ms"], out["lock_delayed"] = held.RemainingMs, held.LockDelayed
+		}
+		if errors.As(err, &access) {
+			out["identity"], out["permission"], out["resource"] = access.Identity, access.Permission, access.Resource
 		}
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(a.stderr, "%s\n", b)

@@ -110,11 +110,13 @@ type infoJSON struct {
 	RemainingMs int64  `json:"remaining_ms"`
 	TTLMs       int64  `json:"ttl_ms"`
 	Value       string `json:"value"`
+	// Identity is the authenticated identity holding the lease (absent without client certificates).
+	Identity string `json:"identity,omitempty"`
 }
 
 func infoOf(i client.Info) infoJSON {
 	return infoJSON{Resource: i.Resource, Holder: i.Holder, Token: i.Token, RemainingMs: i.Remaining.Milliseconds(),
-		TTLMs: i.TTL.Milliseconds(), Value: string(i.Value)}
+		TTLMs: i.TTL.Milliseconds(), Value: string(i.Value), Identity: i.Identity}
 }
 
 func (a *app) acquireCommand() *cobra.Command {

@@ -5,7 +5,6 @@ package servertest
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -29,8 +28,8 @@ import (
 type Cluster struct {
 	t    testing.TB
 	cfgs []server.Config
-	// clientTLS secures Conn's connections (StartTLS); nil is plaintext.
-	clientTLS *tls.Config
+	// creds secure the cluster's own connections (Conn); insecure unless StartTLS or StartWithACL.
+	creds credentials.TransportCredentials
 
 	mu    sync.Mutex
 	nodes []*server.Server
@@ -43,7 +42,7 @@ type Cluster struct {
 // before Restart of such a node, give it a fresh one with SetRegisterer.
 func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	return start(t, size, nil, mutate)
+	return start(t, size, insecure.NewCredentials(), mutate)
 }
 
 // StartTLS is Start with TLS on both ports: every node gets a certificate from ca naming it (n1, n2, ...)
@@ -52,7 +51,7 @@ func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 // mutate runs after the TLS fields are set, so it can change them.
 func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	return start(t, size, testcerts.ClientConfig(ca.Client(t, "servertest"), ca.Pool()), func(cfg *server.Config) {
+	return start(t, size, credentials.NewTLS(testcerts.ClientConfig(ca.Client(t, "servertest"), ca.Pool())), func(cfg *server.Config) {
 		node := ca.Node(t, cfg.Name)
 		cfg.PeerTLS = testcerts.MutualConfig(node, ca)
 		cfg.ClientTLS = testcerts.ServerConfig(node, ca.Pool())
@@ -63,9 +62,9 @@ func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Conf
 	})
 }
 
-func start(t testing.TB, size int, clientTLS *tls.Config, mutate func(*server.Config)) *Cluster {
+func start(t testing.TB, size int, creds credentials.TransportCredentials, mutate func(*server.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size), clientTLS: clientTLS}
+	c := &Cluster{t: t, creds: creds, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)
 	for i := range size {
@@ -143,11 +142,7 @@ func (c *Cluster) Conn(i int) *grpc.ClientConn {
 		return nil
 	}
 	if c.conns[i] == nil {
-		creds := insecure.NewCredentials()
-		if c.clientTLS != nil {
-			creds = credentials.NewTLS(c.clientTLS)
-		}
-		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(creds))
+		conn, err := grpc.NewClient(c.cfgs[i].ClientAddr, grpc.WithTransportCredentials(c.creds))
 		if err != nil {
 			c.t.Fatal(err)
 		}
