@@ -19,8 +19,9 @@
 #
 # --tls (first argument) turns on TLS on the client and peer ports, with client certificates required:
 # certificates are made by scripts/certs.sh in ./data/certs (once; delete the directory for new ones, or
-# re-run certs.sh there to rotate them while the cluster runs). Talk to it with
-#   leasectl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key status
+# re-run certs.sh there to rotate them while the cluster runs), and the ACL of scripts/acl.example.yaml
+# (alice: leases under jobs/; bob: read only; ops: admin). Talk to it with
+#   leasectl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key acquire jobs/a --ttl 30s
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +33,7 @@ if [[ ${1:-} == --tls ]]; then
 	tls_args() { # tls_args NAME: the certificate flags of node NAME
 		printf '%s\n' --cert-file "$CERTS/$1.crt" --key-file "$CERTS/$1.key" --trusted-ca-file "$CERTS/ca.crt" \
 			--client-cert-auth --peer-cert-file "$CERTS/$1.crt" --peer-key-file "$CERTS/$1.key" \
-			--peer-trusted-ca-file "$CERTS/ca.crt"
+			--peer-trusted-ca-file "$CERTS/ca.crt" --initial-acl-file scripts/acl.example.yaml
 	}
 fi
 

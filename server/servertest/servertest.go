@@ -47,7 +47,8 @@ func Start(t testing.TB, size int, mutate func(*server.Config)) *Cluster {
 
 // StartTLS is Start with TLS on both ports: every node gets a certificate from ca naming it (n1, n2, ...)
 // for mutual TLS between peers, and its client port requires client certificates signed by ca
-// (ClientCertAuth). Conn connects as the identity "servertest"; ClientTLS makes configurations for others.
+// (ClientCertAuth), and the ACL lets every identity do everything (AllowEveryone). Conn connects as the
+// identity "servertest"; ClientTLS makes configurations for others.
 // mutate runs after the TLS fields are set, so it can change them.
 func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Config)) *Cluster {
 	t.Helper()
@@ -56,6 +57,7 @@ func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Conf
 		cfg.PeerTLS = testcerts.MutualConfig(node, ca)
 		cfg.ClientTLS = testcerts.ServerConfig(node, ca.Pool())
 		cfg.ClientCertAuth = true
+		cfg.InitialACL = AllowEveryone // with client certificates and no rules, everything is refused
 		if mutate != nil {
 			mutate(cfg)
 		}
@@ -294,3 +296,7 @@ func (c *Cluster) leader() int {
 	}
 	return leader
 }
+
+// AllowEveryone is an ACL that gives every identity every permission on every resource.
+var AllowEveryone = []*leasepb.AclRule{{Identity: "*", Prefix: "", Permissions: []leasepb.Permission{
+	leasepb.Permission_PERMISSION_READ, leasepb.Permission_PERMISSION_LEASE, leasepb.Permission_PERMISSION_ADMIN}}}

@@ -39,11 +39,19 @@ func newChaosTLS(t testing.TB, dir string, size int) *chaosTLS {
 		cert, key := ca.Node(t, name).Write(t, dir, name)
 		certs[i] = [2]string{cert, key}
 	}
+	// Every workload client is the identity "chaos"; with client certificates required and no rules,
+	// everything would be refused.
+	aclFile := filepath.Join(dir, "acl.yaml")
+	acl := "rules:\n  - identity: chaos\n    prefix: \"\"\n    permissions: [read, lease, admin]\n"
+	if err := os.WriteFile(aclFile, []byte(acl), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return &chaosTLS{
 		nodeArgs: func(i int) []string {
 			cert, key := certs[i][0], certs[i][1]
 			return []string{"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + caFile, "--client-cert-auth",
-				"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + caFile}
+				"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + caFile,
+				"--initial-acl-file=" + aclFile}
 		},
 		client: testcerts.ClientConfig(ca.Client(t, "chaos"), ca.Pool()),
 	}
