@@ -40,6 +40,7 @@ func TestCluster(t *testing.T) {
 		{"ElectAndLeader", testElect},
 		{"LeaderWatch", testLeaderWatch},
 		{"ClusterServiceUnimplemented", testUnimplemented},
+		{"SnapshotSaveStatusRestore", testSnapshot},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
@@ -458,7 +459,6 @@ func testUnimplemented(t *testing.T, eps []string) {
 		{"member", "add", "n4", "--peer-addr", "127.0.0.1:7204"},
 		{"member", "promote", "4"},
 		{"member", "remove", "4"},
-		{"snapshot", "save", filepath.Join(t.TempDir(), "snap")},
 	} {
 		r := want(t, ctl(t, eps, args...), 1)
 		if !strings.Contains(r.stderr, "does not support this yet") {
