@@ -188,6 +188,9 @@ func New(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// InitialCluster is the --initial-cluster every node starts with (name=peer-address,...).
+func (c *Cluster) InitialCluster() string { return c.initial }
+
 // Endpoints returns the nodes' client addresses.
 func (c *Cluster) Endpoints() []string {
 	var eps []string
