@@ -175,3 +175,23 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// An existing empty directory (a mount point, a fresh volume) is a fine target; so is a missing parent.
+func TestRestoreIntoAnEmptyDirectory(t *testing.T) {
+	cfg := server.TestConfig()
+	old := startSingleNode(t, &cfg)
+	data, index := backup(t, old.ClientAddr())
+	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "a", "b")} {
+		info, err := server.RestoreDataDir(server.RestoreConfig{Snapshot: data, Name: "r1", DataDir: dir,
+			InitialCluster: map[string]string{"r1": "127.0.0.1:1"}})
+		if err != nil {
+			t.Fatalf("restore into %s: %v", dir, err)
+		}
+		if info.TokenFloor != index+server.DefaultTokenFloorBump {
+			t.Fatalf("default floor %d, want %d", info.TokenFloor, index+server.DefaultTokenFloorBump)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
