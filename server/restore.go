@@ -70,9 +70,9 @@ type RestoreInfo struct {
 // ErrDataDirNotEmpty: a restore was asked to write into a data dir that already holds something.
 var ErrDataDirNotEmpty = errors.New("data dir is not empty")
 
-// RestoreDataDir writes a data dir for one member of a new cluster founded from a backup. It is built
-// under a temporary name next to DataDir and renamed into place once complete and synced, so DataDir
-// either does not appear or holds the whole restored state. leased then starts on it with the same
+// RestoreDataDir writes a data dir for one member of a new cluster founded from a backup. Its raft log is
+// built under a temporary name and renamed into place once complete and synced, so DataDir holds either
+// no raft log or the whole restored one. leased then starts on it with the same
 // --name and --initial-cluster as usual; a different --name is refused (the identity differs).
 func RestoreDataDir(cfg RestoreConfig) (RestoreInfo, error) {
 	if err := cfg.check(); err != nil {
@@ -148,21 +148,20 @@ func checkEmptyDir(dir string) error {
 	return nil
 }
 
-// writeDataDir creates the raft log of a restored member under a temporary directory beside dir and
-// renames it into place.
+// writeDataDir creates the raft log of a restored member in a temporary directory inside dir and moves
+// the finished file into place, so dir holds either no raft.db or a complete one. Building it inside dir
+// (not beside it) keeps the rename on one file system when dir is a mount point or a volume.
 func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *raftpb.Snapshot) (err error) {
-	dir = filepath.Clean(dir)
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".restore-*")
+	tmp, err := os.MkdirTemp(dir, ".restore-*")
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(tmp)
+		if rerr := os.RemoveAll(tmp); err == nil && rerr != nil {
+			err = fmt.Errorf("restore: %w", rerr)
 		}
 	}()
 	storage, err := raftlog.Open(tmp, id)
@@ -176,11 +175,13 @@ func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *r
 	if err != nil {
 		return fmt.Errorf("restore: write raft log: %w", err)
 	}
-	// Renaming over an empty directory replaces it; checkEmptyDir ran before, so anything else fails.
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := os.Rename(filepath.Join(tmp, raftlog.FileName), filepath.Join(dir, raftlog.FileName)); err != nil {
 		return fmt.Errorf("restore: move into place: %w", err)
 	}
-	return syncDir(parent)
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(filepath.Clean(dir)))
 }
 
 // syncDir makes a directory's new entry durable.
