@@ -1,15 +1,21 @@
-# leased and leasectl in a small image. Build: docker build -t leased .
+# leased and leasectl in a small image. Build: docker build -t leased:local .
 # (Not exercised by CI: the project's machines have no Docker engine.)
+#
+# The binaries report the version the Go build information records (a checkout of tag v1.2.3 reports
+# v1.2.3, as go install and make build do); --build-arg VERSION=... overrides it, as make VERSION=... does.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/leased ./cmd/leasectl \
+ARG VERSION=
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w ${VERSION:+-X github.com/leased/leased/cmd/internal/buildinfo.version=${VERSION}}" \
+      -o /out/ ./cmd/leased ./cmd/leasectl \
  && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /src/LICENSE /usr/share/doc/leased/LICENSE
 COPY --from=build /out/leased /out/leasectl /usr/local/bin/
 # An empty /data owned by the nonroot user, so a fresh named volume is writable by it.
 COPY --from=build --chown=65532:65532 /out/data /data
@@ -27,4 +33,7 @@ ENV LEASED_DATA_DIR=/data \
     LEASED_CLIENT_ADDR=0.0.0.0:7101 \
     LEASED_PEER_ADDR=0.0.0.0:7201 \
     LEASED_ADMIN_ADDR=0.0.0.0:7401
+# The image has no shell or curl: leased itself asks its admin port's /readyz (LEASED_ADMIN_ADDR, with
+# 0.0.0.0 asked on loopback) and exits 0 when the node knows a leader.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 CMD ["/usr/local/bin/leased", "health"]
 ENTRYPOINT ["/usr/local/bin/leased"]

@@ -17,8 +17,13 @@ proto: ## regenerate api/leasepb and api/wirepb from api/proto (pinned buf and p
 proto-check: ## lint the protos, check the generated code is current, buf breaking of the public API vs HEAD~1
 	./scripts/proto.sh check
 
-build: ## build leased and leasectl into ./bin
-	$(GO) build -o bin/ ./cmd/...
+# VERSION overrides the version the binaries report (-ldflags -X); left empty, they report what the Go
+# build information records, as go install and the Dockerfile do (see cmd/internal/buildinfo).
+VERSION ?=
+LDFLAGS := $(if $(VERSION),-X github.com/leased/leased/cmd/internal/buildinfo.version=$(VERSION))
+
+build: ## build leased and leasectl into ./bin ([VERSION=v1.2.3] overrides the recorded version)
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 cluster: ## build leased into ./bin and run a local 3-node cluster in the foreground (data in ./data; Ctrl-C stops it)
 	GO=$(GO) ./scripts/cluster.sh

@@ -47,7 +47,7 @@ func TestStatusOfEveryNodeNamesOneLeader(t *testing.T) {
 	}
 }
 
-// The membership and snapshot calls are not implemented by the server yet: the SDK says so with a
+// The membership calls are not implemented by the server yet: the SDK says so with a
 // sentinel, the same way against the real server as against any other.
 func TestClusterCallsTheServerLacksAreErrUnsupported(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
@@ -58,7 +58,6 @@ func TestClusterCallsTheServerLacksAreErrUnsupported(t *testing.T) {
 		"MemberAdd":     func() error { _, err := c.MemberAdd(ctx, "n4", "127.0.0.1:7204", ""); return err },
 		"MemberPromote": func() error { _, err := c.MemberPromote(ctx, 4); return err },
 		"MemberRemove":  func() error { _, err := c.MemberRemove(ctx, 4); return err },
-		"Snapshot":      func() error { _, err := c.Snapshot(ctx, &bytes.Buffer{}); return err },
 	}
 	for name, fn := range calls {
 		err := fn()

@@ -15,6 +15,10 @@ const (
 	// fileName is the data file inside the directory given to Open.
 	fileName = "raft.db"
 
+	// FileName is fileName for tools that build a data file elsewhere and move it into a directory
+	// (a restore).
+	FileName = fileName
+
 	// formatVersion is written once when a file is created. Bump it only
 	// together with code that migrates or rejects older files.
 	formatVersion uint32 = 1

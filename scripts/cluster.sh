@@ -43,9 +43,15 @@ BIN=bin/leased
 NODES=(n1 n2 n3)
 INITIAL=n1=127.0.0.1:7201,n2=127.0.0.1:7202,n3=127.0.0.1:7203
 
-version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-echo "building $BIN ($version)"
-"$GO" build -ldflags "-X main.version=$version" -o "$BIN" ./cmd/leased
+# The version is what the Go build information records, as for make build and the Dockerfile; VERSION
+# overrides it the same way (cmd/internal/buildinfo).
+ldflags=()
+if [[ -n ${VERSION:-} ]]; then
+	ldflags=(-ldflags "-X github.com/leased/leased/cmd/internal/buildinfo.version=$VERSION")
+fi
+echo "building $BIN"
+"$GO" build "${ldflags[@]}" -o "$BIN" ./cmd/leased
+"$BIN" --version
 
 declare -A pid=() # name -> pid of the running leased
 declare -A cmdline=()

@@ -4,16 +4,16 @@ import (
 	"context"
 
 	"go.etcd.io/raft/v3"
-	"google.golang.org/grpc"
 
 	"github.com/leased/leased/api/leasepb"
 )
 
-// clusterService is the gRPC Cluster service. Membership changes and snapshots arrive in a later issue and
-// answer Unimplemented until then.
+// clusterService is the gRPC Cluster service. Membership changes arrive in a later issue and answer
+// Unimplemented until then; Snapshot is in snapshot.go.
 type clusterService struct {
 	leasepb.UnimplementedClusterServer
-	n *node
+	n         *node
+	snapshots snapshotLimiter
 }
 
 func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (*leasepb.StatusResponse, error) {
@@ -71,10 +71,6 @@ func (s *clusterService) MemberPromote(context.Context, *leasepb.MemberPromoteRe
 
 func (s *clusterService) MemberRemove(context.Context, *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
 	return nil, s.n.status(ErrUnimplemented)
-}
-
-func (s *clusterService) Snapshot(*leasepb.SnapshotRequest, grpc.ServerStreamingServer[leasepb.SnapshotChunk]) error {
-	return s.n.status(ErrUnimplemented)
 }
 
 // member returns a copy of a member's record, or nil.

@@ -130,7 +130,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	}
 	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.fsyncSeconds, m.applySeconds,
 		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.expiryLag,
-		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(),
+		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
 		gauge("leased_has_leader", "1 while this node knows a leader.", func() float64 { return boolFloat(n.leader.Load() != 0) }),
 		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),
 		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
@@ -144,9 +144,10 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	return m
 }
 
-// buildInfo is leased_build_info: 1, labelled with the binary's module version ("(devel)" when unknown),
-// VCS revision ("unknown" when not stamped) and Go version.
-func buildInfo() prometheus.Collector {
+// buildInfo is leased_build_info: 1, labelled with the binary's version (Config.Version, which leased
+// sets to what --version prints; else the module version, "(devel)" when unknown), VCS revision
+// ("unknown" when not stamped) and Go version.
+func buildInfo(configured string) prometheus.Collector {
 	version, revision, goversion := "(devel)", "unknown", runtime.Version()
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if v := bi.Main.Version; v != "" {
@@ -160,6 +161,9 @@ func buildInfo() prometheus.Collector {
 				revision = s.Value
 			}
 		}
+	}
+	if configured != "" {
+		version = configured
 	}
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leased_build_info", Help: "The build of this binary (always 1).",

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -13,8 +11,9 @@ import (
 	"github.com/leased/leased/client"
 )
 
-// The member and snapshot commands are the SDK's Cluster-service calls (client.MemberList, ...,
-// client.Snapshot): the SDK finds the leader, follows its hints and retries, as for every other command.
+// The member commands are the SDK's Cluster-service calls (client.MemberList, ...): the SDK finds the
+// leader, follows its hints and retries, as for every other command. The snapshot commands are in
+// snapshot.go.
 
 func (a *app) memberCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -154,87 +153,4 @@ func (a *app) printMembers(ms []client.Member) error {
 		t.row(leasepb.FormatID(m.ID), m.Name, m.PeerAddr, orDash(m.ClientAddr), strconv.FormatBool(m.IsLearner))
 	}
 	return t.flush()
-}
-
-func (a *app) snapshotCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "snapshot",
-		Short:   "Save a snapshot of the lease state",
-		Example: `  leasectl snapshot save /backup/leased-$(date +%F).snap`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef(cmd, "unknown snapshot command %q (want save)", args[0])
-			}
-			return usagef(cmd, "missing snapshot command (save)")
-		},
-		RunE: func(*cobra.Command, []string) error { return nil },
-	}
-	save := &cobra.Command{
-		Use:   "save FILE",
-		Short: "Stream a consistent snapshot of the lease state machine into FILE",
-		Long: `save streams a consistent snapshot of the lease state machine from the cluster into FILE, checks its
-sha256, and only then moves it into place (FILE is never left half-written). The snapshot has no deadline
-beyond the cluster's; interrupt with SIGINT. (The server answers this once snapshots are implemented; until
-then it exits 1 with the server's answer.)`,
-		Example: `  leasectl snapshot save /backup/leased.snap`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || args[0] == "" {
-				return usagef(cmd, "expected one FILE")
-			}
-			return nil
-		},
-		RunE: a.body(func(cmd *cobra.Command, args []string) error {
-			ctx, interrupted, stop := a.interruptible(cmd.Context())
-			defer stop()
-			n, index, err := a.saveSnapshot(ctx, args[0])
-			if err != nil {
-				if interrupted() {
-					return fmt.Errorf("snapshot save: %w", errInterrupted)
-				}
-				return err
-			}
-			if a.jsonOut() {
-				return a.emitJSON(map[string]any{"file": args[0], "size_bytes": n, "applied_index": index})
-			}
-			t := a.newTable("FILE", "SIZE", "APPLIED INDEX")
-			t.row(args[0], bytesHuman(n), strconv.FormatUint(index, 10))
-			return t.flush()
-		}),
-	}
-	cmd.AddCommand(save)
-	return cmd
-}
-
-// saveSnapshot writes the snapshot stream to a temporary file next to path, verifies its checksum and
-// renames it into place.
-func (a *app) saveSnapshot(ctx context.Context, path string) (size int64, index uint64, err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".part-*")
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot save: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	var info client.SnapshotInfo
-	err = a.withClient("", func(c *client.Client) error {
-		var err error
-		info, err = c.Snapshot(ctx, tmp)
-		return err
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot save: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("snapshot save: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return 0, 0, fmt.Errorf("snapshot save: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return 0, 0, fmt.Errorf("snapshot save: %w", err)
-	}
-	return info.Size, info.AppliedIndex, nil
 }

@@ -41,6 +41,7 @@ func TestCluster(t *testing.T) {
 		{"LeaderWatch", testLeaderWatch},
 		{"ClusterServiceUnimplemented", testUnimplemented},
 		{"RequestIDReuseIsRefused", testRequestIDReuse},
+		{"SnapshotSaveStatusRestore", testSnapshot},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
@@ -459,7 +460,6 @@ func testUnimplemented(t *testing.T, eps []string) {
 		{"member", "add", "n4", "--peer-addr", "127.0.0.1:7204"},
 		{"member", "promote", "4"},
 		{"member", "remove", "4"},
-		{"snapshot", "save", filepath.Join(t.TempDir(), "snap")},
 	} {
 		r := want(t, ctl(t, eps, args...), 1)
 		if !strings.Contains(r.stderr, "does not support this yet") {

@@ -18,6 +18,10 @@ import (
 // variable that sets it: --data-dir is LEASED_DATA_DIR. A flag on the command line wins over the variable.
 const envPrefix = "LEASED_"
 
+// notFromEnv are the flags no environment variable sets: LEASED_VERSION is a common name for the version
+// a deployment runs (an image tag), and must not turn a node into a process that prints its version.
+var notFromEnv = map[string]bool{"version": true}
+
 // options is everything the command line decides: the node's configuration plus what only the binary
 // needs (the admin listener, the logger, --version).
 type options struct {
@@ -91,6 +95,9 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	// The environment first, so that the command line, parsed next, overrides it.
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if notFromEnv[f.Name] {
+			return
+		}
 		v := getenv(envName(f.Name))
 		if v == "" || err != nil {
 			return
@@ -126,9 +133,10 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 
 Usage:
   leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]
+  leased health [--admin-addr HOST:PORT] [--live] [--timeout D]   (see leased health --help)
 
-Every flag can also be set with an environment variable: LEASED_ and the flag's name in upper snake
-case (--data-dir is LEASED_DATA_DIR). A flag on the command line wins over the variable.
+Every flag but --version can also be set with an environment variable: LEASED_ and the flag's name in
+upper snake case (--data-dir is LEASED_DATA_DIR). A flag on the command line wins over the variable.
 
 Flags:
 `)
@@ -140,6 +148,10 @@ Flags:
 		fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, name, usage)
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		if notFromEnv[f.Name] {
+			fmt.Fprintln(w)
+			return
 		}
 		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
 	})

@@ -1,8 +1,9 @@
 // Command leased runs one node of a leased cluster: the Raft-replicated lease state machine, the gRPC
 // Leases and Cluster services for clients, raft traffic for peers, and a small admin HTTP server.
 //
-// Flags (each also settable as LEASED_<FLAG_IN_UPPER_SNAKE>) become a server.Config; `leased --help`
-// lists them. SIGTERM or SIGINT shuts the node down cleanly (it hands leadership to a follower first) and
+// Flags (each also settable as LEASED_<FLAG_IN_UPPER_SNAKE>, except --version) become a server.Config;
+// `leased --help` lists them. `leased health` asks a running node's admin port whether it is ready
+// (health.go), for container health checks. SIGTERM or SIGINT shuts the node down cleanly (it hands leadership to a follower first) and
 // exits 0. Exit status 1 is a configuration error or a fatal error of the node, 2 a bad flag.
 package main
 
@@ -20,11 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/leased/leased/cmd/internal/buildinfo"
 	"github.com/leased/leased/server"
 )
-
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-var version = "dev"
 
 func main() {
 	// The context ends on the first SIGTERM or SIGINT. Later signals are swallowed while the node shuts
@@ -56,14 +55,19 @@ func exitCode(err error, stderr io.Writer) int {
 // run parses the command line, starts the node and serves until ctx ends (a clean shutdown: nil) or the
 // node stops by itself after a fatal error (that error).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "health" {
+		return runHealth(ctx, args[1:], getenv, stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stdout)
 	if err != nil {
 		return err
 	}
+	build := buildinfo.Read()
 	if o.showVersion {
-		fmt.Fprintf(stdout, "leased %s\n", version)
+		fmt.Fprintf(stdout, "leased %s\n", build)
 		return nil
 	}
+	version := build.Version
 	log := newLogger(o, stderr)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -17,18 +17,30 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leased/leased/cmd/internal/buildinfo"
 	"github.com/leased/leased/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestVersion(t *testing.T) {
-	var stdout bytes.Buffer
-	if err := run(context.Background(), []string{"--version"}, env(), &stdout, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
+	want := "leased " + buildinfo.Read().String() + "\n"
+	for _, getenv := range []func(string) string{env(), env("LEASED_VERSION", "v1.2.3"), env("LEASED_VERSION", "false")} {
+		var stdout bytes.Buffer
+		if err := run(context.Background(), []string{"--version"}, getenv, &stdout, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := stdout.String(); got != want {
+			t.Errorf("--version printed %q, want %q", got, want)
+		}
 	}
-	if got := stdout.String(); got != "leased "+version+"\n" {
-		t.Errorf("--version printed %q", got)
+}
+
+// LEASED_VERSION names the version a deployment runs; it neither sets --version nor is a bad value.
+func TestVersionIsNotReadFromTheEnvironment(t *testing.T) {
+	o, err := parseFlags(nil, env("LEASED_VERSION", "v1.2.3", "LEASED_NAME", "n1"), &bytes.Buffer{})
+	if err != nil || o.showVersion || o.cfg.Name != "n1" {
+		t.Fatalf("with LEASED_VERSION=v1.2.3: showVersion %v, name %q, err %v", o.showVersion, o.cfg.Name, err)
 	}
 }
 

@@ -23,8 +23,9 @@ var allowed = map[string][]string{
 	"server":       {"api", "fsm", "raftlog"},
 	"client/fence": {},
 	"client":       {"api"},
-	"cmd/leased":   {"api", "server", "raftlog"},
-	"cmd/leasectl": {"api", "client"},
+	"cmd/internal": {},
+	"cmd/leased":   {"api", "server", "raftlog", "cmd/internal"},
+	"cmd/leasectl": {"api", "client", "fsm", "server", "cmd/internal"}, // fsm, server: offline snapshot status and restore
 	"tests":        {"api", "client", "server", "fsm", "raftlog"},
 }
 

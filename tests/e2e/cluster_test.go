@@ -28,6 +28,17 @@ type cluster struct {
 // every node's log if it did.
 func newCluster(t *testing.T, size int, extra ...string) *cluster {
 	t.Helper()
+	c := prepareCluster(t, size, extra...)
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	c.waitLeader(10*time.Second, -1)
+	return c
+}
+
+// prepareCluster is newCluster without starting anything: the nodes' addresses and data dirs are chosen.
+func prepareCluster(t *testing.T, size int, extra ...string) *cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
 	}
@@ -44,10 +55,6 @@ func newCluster(t *testing.T, size int, extra ...string) *cluster {
 		}
 	})
 	c.Cluster = proc.New(t, proc.Config{Bin: leasedBin, Dir: dir, Size: size, Admin: true, Args: extra})
-	for i := range c.Nodes {
-		c.Start(i)
-	}
-	c.waitLeader(10*time.Second, -1)
 	return c
 }
 

@@ -204,6 +204,13 @@ func New(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// SetBinary makes later Starts run bin (a rolling upgrade); nodes already running are left alone. Call
+// it from the goroutine that calls Start.
+func (c *Cluster) SetBinary(bin string) { c.cfg.Bin = bin }
+
+// InitialCluster is the --initial-cluster every node starts with (name=peer-address,...).
+func (c *Cluster) InitialCluster() string { return c.initial }
+
 // Endpoints returns the nodes' client addresses.
 func (c *Cluster) Endpoints() []string {
 	var eps []string

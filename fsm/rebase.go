@@ -1,0 +1,30 @@
+package fsm
+
+import "fmt"
+
+// Rebase prepares a state restored from a backup to found a new cluster whose log starts after floor
+// (decision 12: tokens never go backwards, even across a restore). The applied index becomes floor, so
+// the new cluster's first entry has index floor+1 and every token it grants is above floor; the highest
+// token stays what the old cluster granted before the backup (the next grant is still larger).
+//
+// Every lease forgets its checkpoint and counts as renewed, so the new cluster's first leader gives it
+// a full TTL from its takeover: the holder may be alive and renewing against the new cluster, and a
+// remainder checkpointed when the backup was taken measures time that passed long ago. A lease whose
+// holder is gone expires one TTL after the new cluster starts. Lock-delays and the remembered lease ends
+// (index-based, and below floor) stay as they are; the lessor counts a lock-delay's full length from
+// when it starts, never less.
+//
+// floor must be at least the applied index; the state is unchanged on error.
+func (f *FSM) Rebase(floor uint64) error {
+	if floor < f.applied {
+		return fmt.Errorf("%w: floor %d is below the applied index %d", ErrIndexNotIncreasing, floor, f.applied)
+	}
+	f.byResource.Ascend(func(e entry) bool {
+		e.lease.set(flagCheckpointed, false)
+		e.lease.set(flagRenewed, true)
+		e.lease.remainingMs = 0
+		return true
+	})
+	f.applied = floor
+	return nil
+}

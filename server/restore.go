@@ -1,0 +1,201 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/raftlog"
+)
+
+// Restore: founding a new cluster from a backup (leasectl snapshot restore, offline, one data dir per
+// new member from the same file and the same initial cluster).
+//
+// The token floor (decision 12): the old cluster may have kept granting after the backup, with tokens
+// the backup cannot know. The restored cluster's raft log therefore starts after a floor above all of
+// them: each data dir holds a raft snapshot at index floor (term 1, the new members as voters) and a
+// HardState committing it, so the first entry of the new cluster has index floor+1 and every token it
+// grants is above floor. Every node of the new cluster holds the same snapshot, so raft starts from
+// there (RestartNode, no bootstrap entries) and no node needs a snapshot sent.
+
+// DefaultTokenFloorBump is added to a backup's applied index when no floor is given: room for 2^40
+// (about 1.1 × 10^12) entries the old cluster may have appended after the backup — 127 days at 100,000
+// entries a second, far beyond what one cluster commits — while the tokens stay far below 2^53 (exact
+// in JSON and JavaScript numbers) for thousands of restores, and below the int64 range that fence stores
+// (PostgreSQL bigint, Redis integers) keep. See docs/operations.md, "Back up and restore".
+const DefaultTokenFloorBump = 1 << 40
+
+// MaxTokenFloor is the largest floor a restore accepts: tokens must stay within int64, the range fence
+// stores keep.
+const MaxTokenFloor = math.MaxInt64 / 2
+
+// restoredTerm is the raft term of the restored snapshot and HardState; the new cluster's first election
+// moves past it.
+const restoredTerm = 1
+
+// RestoreConfig describes one member's data dir of a cluster restored from a backup.
+type RestoreConfig struct {
+	// Snapshot is the backup: the bytes the Snapshot RPC streamed (leasectl snapshot save's file).
+	Snapshot []byte
+	// Name is this member's name; it must be one of InitialCluster's.
+	Name string
+	// DataDir must not exist or be empty: a restore never writes over a data dir.
+	DataDir string
+	// InitialCluster is the new cluster's members, name -> peer address, as leased's --initial-cluster;
+	// the same for every member, and the same the restored nodes are started with.
+	InitialCluster map[string]string
+	// TokenFloor is the index the restored log starts after; every token of the new cluster is above it.
+	// 0 means the backup's applied index + DefaultTokenFloorBump. It may not be below the applied index.
+	TokenFloor uint64
+}
+
+// RestoreInfo describes what RestoreDataDir wrote.
+type RestoreInfo struct {
+	// AppliedIndex is the backup's; TokenFloor the floor used.
+	AppliedIndex, TokenFloor uint64
+	// HighestToken is the largest token in the backup; Leases the number of live leases it holds.
+	HighestToken uint64
+	Leases       int
+	// ClusterID and NodeID are the identity recorded in the data dir.
+	ClusterID, NodeID uint64
+}
+
+// ErrDataDirNotEmpty: a restore was asked to write into a data dir that already holds something.
+var ErrDataDirNotEmpty = errors.New("data dir is not empty")
+
+// RestoreDataDir writes a data dir for one member of a new cluster founded from a backup. Its raft log is
+// built under a temporary name and renamed into place once complete and synced, so DataDir holds either
+// no raft log or the whole restored one. leased then starts on it with the same
+// --name and --initial-cluster as usual; a different --name is refused (the identity differs).
+func RestoreDataDir(cfg RestoreConfig) (RestoreInfo, error) {
+	if err := cfg.check(); err != nil {
+		return RestoreInfo{}, err
+	}
+	sm, err := fsm.Restore(cfg.Snapshot)
+	if err != nil {
+		return RestoreInfo{}, err
+	}
+	info := RestoreInfo{AppliedIndex: sm.AppliedIndex(), HighestToken: sm.HighestToken(), Leases: sm.Len(), TokenFloor: cfg.TokenFloor}
+	if info.TokenFloor == 0 {
+		info.TokenFloor = info.AppliedIndex + DefaultTokenFloorBump
+	}
+	if info.TokenFloor < info.AppliedIndex || info.TokenFloor > MaxTokenFloor {
+		return RestoreInfo{}, fmt.Errorf("%w: token floor %d must be between the backup's applied index %d and %d",
+			ErrInvalid, info.TokenFloor, info.AppliedIndex, uint64(MaxTokenFloor))
+	}
+	if err := sm.Rebase(info.TokenFloor); err != nil {
+		return RestoreInfo{}, err
+	}
+	data, err := sm.Snapshot()
+	if err != nil {
+		return RestoreInfo{}, err
+	}
+	info.ClusterID = clusterID(cfg.InitialCluster)
+	info.NodeID = memberID(info.ClusterID, cfg.Name)
+	voters := make([]uint64, 0, len(cfg.InitialCluster))
+	for name := range cfg.InitialCluster {
+		voters = append(voters, memberID(info.ClusterID, name))
+	}
+	slices.Sort(voters)
+	snap := &raftpb.Snapshot{
+		Metadata: &raftpb.SnapshotMetadata{
+			Index: new(info.TokenFloor), Term: new(uint64(restoredTerm)),
+			ConfState: raftpb.EnsureConfState(&raftpb.ConfState{Voters: voters}),
+		},
+		Data: data,
+	}
+	hs := &raftpb.HardState{Term: new(uint64(restoredTerm)), Vote: new(uint64(0)), Commit: new(info.TokenFloor)}
+	id := raftlog.Identity{ClusterID: info.ClusterID, NodeID: info.NodeID}
+	if err := writeDataDir(cfg.DataDir, id, hs, snap); err != nil {
+		return RestoreInfo{}, err
+	}
+	return info, nil
+}
+
+func (cfg RestoreConfig) check() error {
+	switch {
+	case cfg.Name == "":
+		return fmt.Errorf("%w: a member name is required", ErrInvalid)
+	case cfg.DataDir == "":
+		return fmt.Errorf("%w: a data dir is required", ErrInvalid)
+	case len(cfg.InitialCluster) == 0:
+		return fmt.Errorf("%w: the initial cluster is required", ErrInvalid)
+	}
+	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
+		return fmt.Errorf("%w: name %q is not in the initial cluster", ErrInvalid, cfg.Name)
+	}
+	return checkEmptyDir(cfg.DataDir)
+}
+
+// checkEmptyDir accepts a path that does not exist or is an empty directory.
+func checkEmptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	case len(entries) > 0:
+		return fmt.Errorf("%w: %s holds %s (a restore writes a new data dir; remove it or pick another)", ErrDataDirNotEmpty, dir, entries[0].Name())
+	}
+	return nil
+}
+
+// writeDataDir creates the raft log of a restored member in a temporary directory inside dir and moves
+// the finished file into place, so dir holds either no raft.db or a complete one. Building it inside dir
+// (not beside it) keeps the rename on one file system when dir is a mount point or a volume.
+func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *raftpb.Snapshot) (err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, ".restore-*")
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer func() {
+		if rerr := os.RemoveAll(tmp); err == nil && rerr != nil {
+			err = fmt.Errorf("restore: %w", rerr)
+		}
+	}()
+	storage, err := raftlog.Open(tmp, id)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	err = storage.Save(hs, nil, snap)
+	if cerr := storage.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("restore: write raft log: %w", err)
+	}
+	if err := os.Rename(filepath.Join(tmp, raftlog.FileName), filepath.Join(dir, raftlog.FileName)); err != nil {
+		return fmt.Errorf("restore: move into place: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(filepath.Clean(dir)))
+}
+
+// syncDir makes a directory's new entry durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("restore: sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// The Snapshot RPC: a backup of the lease state. The stream's bytes are the state machine's snapshot
+// (fsm.Snapshot's envelope: magic, version, length, CRC-32C, body), taken at an applied index read
+// linearizably, so a backup holds every write acknowledged before the call. It is all a restore needs
+// (leasectl snapshot restore, RestoreDataDir): the leases with their holders, values, tokens and request
+// ids, the highest token, lock-delays and remembered lease ends.
+
+// snapshotChunkBytes is the most data one SnapshotChunk carries (the API promises at most 1 MiB).
+const snapshotChunkBytes = 1 << 20
+
+// MaxSnapshotStreams is how many Snapshot streams one node serves at a time; more are refused with
+// ResourceExhausted. Each stream holds one encoded copy of the state (about the snapshot's size) until it
+// ends, so this bounds the memory backups can take (decision 14).
+const MaxSnapshotStreams = 2
+
+// snapshotLimiter counts the Snapshot streams being served. The zero value is ready.
+type snapshotLimiter struct {
+	mu     sync.Mutex
+	active int
+}
+
+func (l *snapshotLimiter) acquire() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active >= MaxSnapshotStreams {
+		return false
+	}
+	l.active++
+	return true
+}
+
+func (l *snapshotLimiter) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active--
+}
+
+func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.ServerStreamingServer[leasepb.SnapshotChunk]) error {
+	if !s.snapshots.acquire() {
+		return withDetails(codes.ResourceExhausted, errSnapshotStreams, &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "snapshot streams", Description: errSnapshotStreams.Error()}}})
+	}
+	defer s.snapshots.release()
+	data, index, err := s.n.consistentSnapshot(stream.Context())
+	if err != nil {
+		return s.n.status(err)
+	}
+	return sendSnapshot(stream, data, index)
+}
+
+var errSnapshotStreams = errors.New("this node already serves the most concurrent snapshot streams; retry later")
+
+// consistentSnapshot encodes the state machine after a linearizable read: it reflects every entry
+// committed before the call (and possibly later ones, never fewer). index is the state's applied index.
+func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint64, err error) {
+	if err := n.linearizable(ctx); err != nil {
+		return nil, 0, err
+	}
+	n.fsmMu.RLock()
+	defer n.fsmMu.RUnlock()
+	data, err = n.sm.Snapshot()
+	return data, n.sm.AppliedIndex(), err
+}
+
+// sendSnapshot streams data in chunks of at most snapshotChunkBytes; the last one carries the sha256.
+// The chunks alias data: nothing more is allocated per chunk.
+func sendSnapshot(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data []byte, index uint64) error {
+	sum := sha256.Sum256(data)
+	for off := 0; ; off += snapshotChunkBytes {
+		end := min(off+snapshotChunkBytes, len(data))
+		chunk := &leasepb.SnapshotChunk{Data: data[off:end], RemainingBytes: uint64(len(data) - end), AppliedIndex: index}
+		if end == len(data) {
+			chunk.Sha256 = sum[:]
+		}
+		if err := stream.Send(chunk); err != nil {
+			return err
+		}
+		if end == len(data) {
+			return nil
+		}
+	}
+}
