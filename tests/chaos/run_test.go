@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -160,6 +161,17 @@ func (rep *report) String() string {
 		fmt.Fprintf(&b, "  violations %-11s: %d%s\n", inv, len(rep.Violations[inv]), note)
 	}
 	return b.String()
+}
+
+// writeViolations writes every violation, by invariant, to path.
+func writeViolations(vs map[string][]string, path string) {
+	var b strings.Builder
+	for _, inv := range slices.Sorted(maps.Keys(vs)) {
+		for _, v := range vs[inv] {
+			fmt.Fprintf(&b, "%s\t%s\n", inv, v)
+		}
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // openClientLog points clientLog at path; the function it returns closes the file.
@@ -441,6 +453,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	rep.Elapsed = time.Since(start)
 	summary := rep.String()
 	_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary), 0o644)
+	writeViolations(rep.Violations, filepath.Join(dir, "violations.txt")) // all of them; the test log shows 20 a kind
 	for inv, vs := range rep.Violations {
 		for i, v := range vs {
 			if i == 20 {
