@@ -17,9 +17,11 @@
 #      `mysql` user when we are root) and a Redis (127.0.0.1, random free
 #      port, no persistence);
 #   3. waits, with a deadline, until each accepts connections;
+#      It also starts a one-node Redis Cluster (cluster mode, every slot on
+#      the one node), which refuses cross-slot scripts as a real cluster does;
 #   4. exports LEASED_TEST_POSTGRES_DSN, LEASED_TEST_MARIADB_DSN (a
-#      github.com/go-sql-driver/mysql DSN) and LEASED_TEST_REDIS_ADDR and
-#      runs CMD;
+#      github.com/go-sql-driver/mysql DSN), LEASED_TEST_REDIS_ADDR and
+#      LEASED_TEST_REDIS_CLUSTER_ADDR and runs CMD;
 #   5. on any exit stops the servers and removes the temp dir, and exits
 #      with CMD's exit status.
 #
@@ -59,6 +61,7 @@ is_root() { [[ "$(id -u)" -eq 0 ]]; }
 
 WORKDIR=""
 REDIS_PID=""
+REDIS_CLUSTER_PID=""
 PG_DATA=""
 PG_BIN=""
 MARIADB_PID=""
@@ -111,6 +114,10 @@ cleanup() {
 	if [[ -n "$REDIS_PID" ]]; then
 		kill "$REDIS_PID" 2>/dev/null
 		wait "$REDIS_PID" 2>/dev/null
+	fi
+	if [[ -n "$REDIS_CLUSTER_PID" ]]; then
+		kill "$REDIS_CLUSTER_PID" 2>/dev/null
+		wait "$REDIS_CLUSTER_PID" 2>/dev/null
 	fi
 	stop_mariadb
 	if [[ -n "$PG_DATA" && -f "$PG_DATA/postmaster.pid" ]]; then
@@ -408,6 +415,51 @@ start_redis() {
 	return 1
 }
 
+# A one-node Redis Cluster (cluster mode, all 16384 slots on the node): it
+# refuses a script whose keys hash to different slots (CROSSSLOT) as a big
+# cluster does, which is what redisfence's hash-tag tests need.
+
+REDIS_CLUSTER_PORT=""
+
+redis_cluster_ready() {
+	redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
+}
+
+redis_cluster_up() {
+	[[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" ping 2>/dev/null)" == "PONG" ]]
+}
+
+start_redis_cluster() {
+	if ! have_redis || ! command -v redis-cli >/dev/null 2>&1; then
+		warn "redis-server or redis-cli not found: LEASED_TEST_REDIS_CLUSTER_ADDR stays unset"
+		return 1
+	fi
+	local dir="$WORKDIR/redis-cluster"
+	mkdir -p "$dir"
+	local attempt
+	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
+		REDIS_CLUSTER_PORT="$(free_port)" || break
+		redis-server --bind 127.0.0.1 --port "$REDIS_CLUSTER_PORT" --dir "$dir" \
+			--cluster-enabled yes --cluster-config-file "$dir/nodes-$REDIS_CLUSTER_PORT.conf" \
+			--save '' --appendonly no --daemonize no --protected-mode yes \
+			--logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+		REDIS_CLUSTER_PID=$!
+		if wait_until redis_cluster_up "$REDIS_CLUSTER_PID" &&
+			redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster addslotsrange 0 16383 >/dev/null 2>&1 &&
+			wait_until redis_cluster_ready "$REDIS_CLUSTER_PID"; then
+			export LEASED_TEST_REDIS_CLUSTER_ADDR="127.0.0.1:$REDIS_CLUSTER_PORT"
+			log "Redis Cluster (one node) ready on $LEASED_TEST_REDIS_CLUSTER_ADDR"
+			return 0
+		fi
+		log "Redis Cluster did not start on port $REDIS_CLUSTER_PORT (attempt $attempt)"
+		kill "$REDIS_CLUSTER_PID" 2>/dev/null
+		wait "$REDIS_CLUSTER_PID" 2>/dev/null
+		REDIS_CLUSTER_PID=""
+	done
+	warn "Redis Cluster did not start: $(tail -n 5 "$dir/redis.log" 2>/dev/null)"
+	return 1
+}
+
 # ---------------------------------------------------------------------------
 
 main() {
@@ -433,6 +485,11 @@ main() {
 			log "using the LEASED_TEST_REDIS_ADDR already set"
 		else
 			start_redis || unset LEASED_TEST_REDIS_ADDR
+		fi
+		if [[ -n "${LEASED_TEST_REDIS_CLUSTER_ADDR:-}" ]]; then
+			log "using the LEASED_TEST_REDIS_CLUSTER_ADDR already set"
+		else
+			start_redis_cluster || unset LEASED_TEST_REDIS_CLUSTER_ADDR
 		fi
 	fi
 	# CMD runs in the background (stdin passed through) so that a signal to
