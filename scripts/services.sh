@@ -425,6 +425,20 @@ redis_cluster_ready() {
 	redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
 }
 
+# free_cluster_port prints a free port whose cluster bus port (port + 10000)
+# is a valid port and free too.
+free_cluster_port() {
+	local port i
+	for i in $(seq 1 20); do
+		port="$(free_port)" || return 1
+		if ((port + 10000 <= 65535)) && ! port_in_use $((port + 10000)); then
+			echo "$port"
+			return 0
+		fi
+	done
+	return 1
+}
+
 redis_cluster_up() {
 	[[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" ping 2>/dev/null)" == "PONG" ]]
 }
@@ -438,7 +452,7 @@ start_redis_cluster() {
 	mkdir -p "$dir"
 	local attempt
 	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
-		REDIS_CLUSTER_PORT="$(free_port)" || break
+		REDIS_CLUSTER_PORT="$(free_cluster_port)" || break
 		redis-server --bind 127.0.0.1 --port "$REDIS_CLUSTER_PORT" --dir "$dir" \
 			--cluster-enabled yes --cluster-config-file "$dir/nodes-$REDIS_CLUSTER_PORT.conf" \
 			--save '' --appendonly no --daemonize no --protected-mode yes \
