@@ -61,7 +61,8 @@ ON CONFLICT (resource) DO UPDATE SET token = GREATEST(t.token, EXCLUDED.token)`,
 // missing, and the fenced transaction only ever locks an existing row.
 // That costs one more statement per fenced write. A row with token 0 is
 // what a first write that failed or was refused leaves behind; it reads as
-// no token.
+// no token. The statement relies on the session's autocommit, MariaDB's
+// default: do not set autocommit=0 on the connections of the Fence's DB.
 var MariaDB = Dialect{
 	name:        "mariadb",
 	placeholder: func(int) string { return "?" },
