@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# services.sh — run a command with a throwaway PostgreSQL and Redis beside it.
+# services.sh — run a command with a throwaway PostgreSQL, MariaDB and Redis beside it.
 #
 # Usage: scripts/services.sh CMD [ARGS...]
 #   e.g. scripts/services.sh go test -race ./client/fence/...
 #
 # What it does:
-#   1. makes sure the PostgreSQL and Redis server binaries exist; when one is
-#      missing and we run as root it runs `apt-get update` once and then
-#      `apt-get install -y postgresql redis-server` (Debian 12 and later);
+#   1. makes sure the PostgreSQL, MariaDB and Redis server binaries exist;
+#      when one is missing and we run as root it runs `apt-get update` once
+#      and then `apt-get install -y postgresql mariadb-server redis-server`
+#      (Debian 12 and later);
 #   2. starts a PostgreSQL (initdb in a temp dir, 127.0.0.1 only, random free
 #      port, unix socket in the temp dir; run as the `postgres` user when we
-#      are root, because postgres refuses to run as root) and a Redis
-#      (127.0.0.1, random free port, no persistence);
-#   3. waits, with a deadline, until both accept connections;
-#   4. exports LEASED_TEST_POSTGRES_DSN and LEASED_TEST_REDIS_ADDR and runs CMD;
-#   5. on any exit stops both servers and removes the temp dir, and exits
+#      are root, because postgres refuses to run as root), a MariaDB
+#      (mariadb-install-db in a temp dir, 127.0.0.1 only, random free port,
+#      unix socket in the temp dir, a database `leased_test`; run as the
+#      `mysql` user when we are root) and a Redis (127.0.0.1, random free
+#      port, no persistence);
+#   3. waits, with a deadline, until each accepts connections;
+#      It also starts a one-node Redis Cluster (cluster mode, every slot on
+#      the one node), which refuses cross-slot scripts as a real cluster does;
+#   4. exports LEASED_TEST_POSTGRES_DSN, LEASED_TEST_MARIADB_DSN (a
+#      github.com/go-sql-driver/mysql DSN), LEASED_TEST_REDIS_ADDR and
+#      LEASED_TEST_REDIS_CLUSTER_ADDR and runs CMD;
+#   5. on any exit stops the servers and removes the temp dir, and exits
 #      with CMD's exit status.
 #
 # A service that cannot be installed or started is reported with a loud
@@ -53,22 +61,48 @@ is_root() { [[ "$(id -u)" -eq 0 ]]; }
 
 WORKDIR=""
 REDIS_PID=""
+REDIS_CLUSTER_PID=""
 PG_DATA=""
 PG_BIN=""
+MARIADB_PID=""
+MARIADB_PIDFILE=""
 # shellcheck source=scripts/apt.sh
 source "$(dirname "$(readlink -f "$0")")/apt.sh"
 
-run_as_postgres() {
+# run_as USER CMD...: runs CMD as USER when we are root, as ourselves otherwise.
+run_as() {
+	local user=$1
+	shift
 	if is_root; then
 		if command -v runuser >/dev/null 2>&1; then
-			runuser -u postgres -- "$@"
+			runuser -u "$user" -- "$@"
 		else
 			# su needs one shell string; quote every argument.
-			su -s /bin/sh postgres -c "$(printf '%q ' "$@")"
+			su -s /bin/sh "$user" -c "$(printf '%q ' "$@")"
 		fi
 	else
 		"$@"
 	fi
+}
+
+run_as_postgres() { run_as postgres "$@"; }
+
+# stop_mariadb asks mariadbd to shut down (SIGTERM to the pid it wrote) and
+# waits for it, with a deadline, before killing it.
+stop_mariadb() {
+	local pid=""
+	[[ -n "$MARIADB_PIDFILE" ]] && pid="$(cat "$MARIADB_PIDFILE" 2>/dev/null)"
+	[[ -n "$pid" ]] && kill "$pid" 2>/dev/null
+	local deadline=$((SECONDS + 30))
+	while [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+		sleep 0.1 # polling interval, not a wait for a condition
+	done
+	[[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null
+	if [[ -n "$MARIADB_PID" ]]; then
+		kill "$MARIADB_PID" 2>/dev/null
+		wait "$MARIADB_PID" 2>/dev/null
+	fi
+	MARIADB_PID=""
 }
 
 cleanup() {
@@ -81,6 +115,11 @@ cleanup() {
 		kill "$REDIS_PID" 2>/dev/null
 		wait "$REDIS_PID" 2>/dev/null
 	fi
+	if [[ -n "$REDIS_CLUSTER_PID" ]]; then
+		kill "$REDIS_CLUSTER_PID" 2>/dev/null
+		wait "$REDIS_CLUSTER_PID" 2>/dev/null
+	fi
+	stop_mariadb
 	if [[ -n "$PG_DATA" && -f "$PG_DATA/postmaster.pid" ]]; then
 		if ! run_as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1; then
 			local pid
@@ -136,6 +175,24 @@ find_pg_bin() {
 
 have_redis() { command -v redis-server >/dev/null 2>&1; }
 
+# find_mariadbd prints the path of the MariaDB server binary (mariadbd, or
+# mysqld in older packages).
+find_mariadbd() {
+	local bin
+	for bin in mariadbd /usr/sbin/mariadbd mysqld /usr/sbin/mysqld; do
+		if command -v "$bin" >/dev/null 2>&1; then
+			command -v "$bin"
+			return 0
+		fi
+	done
+	return 1
+}
+
+have_mariadb() {
+	find_mariadbd >/dev/null && command -v mariadb-install-db >/dev/null 2>&1 &&
+		command -v mariadb >/dev/null 2>&1
+}
+
 # install_packages installs the given Debian packages (scripts/apt.sh), keeping apt from starting the
 # packaged system-wide services (we start our own).
 install_packages() {
@@ -152,6 +209,10 @@ ensure_binaries() {
 	[[ -n "${LEASED_TEST_REDIS_ADDR:-}" ]] || have_redis || missing+=(redis-server)
 	if [[ ${#missing[@]} -gt 0 ]]; then
 		install_packages "${missing[@]}" || warn "could not install ${missing[*]}"
+	fi
+	# MariaDB on its own, so that a machine without it still gets the others.
+	if [[ -z "${LEASED_TEST_MARIADB_DSN:-}" ]] && ! have_mariadb; then
+		install_packages mariadb-server || warn "could not install mariadb-server"
 	fi
 }
 
@@ -245,6 +306,72 @@ start_postgres() {
 }
 
 # ---------------------------------------------------------------------------
+# MariaDB.
+
+MARIADB_PORT=""
+MARIADB_SOCK=""
+
+mariadb_ready() {
+	mariadb --no-defaults --socket="$MARIADB_SOCK" -u root -e 'SELECT 1' >/dev/null 2>&1
+}
+
+start_mariadb() {
+	local server
+	if ! have_mariadb || ! server="$(find_mariadbd)"; then
+		warn "MariaDB server binaries not found: LEASED_TEST_MARIADB_DSN stays unset"
+		return 1
+	fi
+	local dir="$WORKDIR/mariadb" user
+	user="$(id -un)"
+	mkdir -p "$dir/data"
+	if is_root; then
+		# mariadbd refuses to run as root without being told to; run it as
+		# the package's own user.
+		if ! id mysql >/dev/null 2>&1; then
+			warn "running as root but there is no 'mysql' user to run MariaDB as"
+			return 1
+		fi
+		user=mysql
+		chown -R mysql: "$dir"
+	fi
+	# root@localhost and root@127.0.0.1 with an empty password, so that the
+	# tests can connect over TCP.
+	if ! run_as "$user" mariadb-install-db --no-defaults --datadir="$dir/data" \
+		--auth-root-authentication-method=normal --skip-test-db \
+		>"$dir/install.log" 2>&1 </dev/null; then
+		warn "mariadb-install-db failed: $(tail -n 5 "$dir/install.log")"
+		return 1
+	fi
+	MARIADB_SOCK="$dir/mysqld.sock"
+	MARIADB_PIDFILE="$dir/mysqld.pid"
+	local attempt
+	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
+		MARIADB_PORT="$(free_port)" || break
+		run_as "$user" "$server" --no-defaults --datadir="$dir/data" \
+			--port="$MARIADB_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
+			--socket="$MARIADB_SOCK" --pid-file="$MARIADB_PIDFILE" \
+			--log-error="$dir/mariadb.log" --skip-log-bin \
+			--innodb-buffer-pool-size=64M --innodb-flush-log-at-trx-commit=0 \
+			--max-connections=200 </dev/null >/dev/null 2>&1 &
+		MARIADB_PID=$!
+		if wait_until mariadb_ready "$MARIADB_PID"; then
+			if ! mariadb --no-defaults --socket="$MARIADB_SOCK" -u root \
+				-e 'CREATE DATABASE IF NOT EXISTS leased_test' >>"$dir/install.log" 2>&1; then
+				warn "cannot create the MariaDB test database: $(tail -n 5 "$dir/install.log")"
+				return 1
+			fi
+			export LEASED_TEST_MARIADB_DSN="root@tcp(127.0.0.1:$MARIADB_PORT)/leased_test"
+			log "MariaDB ready on 127.0.0.1:$MARIADB_PORT"
+			return 0
+		fi
+		log "MariaDB did not start on port $MARIADB_PORT (attempt $attempt)"
+		stop_mariadb
+	done
+	warn "MariaDB did not start: $(tail -n 5 "$dir/mariadb.log" 2>/dev/null)"
+	return 1
+}
+
+# ---------------------------------------------------------------------------
 # Redis.
 
 REDIS_PORT=""
@@ -291,6 +418,65 @@ start_redis() {
 	return 1
 }
 
+# A one-node Redis Cluster (cluster mode, all 16384 slots on the node): it
+# refuses a script whose keys hash to different slots (CROSSSLOT) as a big
+# cluster does, which is what redisfence's hash-tag tests need.
+
+REDIS_CLUSTER_PORT=""
+
+redis_cluster_ready() {
+	redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster info 2>/dev/null | grep -q '^cluster_state:ok'
+}
+
+# free_cluster_port prints a free port whose cluster bus port (port + 10000)
+# is a valid port and free too.
+free_cluster_port() {
+	local port i
+	for i in $(seq 1 20); do
+		port="$(free_port)" || return 1
+		if ((port + 10000 <= 65535)) && ! port_in_use $((port + 10000)); then
+			echo "$port"
+			return 0
+		fi
+	done
+	return 1
+}
+
+redis_cluster_up() {
+	[[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" ping 2>/dev/null)" == "PONG" ]]
+}
+
+start_redis_cluster() {
+	if ! have_redis || ! command -v redis-cli >/dev/null 2>&1; then
+		warn "redis-server or redis-cli not found: LEASED_TEST_REDIS_CLUSTER_ADDR stays unset"
+		return 1
+	fi
+	local dir="$WORKDIR/redis-cluster"
+	mkdir -p "$dir"
+	local attempt
+	for attempt in $(seq 1 "$PORT_ATTEMPTS"); do
+		REDIS_CLUSTER_PORT="$(free_cluster_port)" || break
+		redis-server --bind 127.0.0.1 --port "$REDIS_CLUSTER_PORT" --dir "$dir" \
+			--cluster-enabled yes --cluster-config-file "$dir/nodes-$REDIS_CLUSTER_PORT.conf" \
+			--save '' --appendonly no --daemonize no --protected-mode yes \
+			--logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+		REDIS_CLUSTER_PID=$!
+		if wait_until redis_cluster_up "$REDIS_CLUSTER_PID" &&
+			redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster addslotsrange 0 16383 >/dev/null 2>&1 &&
+			wait_until redis_cluster_ready "$REDIS_CLUSTER_PID"; then
+			export LEASED_TEST_REDIS_CLUSTER_ADDR="127.0.0.1:$REDIS_CLUSTER_PORT"
+			log "Redis Cluster (one node) ready on $LEASED_TEST_REDIS_CLUSTER_ADDR"
+			return 0
+		fi
+		log "Redis Cluster did not start on port $REDIS_CLUSTER_PORT (attempt $attempt)"
+		kill "$REDIS_CLUSTER_PID" 2>/dev/null
+		wait "$REDIS_CLUSTER_PID" 2>/dev/null
+		REDIS_CLUSTER_PID=""
+	done
+	warn "Redis Cluster did not start: $(tail -n 5 "$dir/redis.log" 2>/dev/null)"
+	return 1
+}
+
 # ---------------------------------------------------------------------------
 
 main() {
@@ -299,7 +485,7 @@ main() {
 		WORKDIR=""
 	}
 	if [[ -n "$WORKDIR" ]]; then
-		# The postgres user must be able to reach its data dir inside.
+		# The postgres and mysql users must be able to reach their data dirs inside.
 		chmod 755 "$WORKDIR"
 		ensure_binaries
 		if [[ -n "${LEASED_TEST_POSTGRES_DSN:-}" ]]; then
@@ -307,10 +493,20 @@ main() {
 		else
 			start_postgres || unset LEASED_TEST_POSTGRES_DSN
 		fi
+		if [[ -n "${LEASED_TEST_MARIADB_DSN:-}" ]]; then
+			log "using the LEASED_TEST_MARIADB_DSN already set"
+		else
+			start_mariadb || unset LEASED_TEST_MARIADB_DSN
+		fi
 		if [[ -n "${LEASED_TEST_REDIS_ADDR:-}" ]]; then
 			log "using the LEASED_TEST_REDIS_ADDR already set"
 		else
 			start_redis || unset LEASED_TEST_REDIS_ADDR
+		fi
+		if [[ -n "${LEASED_TEST_REDIS_CLUSTER_ADDR:-}" ]]; then
+			log "using the LEASED_TEST_REDIS_CLUSTER_ADDR already set"
+		else
+			start_redis_cluster || unset LEASED_TEST_REDIS_CLUSTER_ADDR
 		fi
 	fi
 	# CMD runs in the background (stdin passed through) so that a signal to

@@ -42,8 +42,9 @@
 //
 // The adapters live in subpackages named after the store they use:
 // memfence (in-process memory), boltfence (bbolt), pgfence (PostgreSQL via
-// pgx) and redisfence (Redis via go-redis). Each uses the store's own
-// atomicity. Package fencetest holds a conformance suite that every adapter
+// pgx), sqlfence (any database/sql driver, with dialects for PostgreSQL,
+// MariaDB/MySQL and SQLite) and redisfence (Redis via go-redis). Each uses
+// the store's own atomicity. Package fencetest holds a conformance suite that every adapter
 // passes and that a new adapter can run too.
 //
 // The fence is only as strong as its weakest writer: every write to the

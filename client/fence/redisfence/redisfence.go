@@ -28,11 +28,21 @@
 //
 // The token of resource R lives at the string key prefix+R (DefaultKeyPrefix
 // unless WithKeyPrefix says otherwise), as a decimal number. Do not write to
-// it yourself. On Redis Cluster every key of one write, the fence key
-// included, must hash to the same slot: use a hash tag in the resource name
-// and in the data keys (resource "{order-42}", keys "{order-42}:state"); a
-// write across slots fails as a whole with CROSSSLOT. Do not use a
-// *redis.Ring, which spreads keys without that check.
+// it yourself.
+//
+// # Redis Cluster
+//
+// On Redis Cluster every key of one write, the fence key included, must
+// hash to the same slot, or the write fails as a whole with CROSSSLOT. Use
+// WithHashTag: the fence key becomes prefix+"{"+R+"}", whose hash tag is the
+// resource name, and name the data keys of R with Tag(R) in them
+// (Tag("order-42")+":state" is "{order-42}:state"), so that they hash to the
+// slot of R's fence key. The resource name itself carries no braces (the
+// leased server refuses them in names, and WithHashTag refuses them in
+// Write). WithHashTag changes where tokens are stored: switching an existing
+// deployment to it starts every resource from no token, so do it only
+// while no old holder can still write. Do not use a *redis.Ring, which
+// spreads keys without the slot check.
 //
 // # Caveats
 //
@@ -89,8 +99,9 @@ type Client interface {
 // Fence performs fenced writes on one Redis deployment. It is safe for
 // concurrent use.
 type Fence struct {
-	rdb    Client
-	prefix string
+	rdb     Client
+	prefix  string
+	hashTag bool
 }
 
 // Option configures a Fence.
@@ -104,6 +115,14 @@ func WithKeyPrefix(prefix string) Option {
 	return func(f *Fence) { f.prefix = prefix }
 }
 
+// WithHashTag stores the token of resource R at prefix+"{"+R+"}", so that
+// on Redis Cluster it hashes to the slot of every key that contains Tag(R).
+// Write then refuses resource names containing '{' or '}' (which would
+// change the hash tag), and a prefix containing them is refused too.
+func WithHashTag() Option {
+	return func(f *Fence) { f.hashTag = true }
+}
+
 // New returns a Fence over rdb.
 func New(rdb Client, opts ...Option) *Fence {
 	f := &Fence{rdb: rdb, prefix: DefaultKeyPrefix}
@@ -113,8 +132,36 @@ func New(rdb Client, opts ...Option) *Fence {
 	return f
 }
 
+// Tag returns the Redis Cluster hash tag of resource, "{"+resource+"}":
+// with WithHashTag, every key that contains it (and no '{' before it)
+// hashes to the slot of the resource's fence key.
+func Tag(resource string) string { return "{" + resource + "}" }
+
 // Key returns the key holding the token of resource.
-func (f *Fence) Key(resource string) string { return f.prefix + resource }
+func (f *Fence) Key(resource string) string {
+	if f.hashTag {
+		return f.prefix + Tag(resource)
+	}
+	return f.prefix + resource
+}
+
+// checkResource validates resource, and with WithHashTag the key layout:
+// braces in the resource or the prefix would move the hash tag.
+func (f *Fence) checkResource(resource string) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	switch {
+	case !f.hashTag:
+		return nil
+	case strings.ContainsAny(resource, "{}"):
+		return fmt.Errorf("%w: %q contains '{' or '}', which would change its Redis Cluster hash tag",
+			fence.ErrInvalidResource, resource)
+	case strings.ContainsAny(f.prefix, "{}"):
+		return fmt.Errorf("redisfence: key prefix %q contains '{' or '}', which WithHashTag does not allow", f.prefix)
+	}
+	return nil
+}
 
 // Write performs a fenced write: in one script it checks token against the
 // highest token recorded for resource, records it, and runs cmds in order.
@@ -123,7 +170,10 @@ func (f *Fence) Key(resource string) string { return f.prefix + resource }
 // before any write (ErrWrongType); either failure writes nothing. With no
 // commands, Write only records the token.
 func (f *Fence) Write(ctx context.Context, resource string, token uint64, cmds ...Command) error {
-	if err := fence.Validate(resource, token); err != nil {
+	if err := f.checkResource(resource); err != nil {
+		return err
+	}
+	if err := fence.ValidateToken(token); err != nil {
 		return err
 	}
 	keys, args, err := f.encode(resource, token, cmds)
@@ -139,6 +189,9 @@ func (f *Fence) Write(ctx context.Context, resource string, token uint64, cmds .
 
 // Highest returns the highest token accepted for resource, or 0 if none.
 func (f *Fence) Highest(ctx context.Context, resource string) (uint64, error) {
+	if err := f.checkResource(resource); err != nil {
+		return 0, err
+	}
 	v, err := f.rdb.Get(ctx, f.Key(resource)).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
