@@ -8,7 +8,7 @@ FUZZTIME ?= 60s
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-test: ## the whole test suite (race detector on); starts PostgreSQL and Redis for the adapter tests
+test: ## the whole test suite (race detector on); starts PostgreSQL, MariaDB and Redis for the adapter tests
 	./scripts/test.sh
 
 proto: ## regenerate api/leasepb and api/wirepb from api/proto (pinned buf and plugins, fetched as Go modules)
