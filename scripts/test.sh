@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — the project's test suite, as the README and .ci/run run it.
 #
-# Runs `go vet` and every package's tests with the race detector, beside throwaway PostgreSQL, MariaDB and Redis (and a one-node Redis Cluster)
-# servers that scripts/services.sh starts (and, as root on Debian, installs) for the fence adapter tests.
+# Runs `go vet` and every package's tests with the race detector, beside throwaway PostgreSQL, MariaDB,
+# Redis and one-node Redis Cluster servers that scripts/services.sh starts (and, as root on Debian,
+# installs) for the fence adapter tests.
 # The default run (no arguments) also checks the protobuf sources and generated code (scripts/proto.sh check:
 # lint, stale generated code, buf breaking of the public API) and the Prometheus alerting rules
 # (scripts/promtool.sh: promtool check rules and the rules' unit tests; as root it installs Debian's
