@@ -323,6 +323,24 @@ func TestHTTPAcquireWaitsUntilFree(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the abandoned waiter to leave the queue", waiters(0))
 
+	// A waiter with a deadline (grpc-gateway's Grpc-Timeout header) is answered 504 when it passes.
+	req, err := http.NewRequest("POST", api.base+"/v1/leases/acquire",
+		strings.NewReader(`{"resource": "w", "holder": "d", "ttlMs": 10000, "wait": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Grpc-Timeout", "300m")
+	resp, err := api.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("a waiting acquire past its Grpc-Timeout: %d %s, want 504", resp.StatusCode, raw)
+	}
+	eventually(t, 10*time.Second, "the timed-out waiter to leave the queue", waiters(0))
+
 	type result struct {
 		r   reply
 		err error
