@@ -381,3 +381,30 @@ func TestHTTPBodyIsBounded(t *testing.T) {
 		t.Fatalf("a 4 KiB chunked body over a 1 KiB limit: %d %s", resp.StatusCode, raw)
 	}
 }
+
+// TestHTTPShutdownEndsWaitingRequests: closing a node with an HTTP acquire waiting in its queue returns
+// (the gateway cancels the request after its grace) and leaves no handler running (goleak, TestMain).
+func TestHTTPShutdownEndsWaitingRequests(t *testing.T) {
+	registry := prometheus.NewRegistry()
+	c := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Registerer = registry })
+	api := newHTTPAPI(t, c.HTTPAddrs()[0], nil)
+	api.do("POST", "/v1/leases/acquire", `{"resource": "s", "holder": "a", "ttlMs": 10000}`, http.StatusOK)
+	done := make(chan error, 1)
+	go func() {
+		r, err := api.send("POST", "/v1/leases/acquire", `{"resource": "s", "holder": "b", "ttlMs": 10000, "wait": true}`)
+		if err == nil && r.status == http.StatusOK {
+			err = fmt.Errorf("granted during shutdown: %s", r.raw)
+		}
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the HTTP acquire to queue", func() bool { return gather(t, registry).value("leased_waiters") == 1 })
+	c.Stop(0)
+	select {
+	case err := <-done: // a transport error or a non-200 answer: the request ended without a grant
+		if err != nil && strings.HasPrefix(err.Error(), "granted") {
+			t.Error(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting HTTP request did not end within 20s of the node's Close")
+	}
+}
