@@ -74,6 +74,8 @@ func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		// Failed handshakes and malformed requests, at Debug: anyone who reaches the port can cause them.
+		ErrorLog: slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelDebug),
 	}
 	return g, nil
 }

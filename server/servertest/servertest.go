@@ -1,6 +1,7 @@
 // Package servertest starts in-process leased clusters on loopback for the tests of other packages (the
 // client SDK, leasectl, end-to-end checks). Every node is a real server.Server with its own data dir and
-// real gRPC listeners on 127.0.0.1; the cluster is closed by t.Cleanup.
+// real gRPC listeners on 127.0.0.1, and serves the HTTP/JSON API too (HTTPAddrs); the cluster is closed by
+// t.Cleanup.
 package servertest
 
 import (
