@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -406,5 +408,39 @@ func TestHTTPShutdownEndsWaitingRequests(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiting HTTP request did not end within 20s of the node's Close")
+	}
+}
+
+// TestOpenAPIFileHasTheRoutes: the OpenAPI file make proto generates describes the routes docs/http.md
+// promises, with their methods.
+func TestOpenAPIFileHasTheRoutes(t *testing.T) {
+	raw, err := os.ReadFile("../api/openapi/leased.swagger.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"post /v1/leases/acquire":   "Leases_Acquire",
+		"post /v1/leases/renew":     "Leases_Renew",
+		"post /v1/leases/release":   "Leases_Release",
+		"post /v1/leases/validate":  "Leases_ValidateToken",
+		"get /v1/leases/{resource}": "Leases_Get",
+		"get /v1/leases":            "Leases_List",
+	}
+	got := map[string]string{}
+	for path, methods := range doc.Paths {
+		for method, op := range methods {
+			got[method+" "+path] = op.OperationID
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("OpenAPI routes %v, want %v", got, want)
 	}
 }
