@@ -3,6 +3,7 @@
 #
 # Node i (1..3) is named n<i>, keeps its data in ./data/n<i> and listens on 127.0.0.1:
 #   clients (gRPC) 710<i>    peers (raft) 720<i>    admin HTTP 740<i> (/healthz, /readyz)
+#   clients (HTTP/JSON, docs/http.md) 750<i>
 # (730<i> is reserved for gossip.) Re-running it restarts the same cluster on the same data; `make clean`
 # removes the data. Every log line is prefixed with its node's name ("n1 | ...").
 #
@@ -22,6 +23,7 @@
 # re-run certs.sh there to rotate them while the cluster runs), and the ACL of scripts/acl.example.yaml
 # (alice: leases under jobs/; bob: read only; ops: admin). Talk to it with
 #   leasectl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key acquire jobs/a --ttl 30s
+#   curl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key https://127.0.0.1:7501/v1/leases/jobs/a
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,7 +75,7 @@ start() {
 	local tls=()
 	mapfile -t tls < <(tls_args "$name")
 	local args=(--name "$name" --data-dir "data/$name"
-		--client-addr "127.0.0.1:710$i" --peer-addr "127.0.0.1:720$i" --admin-addr "127.0.0.1:740$i"
+		--client-addr "127.0.0.1:710$i" --peer-addr "127.0.0.1:720$i" --admin-addr "127.0.0.1:740$i" --http-addr "127.0.0.1:750$i"
 		--initial-cluster "$INITIAL" "${tls[@]}" "${@:2}")
 	cmdline[$name]="$BIN ${args[*]}"
 	"$BIN" "${args[@]}" > >(prefix "$name") 2>&1 &
@@ -128,9 +130,9 @@ done
 
 echo "leased cluster started (data in ./data; Ctrl-C stops it)"
 for i in 1 2 3; do
-	echo "  n$i  pid ${pid[n$i]}  clients 127.0.0.1:710$i  peers 127.0.0.1:720$i  admin http://127.0.0.1:740$i/readyz"
+	echo "  n$i  pid ${pid[n$i]}  clients 127.0.0.1:710$i  peers 127.0.0.1:720$i  admin http://127.0.0.1:740$i/readyz  http/json 127.0.0.1:750$i"
 done
-echo "client endpoints: 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+echo "client endpoints: 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 (HTTP/JSON: 127.0.0.1:7501..7503, docs/http.md)"
 
 # Wait for the nodes to exit, one at a time. `wait -n` also returns (with no pid) when a trapped signal
 # arrives; the trap has then stopped the nodes and the loop collects their statuses.

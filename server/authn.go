@@ -13,6 +13,10 @@ import (
 // the CN is empty, its first URI SAN (as url.URL.String spells it, e.g. "spiffe://example.org/billing").
 // DNS and e-mail SANs are never used. Without ClientCertAuth there is no identity and ACLs are off.
 //
+// identityOf is the one place an identity is read, for both client ports: a gRPC connection's peer carries
+// its TLS state, and the HTTP/JSON API (gateway.go) puts each request's TLS connection state into the
+// context as the same kind of peer, so an HTTP request has exactly the identity its certificate names.
+//
 // Only the node a client reached reads the certificate; a write it forwards carries the identity in
 // ForwardRequest.identity, which the leader trusts because peers are trusted members.
 

@@ -23,6 +23,9 @@ type Config struct {
 	// ClientAddr serves the Leases and Cluster services; PeerAddr serves raft traffic. Use port 0 in tests.
 	ClientAddr string
 	PeerAddr   string
+	// HTTPAddr, when set, serves the Leases service as HTTP/JSON (docs/http.md), with ClientTLS and
+	// ClientCertAuth as on ClientAddr. Empty turns it off.
+	HTTPAddr string
 	// InitialCluster lists every founding member (name -> peer address). It fixes the cluster id, so every
 	// founding node must be given the same list.
 	InitialCluster map[string]string

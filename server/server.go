@@ -17,7 +17,10 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
@@ -37,6 +40,8 @@ type Server struct {
 	peerSrv   *grpc.Server
 	clientLis net.Listener
 	peerLis   net.Listener
+	health    *health.Server
+	gateway   *gateway // nil without Config.HTTPAddr
 	lessorOut chan lessorCmd
 
 	stop      chan struct{}
@@ -49,6 +54,8 @@ type Server struct {
 // address is known before any node starts. When nil, New listens on the configured addresses.
 type Listeners struct {
 	Client, Peer net.Listener
+	// HTTP serves the HTTP/JSON API; when nil it is bound to Config.HTTPAddr, if that is set.
+	HTTP net.Listener
 }
 
 // New opens the data dir, restores state and prepares the services. It starts nothing.
@@ -133,9 +140,19 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s.clientSrv = grpc.NewServer(append(clientServerOptions(cfg),
 		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
 		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz))...)
-	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
+	leases := &leasesService{n: s.node}
+	leasepb.RegisterLeasesServer(s.clientSrv, leases)
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
+	s.health = newHealth()
+	healthpb.RegisterHealthServer(s.clientSrv, s.health)
+	reflection.Register(s.clientSrv)          // grpcurl and friends list and call the services without the protos
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
+	if lis.HTTP != nil {
+		if s.gateway, err = newGateway(s.node, leases, lis.HTTP, cfg.ClientTLS); err != nil {
+			closeListeners(lis)
+			return nil, err
+		}
+	}
 	s.peerSrv = grpc.NewServer(tr.ServerOptions()...)
 	tr.Register(s.peerSrv)
 	return s, nil
@@ -234,12 +251,22 @@ func bindListeners(cfg *Config, lis *Listeners) error {
 			return fmt.Errorf("listen for peers: %w", err)
 		}
 	}
+	if lis.HTTP == nil && cfg.HTTPAddr != "" {
+		if lis.HTTP, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			_ = lis.Client.Close()
+			_ = lis.Peer.Close()
+			return fmt.Errorf("listen for http: %w", err)
+		}
+	}
 	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	if lis.HTTP != nil {
+		cfg.HTTPAddr = lis.HTTP.Addr().String()
+	}
 	return nil
 }
 
 func closeListeners(lis Listeners) {
-	for _, l := range []net.Listener{lis.Client, lis.Peer} {
+	for _, l := range []net.Listener{lis.Client, lis.Peer, lis.HTTP} {
 		if l != nil {
 			_ = l.Close()
 		}
@@ -316,13 +343,17 @@ func (s *Server) Start() {
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
+		s.spawn(func() { s.watchHealth(s.stop) })
+	}
+	if s.gateway != nil {
+		s.spawn(s.gateway.serve)
 	}
 	if s.cfg.PeerTLS == nil && !isLoopback(s.cfg.PeerAddr) {
 		s.log.Warn("peer port is plaintext on a non-loopback address (--insecure-peer): anyone who reaches it can "+
 			"forge raft messages; use peer TLS (docs/security.md)", "peer_addr", s.cfg.PeerAddr)
 	}
 	s.log.Info("node started", "id", leasepb.FormatID(s.node.id), "cluster", leasepb.FormatID(s.node.clusterID),
-		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr)
+		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr, "http_addr", s.cfg.HTTPAddr)
 }
 
 func (s *Server) spawn(fn func()) {
@@ -367,6 +398,12 @@ func (s *Server) Close() error {
 
 func (s *Server) shutdown() error {
 	s.node.watch.closeAll()
+	if s.health != nil {
+		s.health.Shutdown() // NOT_SERVING from now on: balancers move away while the node drains
+	}
+	if s.gateway != nil {
+		s.gateway.close()
+	}
 	if s.clientSrv != nil {
 		stopGRPC(s.clientSrv, 2*time.Second)
 	}
@@ -434,6 +471,9 @@ func (s *Server) transferLeadership() {
 
 // ClientAddr is the address the Leases and Cluster services listen on.
 func (s *Server) ClientAddr() string { return s.cfg.ClientAddr }
+
+// HTTPAddr is the address the HTTP/JSON API listens on; empty when it is off.
+func (s *Server) HTTPAddr() string { return s.cfg.HTTPAddr }
 
 // PeerAddr is the address raft traffic listens on.
 func (s *Server) PeerAddr() string { return s.cfg.PeerAddr }

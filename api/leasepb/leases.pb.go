@@ -43,6 +43,7 @@
 package leasepb
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1928,7 +1929,7 @@ var File_leased_v1_leases_proto protoreflect.FileDescriptor
 
 const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
-	"\x16leased/v1/leases.proto\x12\tleased.v1\"\xcc\x01\n" +
+	"\x16leased/v1/leases.proto\x12\tleased.v1\x1a\x1cgoogle/api/annotations.proto\"\xcc\x01\n" +
 	"\x0eResponseHeader\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x1b\n" +
@@ -2066,15 +2067,16 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
 	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
-	"\x10PERMISSION_ADMIN\x10\x032\x95\x04\n" +
-	"\x06Leases\x12@\n" +
-	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\x12:\n" +
-	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\x12J\n" +
-	"\tKeepAlive\x12\x1b.leased.v1.KeepAliveRequest\x1a\x1c.leased.v1.KeepAliveResponse(\x010\x01\x12@\n" +
-	"\aRelease\x12\x19.leased.v1.ReleaseRequest\x1a\x1a.leased.v1.ReleaseResponse\x124\n" +
-	"\x03Get\x12\x15.leased.v1.GetRequest\x1a\x16.leased.v1.GetResponse\x127\n" +
-	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\x12R\n" +
-	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\x12<\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\xc6\x05\n" +
+	"\x06Leases\x12_\n" +
+	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/acquire\x12W\n" +
+	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/leases/renew\x12J\n" +
+	"\tKeepAlive\x12\x1b.leased.v1.KeepAliveRequest\x1a\x1c.leased.v1.KeepAliveResponse(\x010\x01\x12_\n" +
+	"\aRelease\x12\x19.leased.v1.ReleaseRequest\x1a\x1a.leased.v1.ReleaseResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/release\x12V\n" +
+	"\x03Get\x12\x15.leased.v1.GetRequest\x1a\x16.leased.v1.GetResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/leases/{resource=**}\x12K\n" +
+	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/leases\x12r\n" +
+	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12<\n" +
 	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01B&Z$github.com/leased/leased/api/leasepbb\x06proto3"
 
 var (

@@ -19,7 +19,8 @@ import (
 
 // TestBinaryServesMetricsAndAuditTrail builds the real leased binary, runs a one-node cluster with it
 // (--log-format json), and finds leased_build_info (with the Go version) and the gRPC server metrics on
-// the admin port's /metrics, and a grant's audit line, as JSON, in its log.
+// the admin port's /metrics, a grant's audit line, as JSON, in its log, and the grant on the HTTP/JSON
+// port (--http-addr).
 func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -30,10 +31,10 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	if out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build leased: %v\n%s", err, out)
 	}
-	client, peer, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	client, peer, admin, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	stderr := &syncBuffer{}
 	cmd := exec.Command(bin, "--name=solo", "--data-dir="+filepath.Join(dir, "solo"), "--client-addr="+client,
-		"--peer-addr="+peer, "--admin-addr="+admin, "--initial-cluster=solo="+peer, "--tick=10ms", "--log-format=json")
+		"--peer-addr="+peer, "--admin-addr="+admin, "--http-addr="+httpAddr, "--initial-cluster=solo="+peer, "--tick=10ms", "--log-format=json")
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -76,6 +77,11 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	resp, err := leasepb.NewLeasesClient(conn).Acquire(ctx, &leasepb.AcquireRequest{Resource: "bin/audit", Holder: "tester", TtlMs: 60_000})
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	token := strconv.FormatUint(resp.GetLease().GetToken(), 10)
+	if got := fetch(t, "http://"+httpAddr+"/v1/leases/bin/audit"); !strings.Contains(got, `"token":"`+token+`"`) {
+		t.Errorf("GET /v1/leases/bin/audit on --http-addr answered %s, want token %s", got, token)
 	}
 
 	metrics := fetch(t, "http://"+admin+"/metrics")

@@ -60,6 +60,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the raft log; it belongs to one cluster and one node for life (required)")
 	fs.StringVar(&c.ClientAddr, "client-addr", "127.0.0.1:7101", "host:port serving the gRPC Leases and Cluster services to clients")
 	fs.StringVar(&c.PeerAddr, "peer-addr", "127.0.0.1:7201", "host:port serving raft traffic from the other nodes")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "", "host:port serving the Leases service as HTTP/JSON (docs/http.md), with the client port's TLS and client certificate rules; empty (the default) turns it off")
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz, /metrics); loopback by default, empty disables it")
 	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node (required)")
 	fs.Var(&aclFileFlag{rules: &c.InitialACL}, "initial-acl-file", "YAML `file` of the ACL rules a new cluster starts with (docs/security.md); used only while the cluster has no rules, ignored once any are set")

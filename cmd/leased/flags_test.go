@@ -47,7 +47,7 @@ func TestDefaultsComeFromServerDefaultConfig(t *testing.T) {
 
 func TestEveryFlagSetsItsField(t *testing.T) {
 	args := []string{
-		"--name=n2", "--data-dir=/d", "--client-addr=h:1", "--peer-addr=h:2", "--admin-addr=h:3",
+		"--name=n2", "--data-dir=/d", "--client-addr=h:1", "--peer-addr=h:2", "--admin-addr=h:3", "--http-addr=h:4",
 		"--initial-cluster=n1=h:10, n2=h:2 ,n3=h:30",
 		"--tick=7ms", "--election-ticks=21", "--heartbeat-ticks=3", "--snapshot-entries=11",
 		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--watch-history=15",
@@ -61,7 +61,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := server.DefaultConfig()
-	want.Name, want.DataDir, want.ClientAddr, want.PeerAddr = "n2", "/d", "h:1", "h:2"
+	want.Name, want.DataDir, want.ClientAddr, want.PeerAddr, want.HTTPAddr = "n2", "/d", "h:1", "h:2", "h:4"
 	want.InitialCluster = map[string]string{"n1": "h:10", "n2": "h:2", "n3": "h:30"}
 	want.TickInterval, want.ElectionTicks, want.HeartbeatTicks = 7*time.Millisecond, 21, 3
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
@@ -89,13 +89,14 @@ func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
 		"LEASED_INITIAL_CLUSTER", "from-env=127.0.0.1:1",
 		"LEASED_MAX_KEEPALIVE_LEASES", "9",
 		"LEASED_LOG_FORMAT", "json",
+		"LEASED_HTTP_ADDR", "127.0.0.1:7501",
 	)
 	o, err := parse(t, nil, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.cfg.Name != "from-env" || o.cfg.DataDir != "/env/dir" || o.cfg.TickInterval != 50*time.Millisecond ||
-		o.cfg.Limits.MaxKeepAliveLeases != 9 || o.logFormat != "json" || o.cfg.InitialCluster["from-env"] != "127.0.0.1:1" {
+		o.cfg.Limits.MaxKeepAliveLeases != 9 || o.logFormat != "json" || o.cfg.HTTPAddr != "127.0.0.1:7501" || o.cfg.InitialCluster["from-env"] != "127.0.0.1:1" {
 		t.Errorf("environment not applied: %+v (format %q)", o.cfg, o.logFormat)
 	}
 

@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("leased starting", "version", version, "name", o.cfg.Name, "data_dir", o.cfg.DataDir,
-		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "admin_addr", admin.addr(),
+		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "http_addr", srv.HTTPAddr(), "admin_addr", admin.addr(),
 		"client_tls", certs.client != nil, "client_cert_auth", o.cfg.ClientCertAuth, "peer_tls", certs.peer != nil,
 		"admin_tls", certs.admin != nil, "pprof", o.tls.enablePprof,
 		"initial_cluster", formatCluster(o.cfg.InitialCluster))

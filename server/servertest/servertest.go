@@ -1,10 +1,12 @@
 // Package servertest starts in-process leased clusters on loopback for the tests of other packages (the
 // client SDK, leasectl, end-to-end checks). Every node is a real server.Server with its own data dir and
-// real gRPC listeners on 127.0.0.1; the cluster is closed by t.Cleanup.
+// real gRPC listeners on 127.0.0.1, and serves the HTTP/JSON API too (HTTPAddrs); the cluster is closed by
+// t.Cleanup.
 package servertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -70,7 +72,7 @@ func start(t testing.TB, size int, creds credentials.TransportCredentials, mutat
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)
 	for i := range size {
-		lis[i] = server.Listeners{Client: listen(t, "127.0.0.1:0"), Peer: listen(t, "127.0.0.1:0")}
+		lis[i] = server.Listeners{Client: listen(t, "127.0.0.1:0"), Peer: listen(t, "127.0.0.1:0"), HTTP: listen(t, "127.0.0.1:0")}
 		initial[fmt.Sprintf("n%d", i+1)] = lis[i].Peer.Addr().String()
 	}
 	dir := t.TempDir()
@@ -79,6 +81,7 @@ func start(t testing.TB, size int, creds credentials.TransportCredentials, mutat
 		cfg.Name = fmt.Sprintf("n%d", i+1)
 		cfg.DataDir = filepath.Join(dir, cfg.Name)
 		cfg.ClientAddr, cfg.PeerAddr = lis[i].Client.Addr().String(), lis[i].Peer.Addr().String()
+		cfg.HTTPAddr = lis[i].HTTP.Addr().String()
 		cfg.InitialCluster = initial
 		if mutate != nil {
 			mutate(&cfg)
@@ -91,6 +94,14 @@ func start(t testing.TB, size int, creds credentials.TransportCredentials, mutat
 	t.Cleanup(c.Close)
 	c.WaitSettled()
 	return c
+}
+
+// listenHTTP rebinds a node's HTTP address; nil when a mutate turned it off.
+func listenHTTP(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	return net.Listen("tcp", addr)
 }
 
 func listen(t testing.TB, addr string) net.Listener {
@@ -119,6 +130,15 @@ func (c *Cluster) Endpoints() []string {
 	out := make([]string, len(c.cfgs))
 	for i, cfg := range c.cfgs {
 		out[i] = cfg.ClientAddr
+	}
+	return out
+}
+
+// HTTPAddrs are the HTTP/JSON API addresses (Config.HTTPAddr) of every node, running or not.
+func (c *Cluster) HTTPAddrs() []string {
+	out := make([]string, len(c.cfgs))
+	for i, cfg := range c.cfgs {
+		out[i] = cfg.HTTPAddr
 	}
 	return out
 }
@@ -189,11 +209,13 @@ func (c *Cluster) Restart(i int) {
 	for {
 		cl, err1 := net.Listen("tcp", c.cfgs[i].ClientAddr)
 		pl, err2 := net.Listen("tcp", c.cfgs[i].PeerAddr)
-		if err1 == nil && err2 == nil {
-			c.start(i, server.Listeners{Client: cl, Peer: pl})
+		hl, err3 := listenHTTP(c.cfgs[i].HTTPAddr)
+		if err1 == nil && err2 == nil && err3 == nil {
+			c.start(i, server.Listeners{Client: cl, Peer: pl, HTTP: hl})
 			return
 		}
-		for _, l := range []net.Listener{cl, pl} {
+		err2 = errors.Join(err2, err3)
+		for _, l := range []net.Listener{cl, pl, hl} {
 			if l != nil {
 				_ = l.Close()
 			}

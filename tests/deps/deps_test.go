@@ -120,3 +120,17 @@ func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 		t.Fatalf("allowed arrows reported: %v", got)
 	}
 }
+
+// TestSDKDoesNotImportTheGateway: the HTTP/JSON gateway lives in api/leasepb/gw so that programs using the
+// SDK or leasectl do not link grpc-gateway's runtime (docs/design.md, "Packages and dependency direction").
+func TestSDKDoesNotImportTheGateway(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/client", module+"/cmd/leasectl").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/grpc-ecosystem/grpc-gateway") || pkg == module+"/api/leasepb/gw" {
+			t.Errorf("the SDK or leasectl depends on %s", pkg)
+		}
+	}
+}
