@@ -63,6 +63,7 @@ const (
 	Leases_List_FullMethodName          = "/leased.v1.Leases/List"
 	Leases_ValidateToken_FullMethodName = "/leased.v1.Leases/ValidateToken"
 	Leases_Watch_FullMethodName         = "/leased.v1.Leases/Watch"
+	Leases_Proclaim_FullMethodName      = "/leased.v1.Leases/Proclaim"
 )
 
 // LeasesClient is the client API for Leases service.
@@ -94,6 +95,10 @@ type LeasesClient interface {
 	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
 	// Watch streams granted / released / expired events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
+	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
+	// current grant. Watchers see EVENT_TYPE_VALUE_CHANGED. Repeating a Proclaim is harmless.
+	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error)
 }
 
 type leasesClient struct {
@@ -196,6 +201,16 @@ func (c *leasesClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *leasesClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProclaimResponse)
+	err := c.cc.Invoke(ctx, Leases_Proclaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeasesServer is the server API for Leases service.
 // All implementations must embed UnimplementedLeasesServer
 // for forward compatibility.
@@ -225,6 +240,10 @@ type LeasesServer interface {
 	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
 	// Watch streams granted / released / expired events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
+	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
+	// current grant. Watchers see EVENT_TYPE_VALUE_CHANGED. Repeating a Proclaim is harmless.
+	Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error)
 	mustEmbedUnimplementedLeasesServer()
 }
 
@@ -258,6 +277,9 @@ func (UnimplementedLeasesServer) ValidateToken(context.Context, *ValidateTokenRe
 }
 func (UnimplementedLeasesServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLeasesServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
 }
 func (UnimplementedLeasesServer) mustEmbedUnimplementedLeasesServer() {}
 func (UnimplementedLeasesServer) testEmbeddedByValue()                {}
@@ -406,6 +428,24 @@ func _Leases_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _Leases_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProclaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).Proclaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_Proclaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).Proclaim(ctx, req.(*ProclaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Leases_ServiceDesc is the grpc.ServiceDesc for Leases service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +476,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateToken",
 			Handler:    _Leases_ValidateToken_Handler,
+		},
+		{
+			MethodName: "Proclaim",
+			Handler:    _Leases_Proclaim_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
