@@ -12,7 +12,8 @@
 //   - request_id: at most 64 bytes, printable ASCII.
 //   - ttl_ms: the TTL floor (8 × the election timeout: 8,000 with the default 1 s) .. 3,600,000 (1 h);
 //     --min-ttl may raise the floor, --max-ttl sets the top. See docs/client.md, "TTL floor".
-//   - lock_delay_ms: 0..60,000 (--max-lock-delay).
+//   - lock_delay_ms: 0..60,000 (--max-lock-delay); 0 with a limit.
+//   - limit (semaphore slots): 0 (a plain lease)..1,000.
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
