@@ -23,7 +23,8 @@ type LeaderCallbacks struct {
 	// OnStartedLeading runs, in its own goroutine, when this candidate becomes leader. ctx ends when the
 	// leadership does (the lease is lost, released or Run's context ends); lease.Token() is the term's
 	// fencing token. The Elector waits for it to return before it reports OnStoppedLeading and campaigns
-	// again, so a term's code never overlaps the next term's.
+	// again, so a term's code never overlaps the next term's. Returning early does not resign (as in
+	// client-go): the candidate keeps the lease until ctx ends; to resign, cancel Run's context.
 	OnStartedLeading func(ctx context.Context, lease *Lease)
 	// OnStoppedLeading runs after a term ends and OnStartedLeading has returned.
 	OnStoppedLeading func()
