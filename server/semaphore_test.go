@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -185,4 +186,49 @@ func badField(err error) string {
 		}
 	}
 	return ""
+}
+
+// TestSemaphoreSlotsSurviveASnapshotAndExpireUnderANewLeader: a follower that catches up from a snapshot
+// holds the semaphore's slots; after the leader is killed, the new leader's lessor (rebuilt per slot)
+// expires each unrenewed slot, and the resource is free again.
+func TestSemaphoreSlotsSurviveASnapshotAndExpireUnderANewLeader(t *testing.T) {
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
+	ctx := ctxT(t)
+	f := c.Follower()
+	c.Stop(f)
+	for i := range 30 {
+		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("fill/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ttl := c.Config(0).TTLFloor().Milliseconds()
+	for i := range 2 {
+		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "sem/snap", Holder: "h", TtlMs: ttl, Limit: 2, RequestId: fmt.Sprint("s", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Restart(f)
+	c.WaitSettled()
+	if c.Node(f).SnapshotsRestored() == 0 {
+		t.Fatal("the follower caught up without a snapshot")
+	}
+	got, err := c.Leases(f).Get(ctx, &leasepb.GetRequest{Resource: "sem/snap", Serializable: true})
+	if err != nil || len(got.GetSlots()) != 2 {
+		t.Fatalf("restored follower: %v, %v", got, err)
+	}
+	c.Stop(c.WaitLeader())
+	c.WaitLeader()
+	deadline := time.Now().Add(10 * time.Duration(ttl) * time.Millisecond)
+	for {
+		_, err := retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.GetResponse, error) {
+			return cl.Get(ctx, &leasepb.GetRequest{Resource: "sem/snap"})
+		})
+		if code(err) == codes.NotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unrenewed slots were not expired by the new leader: %v", err)
+		}
+		<-time.After(50 * time.Millisecond) // poll interval
+	}
 }
