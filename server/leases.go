@@ -334,7 +334,7 @@ func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, ident
 	}
 	switch res.Code {
 	case fsm.OK:
-		lease := res.Lease.Proto()
+		lease := visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
 		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
 		return &leasepb.ProclaimResponse{Lease: lease}, nil
 	case fsm.Denied:

@@ -94,7 +94,7 @@ type LeasesClient interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
-	// Watch streams granted / released / expired events, in log index order, starting at from_index.
+	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
 	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
@@ -239,7 +239,7 @@ type LeasesServer interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
-	// Watch streams granted / released / expired events, in log index order, starting at from_index.
+	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
 	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
