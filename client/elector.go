@@ -88,6 +88,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		lease, err := e.c.Campaign(ctx, e.cfg.Resource, e.cfg.Value, WithTTL(e.cfg.TTL))
 		switch {
 		case ctx.Err() != nil:
+			if err == nil { // elected as Run ended: resign at once
+				e.resign(ctx, lease)
+			}
 			return context.Cause(ctx)
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrPermissionDenied), errors.Is(err, ErrUnauthenticated), errors.Is(err, ErrClosed):
 			return err
@@ -114,16 +117,19 @@ func (e *Elector) lead(ctx context.Context, lease *Lease) {
 	term.Wait()
 	e.setLeading(nil)
 	if ctx.Err() != nil {
-		// Resign so the next candidate is elected now rather than after a TTL. Run's ctx is over, so the
-		// release gets its own bounded one.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
-		_ = lease.Release(rctx)
-		cancel()
+		e.resign(ctx, lease) // so the next candidate is elected now rather than after a TTL
 	}
 	endTerm(nil)
 	if e.cfg.Callbacks.OnStoppedLeading != nil {
 		e.cfg.Callbacks.OnStoppedLeading()
 	}
+}
+
+// resign releases lease after Run's ctx ended; the release gets its own bounded context.
+func (e *Elector) resign(ctx context.Context, lease *Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
+	defer cancel()
+	_ = lease.Release(rctx)
 }
 
 func (e *Elector) setLeading(l *Lease) {
