@@ -123,9 +123,9 @@ const (
 	Permission_PERMISSION_UNSPECIFIED Permission = 0
 	// PERMISSION_READ: Get, List, Watch, ValidateToken.
 	Permission_PERMISSION_READ Permission = 1
-	// PERMISSION_LEASE: Acquire, and Renew, KeepAlive and Release of the identity's own leases.
+	// PERMISSION_LEASE: Acquire, and Renew, KeepAlive, Release and Proclaim of the identity's own leases.
 	Permission_PERMISSION_LEASE Permission = 2
-	// PERMISSION_ADMIN: Renew, KeepAlive and Release of anyone's lease; with prefix "" also the Cluster
+	// PERMISSION_ADMIN: Renew, KeepAlive, Release and Proclaim of anyone's lease; with prefix "" also the Cluster
 	// calls other than Status (members, snapshots, AclGet, AclSet).
 	Permission_PERMISSION_ADMIN Permission = 3
 )
