@@ -37,8 +37,8 @@ func (c *Client) Leader(ctx context.Context, resource string) (LeaderInfo, error
 	return LeaderInfo{Holder: info.Holder, Value: info.Value, Token: info.Token}, nil
 }
 
-// Observe calls fn with the election's leader now and at every change: the new leader, or a zero
-// LeaderInfo while there is none. It returns when ctx ends or fn returns an error.
+// Observe calls fn with the election's leader now and at every change: the new leader, the leader's new
+// value after a Proclaim (same Token), or a zero LeaderInfo while there is none. It returns when ctx ends or fn returns an error.
 func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInfo) error) error {
 	// Read the current state and the index it reflects together, then watch from the next index.
 	from, err := c.observeStart(ctx, resource, fn)
@@ -46,7 +46,7 @@ func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInf
 		return err
 	}
 	return c.Watch(ctx, WatchOptions{Resource: resource, FromIndex: from}, func(e Event) error {
-		if e.Type == Granted {
+		if e.Type == Granted || e.Type == ValueChanged {
 			return fn(LeaderInfo{Holder: e.Lease.Holder, Value: e.Lease.Value, Token: e.Lease.Token})
 		}
 		return fn(LeaderInfo{})

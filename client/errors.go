@@ -72,11 +72,17 @@ type HeldError struct {
 	// Remaining is the leader's view of the time left on the lease (or on the lock-delay).
 	RemainingMs int64
 	LockDelayed bool
+	// Limit is set when the resource is a semaphore with all of its Limit slots held; Holder, Token
+	// and RemainingMs then describe its oldest slot.
+	Limit int
 }
 
 func (e *HeldError) Error() string {
 	if e.LockDelayed {
 		return fmt.Sprintf("leased: %q is in its lock-delay (%d ms left)", e.Resource, e.RemainingMs)
+	}
+	if e.Limit > 0 {
+		return fmt.Sprintf("leased: all %d slots of %q are held (the oldest by %q, token %d, %d ms left)", e.Limit, e.Resource, e.Holder, e.Token, e.RemainingMs)
 	}
 	return fmt.Sprintf("leased: %q is held by %q (token %d, %d ms left)", e.Resource, e.Holder, e.Token, e.RemainingMs)
 }
@@ -211,7 +217,7 @@ func fromStatus(err error) error {
 		for _, d := range st.Details() {
 			if h, ok := d.(*leasepb.LeaseHeld); ok {
 				return &HeldError{Resource: h.GetResource(), Holder: h.GetHolder(), Identity: h.GetIdentity(), Token: h.GetToken(),
-					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed()}
+					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed(), Limit: int(h.GetLimit())}
 			}
 		}
 		return fmt.Errorf("%w: %s", ErrHeld, msg)

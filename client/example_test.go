@@ -112,3 +112,61 @@ func exampleCluster() ([]string, func()) {
 	}
 	return []string{s.ClientAddr()}, func() { _ = s.Close(); _ = os.RemoveAll(dir) }
 }
+
+// Run a leader loop whenever elected: OnStartedLeading's context ends with the term, and Run campaigns
+// again after a loss and resigns when its context ends.
+func ExampleClient_NewElector() {
+	endpoints, stop := exampleCluster()
+	defer stop()
+	c, err := client.New(client.Config{Endpoints: endpoints, Holder: "scheduler-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, resign := context.WithCancel(context.Background())
+	e, err := c.NewElector(client.ElectorConfig{
+		Resource: "elections/scheduler",
+		Value:    []byte("10.0.0.1:8080"),
+		Callbacks: client.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context, lease *client.Lease) {
+				fmt.Println("leading; the term's token fences its writes:", lease.Token() > 0)
+				resign() // a real leader loop runs until ctx ends
+				<-ctx.Done()
+			},
+			OnStoppedLeading: func() { fmt.Println("stopped leading") },
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("run:", e.Run(ctx))
+	// Output:
+	// leading; the term's token fences its writes: true
+	// stopped leading
+	// run: context canceled
+}
+
+// A counting semaphore: at most two slots at once, each a lease with its own fencing token.
+func ExampleWithLimit() {
+	endpoints, stop := exampleCluster()
+	defer stop()
+	ctx := context.Background()
+	c, err := client.New(client.Config{Endpoints: endpoints, Holder: "worker"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	a, _ := c.Acquire(ctx, "pools/api", client.WithLimit(2))
+	b, _ := c.Acquire(ctx, "pools/api", client.WithLimit(2))
+	_, err = c.Acquire(ctx, "pools/api", client.WithLimit(2))
+	fmt.Println("third slot:", errors.Is(err, client.ErrHeld), "distinct tokens:", a.Token() != b.Token())
+	_, err = c.Acquire(ctx, "pools/api", client.WithLimit(3))
+	fmt.Println("another limit:", errors.Is(err, client.ErrInvalid))
+	_ = a.Release(ctx)
+	_ = b.Release(ctx)
+	// Output:
+	// third slot: true distinct tokens: true
+	// another limit: true
+}

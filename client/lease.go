@@ -25,13 +25,14 @@ type Lease struct {
 	holder   string
 	token    uint64
 	ttl      time.Duration
-	value    []byte
+	limit    int
 	margin   time.Duration // Fenced refuses to start with less than this left
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
+	value      []byte // replaced by Proclaim
 	validUntil time.Time
 	timer      Timer
 	err        error
@@ -49,8 +50,33 @@ func (l *Lease) Holder() string { return l.holder }
 // TTL is the lease's time to live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
-// Value is the payload stored with the lease.
-func (l *Lease) Value() []byte { return l.value }
+// Value is the payload stored with the lease: as granted, or as last proclaimed by this Lease.
+func (l *Lease) Value() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// Limit is the number of slots of the semaphore this lease is one slot of (WithLimit); 0 for a plain
+// lease.
+func (l *Lease) Limit() int { return l.limit }
+
+// Proclaim replaces the lease's value, keeping its token and TTL: a leader announcing a new address
+// without giving up its term. Observers see the new value (Observe, Watch's ValueChanged). It is safe to
+// retry; an error wrapping ErrNotFound means the lease is no longer current.
+func (l *Lease) Proclaim(ctx context.Context, value []byte) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	info, err := l.c.Proclaim(ctx, l.resource, l.token, value)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.value = info.Value
+	l.mu.Unlock()
+	return nil
+}
 
 // Done is closed once the lease can no longer be trusted: released, expired, lost contact, or the client
 // closed. Err says which.
@@ -163,6 +189,7 @@ type AcquireOption func(*acquireOptions)
 type acquireOptions struct {
 	ttl, lockDelay, margin time.Duration
 	value                  []byte
+	limit                  int
 	holder, requestID      string
 	wait                   bool
 }
@@ -185,6 +212,12 @@ func WithWait() AcquireOption { return func(o *acquireOptions) { o.wait = true }
 // every retry of that call, so an ambiguous timeout never yields two grants or a false "held".
 func WithRequestID(id string) AcquireOption { return func(o *acquireOptions) { o.requestID = id } }
 
+// WithLimit makes the resource a counting semaphore of n slots: the lease is one slot, with its own
+// token, and at most n slots are held at once (n in 1..1000). Every holder of the resource must ask the
+// same n; another n while slots are held is refused with ErrInvalid. WithWait queues FIFO for a free
+// slot. A slot takes no lock-delay.
+func WithLimit(n int) AcquireOption { return func(o *acquireOptions) { o.limit = n } }
+
 // WithLockDelay keeps the resource ungrantable for d after an involuntary loss (expiry).
 func WithLockDelay(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.lockDelay = d } }
 
@@ -206,7 +239,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	}
 	req := &leasepb.AcquireRequest{
 		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
-		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(),
+		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
 	}
 	if o.wait {
 		return c.acquireWaiting(ctx, req, o.margin)
@@ -311,6 +344,7 @@ func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Durat
 	l := &Lease{
 		c: c, resource: pl.GetResource(), holder: pl.GetHolder(), token: pl.GetToken(),
 		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,
+		limit: int(pl.GetLimit()),
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.metrics.leaseHeld() // until end

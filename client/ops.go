@@ -28,6 +28,8 @@ type Info struct {
 	// Remaining is the leader's view of the time left (0 when answered by a follower).
 	Remaining time.Duration
 	Value     []byte
+	// Limit is, for a slot of a counting semaphore, the semaphore's number of slots; 0 for a plain lease.
+	Limit int
 }
 
 func infoOf(l *leasepb.Lease) Info {
@@ -36,7 +38,22 @@ func infoOf(l *leasepb.Lease) Info {
 		TTL:       time.Duration(l.GetTtlMs()) * time.Millisecond,
 		Remaining: time.Duration(l.GetRemainingMs()) * time.Millisecond,
 		Value:     l.GetValue(),
+		Limit:     int(l.GetLimit()),
 	}
+}
+
+// Proclaim replaces the value of the lease (resource, token), keeping its token and TTL (see
+// Lease.Proclaim). It returns the lease with its new value; an error wrapping ErrNotFound means the token
+// is no longer current.
+func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, value []byte) (Info, error) {
+	resp, err := callWrite(ctx, c, "proclaim", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ProclaimResponse, error) {
+		return leasepb.NewLeasesClient(conn).Proclaim(ctx, &leasepb.ProclaimRequest{Resource: resource, Token: token, Value: value}, opts...)
+	}, nil)
+	if err != nil {
+		return Info{}, err
+	}
+	c.follow(resp.GetHeader())
+	return infoOf(resp.GetLease()), nil
 }
 
 // Renew renews the lease (resource, token) once and returns its TTL. Most programs hold a *Lease, which
@@ -152,7 +169,30 @@ func readOpts(opts []ReadOption) readOptions {
 	return o
 }
 
-// Get returns the current lease on resource, or an error wrapping ErrNotFound.
+// Slots returns the held slots of a semaphore resource in token order (each its own lease, Info.Limit
+// the semaphore's size); for a plain lease, that one lease. An error wraps ErrNotFound when the resource
+// is free.
+func (c *Client) Slots(ctx context.Context, resource string, opts ...ReadOption) ([]Info, error) {
+	o := readOpts(opts)
+	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.GetResponse, error) {
+		return leasepb.NewLeasesClient(conn).Get(ctx, &leasepb.GetRequest{Resource: resource, Serializable: o.serializable})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.follow(resp.GetHeader())
+	if len(resp.GetSlots()) == 0 {
+		return []Info{infoOf(resp.GetLease())}, nil
+	}
+	out := make([]Info, len(resp.GetSlots()))
+	for i, l := range resp.GetSlots() {
+		out[i] = infoOf(l)
+	}
+	return out, nil
+}
+
+// Get returns the current lease on resource (for a semaphore, its oldest slot; see Slots), or an error
+// wrapping ErrNotFound.
 func (c *Client) Get(ctx context.Context, resource string, opts ...ReadOption) (Info, error) {
 	o := readOpts(opts)
 	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.GetResponse, error) {
@@ -209,6 +249,8 @@ const (
 	Granted EventType = iota + 1
 	Released
 	Expired
+	// ValueChanged: a Proclaim replaced a live lease's value (same token); Lease carries the new value.
+	ValueChanged EventType = EventType(leasepb.EventType_EVENT_TYPE_VALUE_CHANGED)
 )
 
 func (t EventType) String() string {
@@ -219,6 +261,8 @@ func (t EventType) String() string {
 		return "released"
 	case Expired:
 		return "expired"
+	case ValueChanged:
+		return "value-changed"
 	}
 	return "unknown"
 }

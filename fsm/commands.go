@@ -15,6 +15,12 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	if res, ok := f.sameRequest(c); ok {
 		return res
 	}
+	if c.GetLimit() > 0 {
+		return f.acquireSlot(index, c)
+	}
+	if _, sem := f.semaphores[c.Resource]; sem {
+		return Result{Code: LimitMismatch, Lease: f.oldestSlot(c.Resource).export()}
+	}
 	h := f.holders[c.Holder]
 	_, delayed := f.delays[c.Resource]
 	if delayed || (c.HolderLimit > 0 && h != nil && len(h.leases) >= int(c.HolderLimit)) {
@@ -24,17 +30,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 		h = newHolder(c.Holder)
 		f.holders[c.Holder] = h
 	}
-	l := &lease{
-		resource:    c.Resource,
-		holder:      h,
-		token:       index,
-		ttlMs:       c.TtlMs,
-		lockDelayMs: c.LockDelayMs,
-		value:       c.Value,
-		requestID:   c.RequestId,
-		identity:    c.Identity,
-		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader
-	}
+	l := f.newLease(index, h, c)
 	// One descent of the tree for the common case, a free resource; when it was held, put the current
 	// grant back and answer as refuse would.
 	if old, held := f.byResource.ReplaceOrInsert(entry{resource: l.resource, lease: l}); held {
@@ -49,6 +45,22 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	f.highest = index
 	granted := l.export()
 	return Result{Code: OK, Lease: granted, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: index, Lease: granted}}}
+}
+
+// newLease is the grant of c at index to h.
+func (f *FSM) newLease(index uint64, h *holder, c *wirepb.AcquireCmd) *lease {
+	return &lease{
+		resource:    c.Resource,
+		holder:      h,
+		token:       index,
+		ttlMs:       c.TtlMs,
+		lockDelayMs: c.LockDelayMs,
+		value:       c.Value,
+		requestID:   c.RequestId,
+		identity:    c.Identity,
+		limit:       c.Limit,
+		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader
+	}
 }
 
 // refuse answers an acquire that cannot be granted, checking in order: the same intent retried (its
@@ -154,15 +166,35 @@ func (f *FSM) endLockDelay(c *wirepb.EndLockDelayCmd) Result {
 	return Result{Code: OK, Changes: Changes{DelaysEnded: ended}}
 }
 
-// insert adds a lease known not to collide with a live one (snapshot restore).
+// proclaim replaces the value of a current lease, keeping its token and TTL. It is checked like a
+// release: the lease's own identity, or admin on the resource for another's.
+func (f *FSM) proclaim(index uint64, c *wirepb.ProclaimCmd) Result {
+	l, ok := f.current(c.GetResource(), c.GetToken())
+	if !ok {
+		return Result{Code: NotCurrent, End: f.ends.of(c.GetResource(), c.GetToken(), f.highest)}
+	}
+	if c.GetIdentity() != "" {
+		if d, denied := f.mayRelease(c.GetIdentity(), l); denied {
+			return Result{Code: Denied, Denial: d}
+		}
+	}
+	l.value = c.GetValue()
+	l.set(flagProclaimed, true)
+	changed := l.export()
+	return Result{Code: OK, Lease: changed, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_VALUE_CHANGED, Index: index, Lease: changed}}}
+}
+
+// insert adds a lease known not to collide with a live one (a slot, or snapshot restore).
 func (f *FSM) insert(l *lease) {
-	f.byResource.ReplaceOrInsert(entry{resource: l.resource, lease: l})
+	f.byResource.ReplaceOrInsert(entry{resource: l.resource, slot: l.slotKey(), lease: l})
 	l.holder.add(l)
 	f.indexRequest(l)
+	f.countSlot(l, 1)
 }
 
 func (f *FSM) remove(l *lease) {
-	f.byResource.Delete(entry{resource: l.resource})
+	f.byResource.Delete(entry{resource: l.resource, slot: l.slotKey()})
+	f.countSlot(l, -1)
 	l.holder.remove(l)
 	f.unindexRequest(l)
 	if len(l.holder.leases) == 0 {

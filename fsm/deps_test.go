@@ -14,7 +14,7 @@ import (
 // number, do I/O, start goroutines or log is absent on purpose: determinism is the FSM's contract.
 var allowedImports = map[string]bool{
 	"bytes": true, "encoding/binary": true, "errors": true, "fmt": true, "hash/crc32": true, "strconv": true,
-	"slices": true, "strings": true,
+	"slices": true, "strings": true, "cmp": true,
 	"github.com/google/btree":              true,
 	"google.golang.org/protobuf/proto":     true,
 	"github.com/leased/leased/api/leasepb": true,

@@ -18,6 +18,10 @@
 //   - Expire ends each listed lease whose token is still current; stale or duplicate expirations are no-ops.
 //     A lease acquired with a lock-delay leaves its resource in a delayed (ungrantable) state until an
 //     EndLockDelay command for that expiry.
+//   - Acquire with a limit N > 0 grants one slot of the resource's counting semaphore of N slots: each slot
+//     is a lease of its own with its own token, at most N are live, and every live slot of a resource has
+//     the same N (semaphore.go).
+//   - Proclaim replaces the value of a current lease (or slot), keeping its token.
 //   - Checkpoint records, per lease, the leader's remaining TTL (a duration) and whether the lease was renewed
 //     since the previous checkpoint. Renew marks a lease renewed durably (the first renewal of an idle lease).
 //

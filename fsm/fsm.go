@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,8 +34,11 @@ type FSM struct {
 	applied uint64
 	// highest is the largest token ever granted (it survives the lease's end).
 	highest uint64
-	// byResource holds every live lease, ordered by resource: at most one per resource (I2).
+	// byResource holds every live lease, ordered by resource, then slot: at most one plain lease per
+	// resource, or at most its limit of semaphore slots (I2; semaphore.go).
 	byResource *btree.BTreeG[entry]
+	// semaphores counts the live slots of each semaphore resource (semaphore.go).
+	semaphores map[string]*semaphore
 	// holders indexes the same leases by holder; each holder keeps its own leases ordered by resource.
 	holders map[string]*holder
 	delays  map[string]lockDelay
@@ -56,17 +60,25 @@ func New() *FSM {
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
 		byRequest:  make(map[requestKey]*lease),
+		semaphores: make(map[string]*semaphore),
 	}
 }
 
-// entry is a B-tree item: the resource name is kept beside the pointer so that comparisons, the hot part
-// of every insert and lookup, do not chase the pointer first.
+// entry is a B-tree item: the resource name and slot are kept beside the pointer so that comparisons,
+// the hot part of every insert and lookup, do not chase the pointer first. slot is 0 for a plain lease
+// and the token for a semaphore slot (lease.slotKey).
 type entry struct {
 	resource string
+	slot     uint64
 	lease    *lease
 }
 
-func lessEntry(a, b entry) bool { return a.resource < b.resource }
+func lessEntry(a, b entry) bool {
+	if a.resource != b.resource {
+		return a.resource < b.resource
+	}
+	return a.slot < b.slot
+}
 
 // ApplyEntry decodes one log entry's data and applies it. See Apply.
 func (f *FSM) ApplyEntry(index uint64, data []byte) (Result, error) {
@@ -113,6 +125,8 @@ func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 		res = f.endLockDelay(op.EndLockDelay)
 	case *wirepb.Command_SetAcl:
 		res = f.setACL(op.SetAcl)
+	case *wirepb.Command_Proclaim:
+		res = f.proclaim(index, op.Proclaim)
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}
@@ -136,19 +150,32 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied }
 // HighestToken is the largest token ever granted; every later grant's token is larger.
 func (f *FSM) HighestToken() uint64 { return f.highest }
 
-// Len is the number of live leases.
+// Len is the number of live leases (each semaphore slot counts as one).
 func (f *FSM) Len() int { return f.byResource.Len() }
 
-// Get returns the live lease on resource.
+// Get returns the live lease on resource; for a semaphore, its oldest slot (see Slots).
 func (f *FSM) Get(resource string) (Lease, bool) {
 	l, ok := f.lookup(resource)
+	if !ok {
+		if _, sem := f.semaphores[resource]; !sem {
+			return Lease{}, false
+		}
+		l = f.oldestSlot(resource)
+	}
+	return l.export(), true
+}
+
+// Current returns the lease (resource, token) if token is a current grant of resource: its plain lease
+// or one of its semaphore slots.
+func (f *FSM) Current(resource string, token uint64) (Lease, bool) {
+	l, ok := f.current(resource, token)
 	if !ok {
 		return Lease{}, false
 	}
 	return l.export(), true
 }
 
-// IsCurrent reports whether token is the current grant of resource.
+// IsCurrent reports whether token is a current grant of resource (its lease, or one of its slots).
 func (f *FSM) IsCurrent(resource string, token uint64) bool {
 	_, ok := f.current(resource, token)
 	return ok
@@ -176,34 +203,45 @@ func (d lockDelay) export(resource string) LockDelay {
 	return LockDelay{Resource: resource, Token: d.token, Index: d.index, DelayMs: d.delayMs}
 }
 
-// List returns up to limit leases whose resource starts with prefix and sorts after the resource
-// after (empty: from the start), in resource order, and whether more follow.
-func (f *FSM) List(prefix, after string, limit int) ([]Lease, bool) {
-	start := prefix
-	if after != "" && after >= start {
-		// Begin strictly after the last resource of the previous page.
-		start = after + "\x00"
+// List returns up to limit leases whose resource starts with prefix and that sort after the lease
+// (after, afterSlot) (after empty: from the start), in resource then token order, and whether more
+// follow. afterSlot is the token of a semaphore slot the previous page ended with, 0 after a plain lease.
+func (f *FSM) List(prefix, after string, afterSlot uint64, limit int) ([]Lease, bool) {
+	pivot := entry{resource: prefix}
+	if after != "" && after >= prefix {
+		// Begin strictly after the last lease of the previous page.
+		pivot = entry{resource: after + "\x00"}
+		if afterSlot > 0 {
+			pivot = entry{resource: after, slot: afterSlot + 1}
+		}
 	}
-	return collect(f.byResource, entry{resource: start}, limit, func(e entry) bool {
+	return collect(f.byResource, pivot, limit, func(e entry) bool {
 		return strings.HasPrefix(e.resource, prefix)
 	})
 }
 
 // ListHolder is List for the leases of one holder: up to limit of them whose resource starts with prefix
-// and sorts after the resource after, in resource order, and whether more matches follow. The prefix is
-// applied while scanning, before the page is cut, so a page is only ever short at the end of the matches.
-func (f *FSM) ListHolder(holderName, prefix, after string, limit int) ([]Lease, bool) {
+// and that sort after (after, afterSlot), in resource then token order, and whether more matches follow.
+// The prefix is applied while scanning, before the page is cut, so a page is only ever short at the end
+// of the matches.
+func (f *FSM) ListHolder(holderName, prefix, after string, afterSlot uint64, limit int) ([]Lease, bool) {
 	h, ok := f.holders[holderName]
 	if !ok {
 		return nil, false
 	}
 	var page []*lease
+	pivot := entry{resource: after, slot: afterSlot}
 	for _, l := range h.leases {
-		if l.resource > after && strings.HasPrefix(l.resource, prefix) {
+		if (after == "" || lessEntry(pivot, entry{resource: l.resource, slot: l.slotKey()})) && strings.HasPrefix(l.resource, prefix) {
 			page = append(page, l)
 		}
 	}
-	slices.SortFunc(page, func(a, b *lease) int { return strings.Compare(a.resource, b.resource) })
+	slices.SortFunc(page, func(a, b *lease) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.slotKey(), b.slotKey())
+	})
 	more := len(page) > limit
 	if more {
 		page = page[:limit]
@@ -246,16 +284,24 @@ func collect(tree *btree.BTreeG[entry], pivot entry, limit int, match func(entry
 	return out, more
 }
 
+// lookup returns the plain lease on resource (not a semaphore slot).
 func (f *FSM) lookup(resource string) (*lease, bool) {
 	e, ok := f.byResource.Get(entry{resource: resource})
 	return e.lease, ok
 }
 
-// current returns the lease on resource if token is its current grant.
+// current returns the lease (resource, token) if token is a current grant of resource: its plain lease,
+// or one of its semaphore slots.
 func (f *FSM) current(resource string, token uint64) (*lease, bool) {
-	l, ok := f.lookup(resource)
-	if !ok || l.token != token {
+	if l, ok := f.lookup(resource); ok {
+		if l.token != token {
+			return nil, false
+		}
+		return l, true
+	}
+	if token == 0 {
 		return nil, false
 	}
-	return l, true
+	e, ok := f.byResource.Get(entry{resource: resource, slot: token})
+	return e.lease, ok
 }

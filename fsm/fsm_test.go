@@ -293,7 +293,7 @@ func TestListByPrefixPaginates(t *testing.T) {
 	var got []string
 	after := ""
 	for page := 0; ; page++ {
-		leases, more := a.f.List("b/", after, 3)
+		leases, more := a.f.List("b/", after, 0, 3)
 		for _, l := range leases {
 			got = append(got, l.Resource)
 		}
@@ -308,11 +308,11 @@ func TestListByPrefixPaginates(t *testing.T) {
 	if want := []string{"b/1", "b/2", "b/3", "b/4"}; !slices.Equal(got, want) {
 		t.Fatalf("list b/ = %v, want %v", got, want)
 	}
-	all, more := a.f.List("", "", 100)
+	all, more := a.f.List("", "", 0, 100)
 	if len(all) != 6 || more {
 		t.Fatalf("list all = %d more=%v", len(all), more)
 	}
-	if leases, more := a.f.List("b/", "b/4", 10); len(leases) != 0 || more {
+	if leases, more := a.f.List("b/", "b/4", 0, 10); len(leases) != 0 || more {
 		t.Fatalf("list after the last = %v", leases)
 	}
 }
@@ -323,11 +323,11 @@ func TestListHolder(t *testing.T) {
 	a.apply(acq("a", "bob", ""))
 	a.apply(acq("b", "alice", ""))
 	a.apply(acq("c", "alice", ""))
-	page, more := a.f.ListHolder("alice", "", "", 2)
+	page, more := a.f.ListHolder("alice", "", "", 0, 2)
 	if len(page) != 2 || !more || page[0].Resource != "b" || page[1].Resource != "c" {
 		t.Fatalf("first page = %+v more=%v", page, more)
 	}
-	page, more = a.f.ListHolder("alice", "", "c", 2)
+	page, more = a.f.ListHolder("alice", "", "c", 0, 2)
 	if len(page) != 1 || more || page[0].Resource != "x" {
 		t.Fatalf("second page = %+v more=%v", page, more)
 	}
@@ -347,7 +347,7 @@ func TestListHolderFiltersPrefixBeforePaging(t *testing.T) {
 		a.apply(acq(fmt.Sprintf("b/%d", i), "h", ""))
 	}
 	a.apply(acq("b/other", "someone-else", ""))
-	page, more := a.f.ListHolder("h", "b/", "", 100)
+	page, more := a.f.ListHolder("h", "b/", "", 0, 100)
 	if len(page) != 3 || more {
 		t.Fatalf("holder h under b/ = %d leases (more=%v), want 3", len(page), more)
 	}
@@ -366,7 +366,7 @@ func TestListHolderFiltersPrefixBeforePaging(t *testing.T) {
 			if pages > 200 {
 				t.Fatalf("prefix %q: paging does not end", prefix)
 			}
-			page, more := a.f.ListHolder("h", prefix, after, 10)
+			page, more := a.f.ListHolder("h", prefix, after, 0, 10)
 			for _, l := range page {
 				seen[l.Resource]++
 				order = append(order, l.Resource)

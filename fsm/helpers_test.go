@@ -87,6 +87,8 @@ func sampleCommands() []*wirepb.Command {
 		endDelay("cron/vacuum", 3),
 		setACL(false, rule("alice", "jobs/", leasepb.Permission_PERMISSION_LEASE)),
 		acqWith(&wirepb.AcquireCmd{Resource: "jobs/a", Holder: "h", TtlMs: 10, RequestId: "r", Identity: "alice", CheckRequestParams: true}),
+		acqWith(&wirepb.AcquireCmd{Resource: "sem", Holder: "h", TtlMs: 10, Limit: 2, CheckRequestParams: true}),
+		{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{Resource: "svc/leader", Token: 1, Value: []byte("v")}}},
 	}
 }
 

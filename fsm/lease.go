@@ -15,6 +15,8 @@ type Lease struct {
 	// Identity is the authenticated identity that holds the lease ("" when granted without client
 	// certificates). Only it, or an identity with admin on the resource, renews or releases the lease.
 	Identity string
+	// Limit is the semaphore's number of slots when the lease is one of its slots; 0 for a plain lease.
+	Limit uint32
 	// Checkpointed is true once a checkpoint was applied to this lease; RemainingMs and Renewed are the
 	// values of the last one. A fresh grant counts as renewed: a new leader gives it a full TTL.
 	Checkpointed bool
@@ -33,6 +35,7 @@ func (l Lease) Proto() *leasepb.Lease {
 		LockDelayMs: l.LockDelayMs,
 		RequestId:   l.RequestID,
 		Identity:    l.Identity,
+		Limit:       l.Limit,
 	}
 }
 
@@ -59,7 +62,8 @@ type lease struct {
 	value       []byte
 	requestID   string
 	identity    string
-	holderPos   int32 // position in holder.leases
+	holderPos   int32  // position in holder.leases
+	limit       uint32 // the semaphore's slot count for a slot, 0 for a plain lease
 	flags       leaseFlags
 }
 
@@ -68,6 +72,9 @@ type leaseFlags uint8
 const (
 	flagCheckpointed leaseFlags = 1 << iota
 	flagRenewed
+	// flagProclaimed: a Proclaim replaced the value the lease was granted with, so a retried Acquire is
+	// no longer compared on it (requests.go).
+	flagProclaimed
 )
 
 func (l *lease) has(f leaseFlags) bool { return l.flags&f != 0 }
@@ -90,6 +97,7 @@ func (l *lease) export() Lease {
 		LockDelayMs:  l.lockDelayMs,
 		RequestID:    l.requestID,
 		Identity:     l.identity,
+		Limit:        l.limit,
 		Checkpointed: l.has(flagCheckpointed),
 		RemainingMs:  l.remainingMs,
 		Renewed:      l.has(flagRenewed),

@@ -177,7 +177,7 @@ func (c *invariantChecker) compare(t *rapid.T, f *FSM) {
 	}
 	perHolder := 0
 	for h := range f.holders {
-		leases, _ := f.ListHolder(h, "", "", 1<<20)
+		leases, _ := f.ListHolder(h, "", "", 0, 1<<20)
 		if len(leases) != f.HolderCount(h) || len(leases) == 0 {
 			t.Fatalf("holder %q: index has %d leases, count says %d", h, len(leases), f.HolderCount(h))
 		}

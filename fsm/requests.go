@@ -64,7 +64,8 @@ func (f *FSM) unindexRequest(l *lease) {
 // sameRequest answers an Acquire whose dedup key names a live grant: replayed if its parameters match,
 // refused otherwise. ok is false when the key names no live grant (or the entry predates the check).
 func (f *FSM) sameRequest(c *wirepb.AcquireCmd) (Result, bool) {
-	if !c.GetCheckRequestParams() || c.GetRequestId() == "" {
+	// Semaphore slots are newer than the check: every slot request is checked, whoever proposed it.
+	if (!c.GetCheckRequestParams() && c.GetLimit() == 0) || c.GetRequestId() == "" {
 		return Result{}, false
 	}
 	l, ok := f.byRequest[keyOfCmd(c)]
@@ -87,10 +88,12 @@ func paramsDiffer(l *lease, c *wirepb.AcquireCmd) (Reuse, bool) {
 		return Reuse{Field: "holder", Was: strconv.Quote(l.holder.name), Now: strconv.Quote(c.GetHolder())}, true
 	case l.ttlMs != c.GetTtlMs():
 		return Reuse{Field: "ttl_ms", Was: strconv.FormatInt(l.ttlMs, 10), Now: strconv.FormatInt(c.GetTtlMs(), 10)}, true
-	case !bytes.Equal(l.value, c.GetValue()):
+	case !l.has(flagProclaimed) && !bytes.Equal(l.value, c.GetValue()):
 		return Reuse{Field: "value", Was: strconv.Itoa(len(l.value)) + " bytes", Now: strconv.Itoa(len(c.GetValue())) + " other bytes"}, true
 	case l.lockDelayMs != c.GetLockDelayMs():
 		return Reuse{Field: "lock_delay_ms", Was: strconv.FormatInt(l.lockDelayMs, 10), Now: strconv.FormatInt(c.GetLockDelayMs(), 10)}, true
+	case l.limit != c.GetLimit():
+		return Reuse{Field: "limit", Was: strconv.FormatUint(uint64(l.limit), 10), Now: strconv.FormatUint(uint64(c.GetLimit()), 10)}, true
 	}
 	return Reuse{}, false
 }

@@ -14,7 +14,7 @@ const (
 	Held
 	// LockDelayed: Acquire found the resource in its lock-delay. Result.Delay describes it.
 	LockDelayed
-	// NotCurrent: Release named a token that is not the resource's current grant, and not one that a
+	// NotCurrent: Release (or Proclaim) named a token that is not the resource's current grant, and not one that a
 	// Release ended (that answers OK, Replayed). Result.End says whether it expired, never was a grant, or
 	// is too old to be remembered.
 	NotCurrent
@@ -30,9 +30,14 @@ const (
 	// grant under, with other parameters. Result.Reuse names the first that differs; Result.Lease is
 	// that grant. Nothing changed.
 	RequestReused
+	// LimitMismatch: Acquire asked for a semaphore slot (or a plain lease) of a resource whose live
+	// grants have another limit: a semaphore of other size, or a plain lease (limit 0) where slots are
+	// held, or a slot where a plain lease is. Result.Lease is a current grant (its Limit is the
+	// resource's). Nothing changed.
+	LimitMismatch
 )
 
-var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused"}
+var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused", "limit-mismatch"}
 
 // String names the code in lowercase.
 func (c Code) String() string {
@@ -48,8 +53,9 @@ func (c Code) String() string {
 // applied is decided here, once, and never again by a listener.
 type Result struct {
 	Code Code
-	// Lease is the grant for a successful Acquire (new or replayed), the current grant for Held, and the
-	// released lease for Release (zero for a replayed Release).
+	// Lease is the grant for a successful Acquire (new or replayed), the current grant for Held (for a
+	// full semaphore, its oldest slot) and LimitMismatch, the released lease for Release (zero for a
+	// replayed Release), and the lease with its new value for Proclaim.
 	Lease Lease
 	// Replayed is true when Acquire returned an existing grant made under the same request id, or when
 	// Release named a token that an earlier Release had already ended (a retry whose answer was lost).

@@ -77,6 +77,8 @@ func (l *lease) record() *wirepb.LeaseRecord {
 		RemainingMs:  l.remainingMs,
 		Renewed:      l.has(flagRenewed),
 		Identity:     l.identity,
+		Limit:        l.limit,
+		Proclaimed:   l.has(flagProclaimed),
 	}
 }
 
@@ -121,20 +123,23 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 	if f.highest > f.applied {
 		return nil, fmt.Errorf("%w: highest token %d beyond applied index %d", ErrBadSnapshot, f.highest, f.applied)
 	}
-	prev := ""
+	var prev *wirepb.LeaseRecord
 	for i, r := range body.Leases {
 		if err := checkRecord(r, prev, i, f.highest); err != nil {
 			return nil, err
 		}
-		prev = r.Resource
-		f.insert(f.leaseFromRecord(r))
-	}
-	prev = ""
-	for i, d := range body.LockDelays {
-		if err := checkDelay(d, prev, i, f); err != nil {
+		if err := f.checkSlot(r, prev); err != nil {
 			return nil, err
 		}
-		prev = d.Resource
+		prev = r
+		f.insert(f.leaseFromRecord(r))
+	}
+	prevDelay := ""
+	for i, d := range body.LockDelays {
+		if err := checkDelay(d, prevDelay, i, f); err != nil {
+			return nil, err
+		}
+		prevDelay = d.Resource
 		f.delays[d.Resource] = lockDelay{token: d.Token, index: d.Index, delayMs: d.DelayMs}
 	}
 	if err := f.restoreEnds(body); err != nil {
@@ -198,11 +203,11 @@ func (f *FSM) restoreEnds(body *wirepb.SnapshotBody) error {
 	return nil
 }
 
-func checkRecord(r *wirepb.LeaseRecord, prev string, i int, highest uint64) error {
+func checkRecord(r, prev *wirepb.LeaseRecord, i int, highest uint64) error {
 	switch {
 	case r.Resource == "" || r.Holder == "":
 		return fmt.Errorf("%w: lease %d has an empty resource or holder", ErrBadSnapshot, i)
-	case r.Resource <= prev:
+	case r.Resource < prev.GetResource() || (r.Resource == prev.GetResource() && (r.Limit == 0 || r.Token <= prev.GetToken())):
 		return fmt.Errorf("%w: lease %d (%q) out of order or duplicated", ErrBadSnapshot, i, r.Resource)
 	case r.Token == 0 || r.Token > highest:
 		return fmt.Errorf("%w: lease %q has token %d outside 1..%d", ErrBadSnapshot, r.Resource, r.Token, highest)
@@ -219,7 +224,7 @@ func checkDelay(d *wirepb.LockDelayRecord, prev string, i int, f *FSM) error {
 	case d.Token == 0 || d.Token > f.highest || d.Index > f.applied || d.DelayMs <= 0:
 		return fmt.Errorf("%w: lock-delay on %q is inconsistent", ErrBadSnapshot, d.Resource)
 	}
-	if _, held := f.lookup(d.Resource); held {
+	if _, held := f.Get(d.Resource); held {
 		return fmt.Errorf("%w: %q is both leased and in its lock-delay", ErrBadSnapshot, d.Resource)
 	}
 	return nil
@@ -241,9 +246,11 @@ func (f *FSM) leaseFromRecord(r *wirepb.LeaseRecord) *lease {
 		value:       r.Value,
 		requestID:   r.RequestId,
 		identity:    r.Identity,
+		limit:       r.Limit,
 	}
 	l.set(flagCheckpointed, r.Checkpointed)
 	l.set(flagRenewed, r.Renewed)
+	l.set(flagProclaimed, r.Proclaimed)
 	return l
 }
 

@@ -70,9 +70,10 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 
 // Audit trail messages, one per lease event type. docs/operations.md ("Audit trail") documents the lines.
 var auditMessages = map[leasepb.EventType]string{
-	leasepb.EventType_EVENT_TYPE_GRANTED:  "lease granted",
-	leasepb.EventType_EVENT_TYPE_RELEASED: "lease released",
-	leasepb.EventType_EVENT_TYPE_EXPIRED:  "lease expired",
+	leasepb.EventType_EVENT_TYPE_GRANTED:       "lease granted",
+	leasepb.EventType_EVENT_TYPE_RELEASED:      "lease released",
+	leasepb.EventType_EVENT_TYPE_EXPIRED:       "lease expired",
+	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "lease value proclaimed",
 }
 
 // audit writes the audit trail of one applied entry: an info line per grant, release and expiry, with

@@ -20,8 +20,8 @@ import (
 //   - read: Get, List, Watch, ValidateToken. List and Watch need read on the requested prefix (a rule
 //     whose prefix is a prefix of it), so a listing never mixes resources the identity may and may not
 //     read; a Watch is authorized when it starts.
-//   - lease: Acquire; Renew, KeepAlive and Release of the identity's own leases.
-//   - admin: Renew, KeepAlive and Release of another identity's lease (or of one granted without an
+//   - lease: Acquire; Renew, KeepAlive, Release and Proclaim of the identity's own leases.
+//   - admin: Renew, KeepAlive, Release and Proclaim of another identity's lease (or of one granted without an
 //     identity); with prefix "", every Cluster call but Status (members, snapshots, AclGet, AclSet).
 //
 // Writes are checked on the leader against its state (the state machine checks Acquire and Release again
@@ -94,7 +94,7 @@ func mayTouch(sm *fsm.FSM, identity, resource string, token uint64) error {
 	if identity == "" {
 		return nil
 	}
-	if l, ok := sm.Get(resource); ok && l.Token == token && l.Identity != identity {
+	if l, ok := sm.Current(resource, token); ok && l.Identity != identity {
 		if sm.Allows(identity, resource, leasepb.Permission_PERMISSION_ADMIN) {
 			return nil
 		}
@@ -120,6 +120,8 @@ func (n *node) authorizeWrite(req *wirepb.ForwardRequest) error {
 			err = mayTouch(sm, id, r.Renew.GetResource(), r.Renew.GetToken())
 		case *wirepb.ForwardRequest_Release:
 			err = mayTouch(sm, id, r.Release.GetResource(), r.Release.GetToken())
+		case *wirepb.ForwardRequest_Proclaim:
+			err = mayTouch(sm, id, r.Proclaim.GetResource(), r.Proclaim.GetToken())
 		case *wirepb.ForwardRequest_KeepAlive:
 			for _, ref := range r.KeepAlive.GetLeases() {
 				if err = mayTouch(sm, id, ref.GetResource(), ref.GetToken()); err != nil {

@@ -59,6 +59,9 @@ func (e *heldError) Error() string {
 	if e.detail.LockDelayed {
 		return fmt.Sprintf("resource %q is in its lock-delay for %dms", e.detail.Resource, e.detail.RemainingMs)
 	}
+	if e.detail.Limit > 0 {
+		return fmt.Sprintf("all %d slots of semaphore %q are held; the oldest by %q with token %d", e.detail.Limit, e.detail.Resource, e.detail.Holder, e.detail.Token)
+	}
 	return fmt.Sprintf("resource %q is held by %q with token %d", e.detail.Resource, e.detail.Holder, e.detail.Token)
 }
 

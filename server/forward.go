@@ -12,7 +12,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 )
 
-// One path for every write (Acquire, Renew, Release, KeepAlive). A write travels as a ForwardRequest,
+// One path for every write (Acquire, Renew, Release, KeepAlive, Proclaim). A write travels as a ForwardRequest,
 // whichever node it reached: the gRPC handlers call write, the peer-port Forward RPC calls serveForward,
 // and both go through serveWrite, which validates, then runs the write here if this node leads, or else
 // forwards it to the leader once (a node serving a forwarded write never forwards it again). Validation,
@@ -83,6 +83,9 @@ func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirep
 	case *wirepb.ForwardRequest_KeepAlive:
 		a, err := n.keepAlive(ctx, r.KeepAlive)
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_KeepAlive{KeepAlive: a}}, err
+	case *wirepb.ForwardRequest_Proclaim:
+		a, err := n.proclaim(ctx, r.Proclaim, req.GetIdentity())
+		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Proclaim{Proclaim: a}}, err
 	default:
 		return nil, invalid("request", "not a write this node knows") // Limits.write refused it already
 	}
@@ -140,6 +143,8 @@ func headerOf(resp *wirepb.ForwardResponse) *leasepb.ResponseHeader {
 		return r.Release.GetHeader()
 	case *wirepb.ForwardResponse_KeepAlive:
 		return r.KeepAlive.GetHeader()
+	case *wirepb.ForwardResponse_Proclaim:
+		return r.Proclaim.GetHeader()
 	}
 	return nil
 }
@@ -155,6 +160,8 @@ func setHeader(resp *wirepb.ForwardResponse, h *leasepb.ResponseHeader) {
 		r.Release.Header = h
 	case *wirepb.ForwardResponse_KeepAlive:
 		r.KeepAlive.Header = h
+	case *wirepb.ForwardResponse_Proclaim:
+		r.Proclaim.Header = h
 	}
 }
 

@@ -53,6 +53,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		Value:              req.GetValue(),
 		RequestId:          req.GetRequestId(),
 		LockDelayMs:        req.GetLockDelayMs(),
+		Limit:              req.GetLimit(),
 		HolderLimit:        uint32(n.cfg.Limits.MaxLeasesPerHolder),
 		Identity:           identity,
 		CheckRequestParams: true,
@@ -70,7 +71,10 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token, Identity: res.Lease.Identity,
 			RemainingMs: n.lessor.remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
+			Limit:       res.Lease.Limit,
 		}}
+	case fsm.LimitMismatch:
+		return nil, limitMismatch(req, res.Lease)
 	case fsm.LockDelayed:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Delay.Resource, LockDelayed: true,
@@ -216,6 +220,7 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
+		slots   []fsm.Lease
 		ok      bool
 		applied uint64
 		denied  error
@@ -225,6 +230,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 			return
 		}
 		lease, ok = sm.Get(req.GetResource())
+		slots = sm.Slots(req.GetResource())
 		applied = sm.AppliedIndex()
 	}); err != nil {
 		return nil, err
@@ -235,9 +241,17 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	if !ok {
 		return nil, ErrNotFound
 	}
-	out := visible(lease, identity, n.cfg.ClientCertAuth)
-	out.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
-	return &leasepb.GetResponse{Lease: out, Header: &leasepb.ResponseHeader{AppliedIndex: applied}}, nil
+	now := n.clock.Now()
+	shown := func(l fsm.Lease) *leasepb.Lease {
+		p := visible(l, identity, n.cfg.ClientCertAuth)
+		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		return p
+	}
+	resp := &leasepb.GetResponse{Lease: shown(lease), Header: &leasepb.ResponseHeader{AppliedIndex: applied}}
+	for _, s := range slots {
+		resp.Slots = append(resp.Slots, shown(s))
+	}
+	return resp, nil
 }
 
 func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
@@ -250,14 +264,18 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 		more   bool
 		denied error
 	)
-	err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+	after, afterSlot, err := parsePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	err = n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		if denied = need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		if req.GetHolder() != "" {
-			leases, more = sm.ListHolder(req.GetHolder(), req.GetPrefix(), req.GetPageToken(), limit)
+			leases, more = sm.ListHolder(req.GetHolder(), req.GetPrefix(), after, afterSlot, limit)
 		} else {
-			leases, more = sm.List(req.GetPrefix(), req.GetPageToken(), limit)
+			leases, more = sm.List(req.GetPrefix(), after, afterSlot, limit)
 		}
 	})
 	if err == nil {
@@ -274,7 +292,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 		resp.Leases = append(resp.Leases, p)
 	}
 	if more && len(leases) > 0 {
-		resp.NextPageToken = leases[len(leases)-1].Resource
+		resp.NextPageToken = pageToken(leases[len(leases)-1])
 	}
 	return resp, nil
 }
@@ -288,8 +306,10 @@ func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequ
 		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
-		if l, ok := sm.Get(req.GetResource()); ok {
-			cur = l.Token
+		if l, ok := sm.Current(req.GetResource(), req.GetToken()); ok {
+			cur = l.Token // for a semaphore: this slot is current
+		} else if l, ok := sm.Get(req.GetResource()); ok {
+			cur = l.Token // for a semaphore: its oldest slot
 		}
 	})
 	if err == nil {
@@ -299,4 +319,41 @@ func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequ
 		return nil, err
 	}
 	return &leasepb.ValidateTokenResponse{Current: cur != 0 && cur == req.GetToken(), CurrentToken: cur}, nil
+}
+
+// proclaim replaces the value of a live lease, keeping its token (the elector's Proclaim).
+func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error) {
+	if !n.isLeader() {
+		return nil, n.notLeaderErr()
+	}
+	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{
+		Resource: req.GetResource(), Token: req.GetToken(), Value: req.GetValue(), Identity: identity,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	switch res.Code {
+	case fsm.OK:
+		lease := visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
+		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
+		return &leasepb.ProclaimResponse{Lease: lease}, nil
+	case fsm.Denied:
+		return nil, denied(res.Denial, n.rulesSet())
+	}
+	return nil, &endedError{end: res.End}
+}
+
+// limitMismatch is the InvalidArgument of an Acquire whose limit disagrees with the live grants of its
+// resource, one of which is cur.
+func limitMismatch(req *leasepb.AcquireRequest, cur fsm.Lease) error {
+	asked := fmt.Sprintf("a semaphore of %d slots", req.GetLimit())
+	if req.GetLimit() == 0 {
+		asked = "a plain lease (no limit)"
+	}
+	if cur.Limit == 0 {
+		return invalid("limit", "resource %q is held as a plain lease (token %d), this request asks for %s: every holder of a resource must ask the same limit",
+			req.GetResource(), cur.Token, asked)
+	}
+	return invalid("limit", "resource %q is a semaphore of %d slots, this request asks for %s: every holder of a resource must ask the same limit",
+		req.GetResource(), cur.Limit, asked)
 }

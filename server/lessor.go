@@ -35,8 +35,8 @@ type lessor struct {
 	out      chan<- lessorCmd
 
 	leader    bool
-	term      uint64 // the raft term this node leads in; tags every command it decides
-	leases    map[string]*leaseTimer
+	term      uint64                  // the raft term this node leads in; tags every command it decides
+	leases    map[fsm.Ref]*leaseTimer // by (resource, token): a semaphore has several leases per resource
 	deadlines timerHeap
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
@@ -105,7 +105,7 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 		retry:    2 * cfg.ElectionTimeout(),
 		batch:    cfg.ExpiryBatch,
 		out:      out,
-		leases:   make(map[string]*leaseTimer),
+		leases:   make(map[fsm.Ref]*leaseTimer),
 		delays:   make(map[string]*delayTimer),
 	}
 }
@@ -115,7 +115,7 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leases = make(map[string]*leaseTimer, sm.Len())
+	l.leases = make(map[fsm.Ref]*leaseTimer, sm.Len())
 	l.deadlines = l.deadlines[:0]
 	sm.Ascend(func(ls fsm.Lease) bool {
 		t := &leaseTimer{
@@ -123,7 +123,7 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 			idle:         ls.Checkpointed && !ls.Renewed,
 			checkpointAt: now, checkpointRemaining: ms(ls.RemainingMs),
 		}
-		l.leases[ls.Resource] = t
+		l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
 		return true
 	})
 	l.delays = make(map[string]*delayTimer)
@@ -193,14 +193,15 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range res.Events {
-		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
+		switch e.Type {
+		case leasepb.EventType_EVENT_TYPE_GRANTED:
 			l.add(now, e.Lease)
-		} else {
+		case leasepb.EventType_EVENT_TYPE_RELEASED, leasepb.EventType_EVENT_TYPE_EXPIRED:
 			if t := l.current(e.Lease.Resource, e.Lease.Token); e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED &&
 				l.leader && t != nil && t.expiring && l.expiryLag != nil {
 				l.expiryLag(now.Sub(t.due).Seconds())
 			}
-			l.remove(e.Lease.Resource)
+			l.remove(e.Lease.Resource, e.Lease.Token)
 		}
 	}
 	ch := res.Changes
@@ -208,13 +209,13 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
 	}
 	for _, cp := range ch.Checkpointed {
-		if t := l.leases[cp.Resource]; t != nil {
+		if t := l.leases[fsm.Ref{Resource: cp.Resource, Token: cp.Token}]; t != nil {
 			t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.RemainingMs), !cp.Renewed
 			t.checkpointing = false
 		}
 	}
 	for _, r := range ch.Renewed {
-		l.durablyRenewed(now, r.Resource)
+		l.durablyRenewed(now, r)
 	}
 	for _, d := range ch.DelaysEnded {
 		delete(l.delays, d.Resource)
@@ -223,8 +224,8 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 
 // durablyRenewed records a Renew entry for one lease. A durable renewal is a renewal: the next checkpoint
 // must not mark the lease idle again before the renewing call resets its deadline.
-func (l *lessor) durablyRenewed(now time.Time, resource string) {
-	t := l.leases[resource]
+func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
+	t := l.leases[ref]
 	if t == nil {
 		return
 	}
@@ -245,28 +246,26 @@ func (l *lessor) add(now time.Time, ls fsm.Lease) {
 		deadline: now.Add(ms(ls.TTLMs)), renewedAt: l.at(now),
 		checkpointAt: now, checkpointRemaining: ms(ls.TTLMs), heapIdx: -1,
 	}
-	l.leases[ls.Resource] = t
+	l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
 	if l.leader {
 		heap.Push(&l.deadlines, t)
 	}
 }
 
-func (l *lessor) remove(resource string) {
-	t := l.leases[resource]
+func (l *lessor) remove(resource string, token uint64) {
+	ref := fsm.Ref{Resource: resource, Token: token}
+	t := l.leases[ref]
 	if t == nil {
 		return
 	}
-	delete(l.leases, resource)
+	delete(l.leases, ref)
 	if l.leader && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
 		heap.Remove(&l.deadlines, t.heapIdx)
 	}
 }
 
 func (l *lessor) current(resource string, token uint64) *leaseTimer {
-	if t, ok := l.leases[resource]; ok && t.token == token {
-		return t
-	}
-	return nil
+	return l.leases[fsm.Ref{Resource: resource, Token: token}]
 }
 
 // tick does the leader's periodic work: propose expirations, checkpoints and lock-delay ends.

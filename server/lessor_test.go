@@ -228,7 +228,7 @@ func TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL(t *testing.T) {
 	s.elect(0)
 	tok := s.apply(acquireCmd("r", 4*time.Second)).Lease.Token
 	s.step(2500*time.Millisecond, 100*time.Millisecond) // checkpointed idle, ~2s left
-	if !s.lessors[1].leases["r"].idle {
+	if !s.lessors[1].leases[fsm.Ref{Resource: "r", Token: tok}].idle {
 		t.Fatal("setup: the lease should be idle in the log")
 	}
 	s.elect(1) // takes over: idle, so ~2s counted from the checkpoint
@@ -261,7 +261,7 @@ func TestIdleMarkDurableWithinOneInterval(t *testing.T) {
 			t.Fatalf("offset %v: renew failed", offset)
 		}
 		renewedAt := s.clock.Now()
-		for !s.lessors[1].leases["r"].idle {
+		for !s.lessors[1].leases[fsm.Ref{Resource: "r", Token: tok}].idle {
 			if took := s.clock.Now().Sub(renewedAt); took > interval {
 				t.Fatalf("offset %v: not marked idle in the log %v after the last renewal (interval %v)", offset, took, interval)
 			}

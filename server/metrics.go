@@ -180,9 +180,10 @@ func boolFloat(b bool) float64 {
 }
 
 var eventTypeLabel = map[leasepb.EventType]string{
-	leasepb.EventType_EVENT_TYPE_GRANTED:  "granted",
-	leasepb.EventType_EVENT_TYPE_RELEASED: "released",
-	leasepb.EventType_EVENT_TYPE_EXPIRED:  "expired",
+	leasepb.EventType_EVENT_TYPE_GRANTED:       "granted",
+	leasepb.EventType_EVENT_TYPE_RELEASED:      "released",
+	leasepb.EventType_EVENT_TYPE_EXPIRED:       "expired",
+	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "value_changed",
 }
 
 // applied counts the grants, releases and expiries of an applied entry.

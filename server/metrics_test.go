@@ -31,6 +31,7 @@ func TestMetricsCountWhatTheNodeDoes(t *testing.T) {
 leased_events_total{type="expired"} 0
 leased_events_total{type="granted"} 1
 leased_events_total{type="released"} 0
+leased_events_total{type="value_changed"} 0
 # HELP leased_live_leases Live leases in this node's state machine.
 # TYPE leased_live_leases gauge
 leased_live_leases 1

@@ -59,6 +59,11 @@ func (s *leasesService) KeepAlive(stream grpc.BidiStreamingServer[leasepb.KeepAl
 	}
 }
 
+func (s *leasesService) Proclaim(ctx context.Context, req *leasepb.ProclaimRequest) (*leasepb.ProclaimResponse, error) {
+	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Proclaim{Proclaim: req}})
+	return resp.GetProclaim(), err
+}
+
 func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetResponse, error) {
 	if err := s.n.cfg.Limits.resource("resource", req.GetResource()); err != nil {
 		return nil, s.n.status(err)

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/fsm"
 )
 
 // Request validation at the edge: every limit is checked before anything is proposed, and a bad request
@@ -85,6 +87,22 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if d := r.GetLockDelayMs(); d < 0 || time.Duration(d)*time.Millisecond > l.MaxLockDelay {
 		return invalid("lock_delay_ms", "%d is outside 0..%d", d, l.MaxLockDelay.Milliseconds())
 	}
+	switch {
+	case r.GetLimit() > fsm.MaxSemaphoreLimit:
+		return invalid("limit", "%d is above the most slots a semaphore may have, %d", r.GetLimit(), fsm.MaxSemaphoreLimit)
+	case r.GetLimit() > 0 && r.GetLockDelayMs() != 0:
+		return invalid("lock_delay_ms", "a semaphore slot (limit %d) takes no lock-delay", r.GetLimit())
+	}
+	return nil
+}
+
+func (l Limits) proclaim(r *leasepb.ProclaimRequest) error {
+	if err := l.leaseRef(r.GetResource(), r.GetToken()); err != nil {
+		return err
+	}
+	if len(r.GetValue()) > l.MaxValueBytes {
+		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
+	}
 	return nil
 }
 
@@ -120,6 +138,8 @@ func (l Limits) write(req *wirepb.ForwardRequest) error {
 		return l.leaseRef(r.Release.GetResource(), r.Release.GetToken())
 	case *wirepb.ForwardRequest_KeepAlive:
 		return l.keepAlive(r.KeepAlive)
+	case *wirepb.ForwardRequest_Proclaim:
+		return l.proclaim(r.Proclaim)
 	default:
 		return invalid("request", "not a write this node knows")
 	}
@@ -136,9 +156,35 @@ func (l Limits) list(r *leasepb.ListRequest) error {
 		return invalid("limit", "%d is above the page limit %d", r.GetLimit(), l.MaxListLimit)
 	}
 	if pt := r.GetPageToken(); pt != "" {
-		return l.resource("page_token", pt)
+		resource, _, err := parsePageToken(pt)
+		if err != nil {
+			return err
+		}
+		return l.resource("page_token", resource)
 	}
 	return nil
+}
+
+// A List page token names the last lease of the previous page: its resource, and for a semaphore slot
+// "#" and its token ('#' is not a resource character, so the two parts cannot be confused).
+
+func pageToken(l fsm.Lease) string {
+	if l.Limit > 0 {
+		return l.Resource + "#" + strconv.FormatUint(l.Token, 10)
+	}
+	return l.Resource
+}
+
+func parsePageToken(pt string) (string, uint64, error) {
+	resource, slot, found := strings.Cut(pt, "#")
+	if !found {
+		return resource, 0, nil
+	}
+	tok, err := strconv.ParseUint(slot, 10, 64)
+	if err != nil || tok == 0 {
+		return "", 0, invalid("page_token", "%q is not a token this server issued", pt)
+	}
+	return resource, tok, nil
 }
 
 func (l Limits) watch(r *leasepb.WatchRequest) error {

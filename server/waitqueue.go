@@ -73,8 +73,9 @@ func (q *waitQueue) leave(resource string, w *waiter) {
 	notify(ws[0])
 }
 
-// applied wakes the head waiter of every resource an applied entry freed: a release, an expiry, the end
-// of a lock-delay.
+// applied wakes the head waiter of every resource an applied entry freed: a release, an expiry (of a
+// lease or of one semaphore slot), the end of a lock-delay. A head granted a slot leaves, which wakes
+// the next waiter to try for another free slot.
 func (q *waitQueue) applied(res fsm.Result) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -82,7 +83,7 @@ func (q *waitQueue) applied(res fsm.Result) {
 		return
 	}
 	for _, e := range res.Events {
-		if e.Type != leasepb.EventType_EVENT_TYPE_GRANTED {
+		if e.Type == leasepb.EventType_EVENT_TYPE_RELEASED || e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED {
 			q.wakeHead(e.Lease.Resource)
 		}
 	}

@@ -12,7 +12,8 @@
 //   - request_id: at most 64 bytes, printable ASCII.
 //   - ttl_ms: the TTL floor (8 × the election timeout: 8,000 with the default 1 s) .. 3,600,000 (1 h);
 //     --min-ttl may raise the floor, --max-ttl sets the top. See docs/client.md, "TTL floor".
-//   - lock_delay_ms: 0..60,000 (--max-lock-delay).
+//   - lock_delay_ms: 0..60,000 (--max-lock-delay); 0 with a limit.
+//   - limit (semaphore slots): 0 (a plain lease)..1,000.
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
@@ -66,21 +67,26 @@ const (
 	EventType_EVENT_TYPE_GRANTED     EventType = 1
 	EventType_EVENT_TYPE_RELEASED    EventType = 2
 	EventType_EVENT_TYPE_EXPIRED     EventType = 3
+	// EVENT_TYPE_VALUE_CHANGED: Proclaim replaced a live lease's value (same token); lease carries the new
+	// value.
+	EventType_EVENT_TYPE_VALUE_CHANGED EventType = 60
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0: "EVENT_TYPE_UNSPECIFIED",
-		1: "EVENT_TYPE_GRANTED",
-		2: "EVENT_TYPE_RELEASED",
-		3: "EVENT_TYPE_EXPIRED",
+		0:  "EVENT_TYPE_UNSPECIFIED",
+		1:  "EVENT_TYPE_GRANTED",
+		2:  "EVENT_TYPE_RELEASED",
+		3:  "EVENT_TYPE_EXPIRED",
+		60: "EVENT_TYPE_VALUE_CHANGED",
 	}
 	EventType_value = map[string]int32{
-		"EVENT_TYPE_UNSPECIFIED": 0,
-		"EVENT_TYPE_GRANTED":     1,
-		"EVENT_TYPE_RELEASED":    2,
-		"EVENT_TYPE_EXPIRED":     3,
+		"EVENT_TYPE_UNSPECIFIED":   0,
+		"EVENT_TYPE_GRANTED":       1,
+		"EVENT_TYPE_RELEASED":      2,
+		"EVENT_TYPE_EXPIRED":       3,
+		"EVENT_TYPE_VALUE_CHANGED": 60,
 	}
 )
 
@@ -118,9 +124,9 @@ const (
 	Permission_PERMISSION_UNSPECIFIED Permission = 0
 	// PERMISSION_READ: Get, List, Watch, ValidateToken.
 	Permission_PERMISSION_READ Permission = 1
-	// PERMISSION_LEASE: Acquire, and Renew, KeepAlive and Release of the identity's own leases.
+	// PERMISSION_LEASE: Acquire, and Renew, KeepAlive, Release and Proclaim of the identity's own leases.
 	Permission_PERMISSION_LEASE Permission = 2
-	// PERMISSION_ADMIN: Renew, KeepAlive and Release of anyone's lease; with prefix "" also the Cluster
+	// PERMISSION_ADMIN: Renew, KeepAlive, Release and Proclaim of anyone's lease; with prefix "" also the Cluster
 	// calls other than Status (members, snapshots, AclGet, AclSet).
 	Permission_PERMISSION_ADMIN Permission = 3
 )
@@ -284,7 +290,10 @@ type Lease struct {
 	// identity is the authenticated identity that holds the lease (its certificate's CN, or first URI SAN);
 	// empty when the lease was granted without client-cert-auth. Only it, or an identity with admin,
 	// renews or releases the lease; holder is a label the client chose.
-	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	// limit is, for a slot of a counting semaphore, the semaphore's number of slots (AcquireRequest.limit);
+	// 0 for a plain lease.
+	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +391,13 @@ func (x *Lease) GetIdentity() string {
 	return ""
 }
 
+func (x *Lease) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 // AcquireRequest asks for a lease on a resource.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -404,7 +420,13 @@ type AcquireRequest struct {
 	Wait bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
 	// lock_delay_ms (0..60,000): if this lease is lost involuntarily (it expires), the resource stays
 	// ungrantable for this long. For resources whose writers cannot check tokens.
-	LockDelayMs   int64 `protobuf:"varint,7,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	LockDelayMs int64 `protobuf:"varint,7,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// limit (0..1,000) makes the resource a counting semaphore of limit slots: each grant is one slot, its
+	// own lease with its own token, and at most limit slots are live at once. 0 asks for a plain lease
+	// (one holder). Every live grant of a resource agrees on it: asking another limit while slots are held,
+	// or a plain lease on a semaphore (or a slot of a plainly leased resource), is INVALID_ARGUMENT on
+	// "limit". A semaphore takes no lock_delay_ms. Its slots are addressed by (resource, token).
+	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +506,13 @@ func (x *AcquireRequest) GetWait() bool {
 func (x *AcquireRequest) GetLockDelayMs() int64 {
 	if x != nil {
 		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -1076,9 +1105,13 @@ func (x *GetRequest) GetSerializable() bool {
 
 // GetResponse carries the current lease.
 type GetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Lease         *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// lease is the current lease; for a semaphore the oldest held slot (the lowest token).
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// slots are, for a semaphore, every held slot in token order (lease is slots[0]); empty for a plain
+	// lease.
+	Slots         []*Lease `protobuf:"bytes,60,rep,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1123,6 +1156,13 @@ func (x *GetResponse) GetHeader() *ResponseHeader {
 func (x *GetResponse) GetLease() *Lease {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *GetResponse) GetSlots() []*Lease {
+	if x != nil {
+		return x.Slots
 	}
 	return nil
 }
@@ -1579,7 +1619,10 @@ type LeaseHeld struct {
 	// lock_delayed is true when the resource is free but in its lock-delay after an expiry.
 	LockDelayed bool `protobuf:"varint,5,opt,name=lock_delayed,json=lockDelayed,proto3" json:"lock_delayed,omitempty"`
 	// identity of the current grant's holder (see Lease.identity); empty without client-cert-auth.
-	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	// limit is set when the resource is a semaphore with every one of its limit slots held; holder, token
+	// and remaining_ms then describe its oldest slot.
+	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,6 +1697,13 @@ func (x *LeaseHeld) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *LeaseHeld) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 // LeaderHint is the detail of UNAVAILABLE and of every answer forwarded from a follower.
@@ -1925,6 +1975,122 @@ func (x *AccessDenied) GetOwner() string {
 	return ""
 }
 
+// ProclaimRequest replaces the value of the lease (resource, token).
+type ProclaimRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// token of the lease; it must be a current grant of resource.
+	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// value replaces the lease's value (at most 4096 bytes; empty clears it).
+	Value         []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_leased_v1_leases_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ProclaimRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ProclaimRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// ProclaimResponse carries the lease with its new value.
+type ProclaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Lease         *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimResponse) Reset() {
+	*x = ProclaimResponse{}
+	mi := &file_leased_v1_leases_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimResponse) ProtoMessage() {}
+
+func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
+func (*ProclaimResponse) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ProclaimResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ProclaimResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 var File_leased_v1_leases_proto protoreflect.FileDescriptor
 
 const file_leased_v1_leases_proto_rawDesc = "" +
@@ -1938,7 +2104,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\vleader_addr\x18\x04 \x01(\tR\n" +
 	"leaderAddr\x12\x1b\n" +
 	"\traft_term\x18\x05 \x01(\x04R\braftTerm\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x80\x02\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x96\x02\n" +
 	"\x05Lease\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -1949,7 +2115,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\"\xc8\x01\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\xde\x01\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -1958,7 +2125,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\"\n" +
-	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\"\x88\x01\n" +
+	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\x88\x01\n" +
 	"\x0fAcquireResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\x12\x1a\n" +
@@ -1994,10 +2162,11 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\"\n" +
-	"\fserializable\x18\x02 \x01(\bR\fserializable\"h\n" +
+	"\fserializable\x18\x02 \x01(\bR\fserializable\"\x90\x01\n" +
 	"\vGetResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"\x96\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\x12&\n" +
+	"\x05slots\x18< \x03(\v2\x10.leased.v1.LeaseR\x05slots\"\x96\x01\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2027,14 +2196,15 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"l\n" +
 	"\rWatchResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12(\n" +
-	"\x06events\x18\x02 \x03(\v2\x10.leased.v1.EventR\x06events\"\xb7\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x10.leased.v1.EventR\x06events\"\xcd\x01\n" +
 	"\tLeaseHeld\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12!\n" +
 	"\flock_delayed\x18\x05 \x01(\bR\vlockDelayed\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\"s\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"s\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\x04R\bleaderId\x12\x1f\n" +
@@ -2056,18 +2226,26 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"permission\x18\x02 \x01(\x0e2\x15.leased.v1.PermissionR\n" +
 	"permission\x12\x1a\n" +
 	"\bresource\x18\x03 \x01(\tR\bresource\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\tR\x05owner*p\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"Y\n" +
+	"\x0fProclaimRequest\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"m\n" +
+	"\x10ProclaimResponse\x121\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease*\x8e\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_GRANTED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x02\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x03*i\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x1c\n" +
+	"\x18EVENT_TYPE_VALUE_CHANGED\x10<*i\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
 	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
-	"\x10PERMISSION_ADMIN\x10\x032\xc6\x05\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\xab\x06\n" +
 	"\x06Leases\x12_\n" +
 	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/acquire\x12W\n" +
 	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/leases/renew\x12J\n" +
@@ -2077,7 +2255,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/leases\x12r\n" +
 	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12<\n" +
-	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01B&Z$github.com/leased/leased/api/leasepbb\x06proto3"
+	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01\x12c\n" +
+	"\bProclaim\x12\x1a.leased.v1.ProclaimRequest\x1a\x1b.leased.v1.ProclaimResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/proclaimB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
 
 var (
 	file_leased_v1_leases_proto_rawDescOnce sync.Once
@@ -2092,7 +2271,7 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
 	(Permission)(0),               // 1: leased.v1.Permission
@@ -2122,6 +2301,8 @@ var file_leased_v1_leases_proto_goTypes = []any{
 	(*LeaseEnded)(nil),            // 25: leased.v1.LeaseEnded
 	(*WatchCompacted)(nil),        // 26: leased.v1.WatchCompacted
 	(*AccessDenied)(nil),          // 27: leased.v1.AccessDenied
+	(*ProclaimRequest)(nil),       // 28: leased.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),      // 29: leased.v1.ProclaimResponse
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
@@ -2133,36 +2314,41 @@ var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 6: leased.v1.ReleaseResponse.header:type_name -> leased.v1.ResponseHeader
 	2,  // 7: leased.v1.GetResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 8: leased.v1.GetResponse.lease:type_name -> leased.v1.Lease
-	2,  // 9: leased.v1.ListResponse.header:type_name -> leased.v1.ResponseHeader
-	3,  // 10: leased.v1.ListResponse.leases:type_name -> leased.v1.Lease
-	2,  // 11: leased.v1.ValidateTokenResponse.header:type_name -> leased.v1.ResponseHeader
-	0,  // 12: leased.v1.Event.type:type_name -> leased.v1.EventType
-	3,  // 13: leased.v1.Event.lease:type_name -> leased.v1.Lease
-	2,  // 14: leased.v1.WatchResponse.header:type_name -> leased.v1.ResponseHeader
-	21, // 15: leased.v1.WatchResponse.events:type_name -> leased.v1.Event
-	0,  // 16: leased.v1.LeaseEnded.how:type_name -> leased.v1.EventType
-	1,  // 17: leased.v1.AccessDenied.permission:type_name -> leased.v1.Permission
-	4,  // 18: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	6,  // 19: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	9,  // 20: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	12, // 21: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	14, // 22: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	16, // 23: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	18, // 24: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	20, // 25: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	5,  // 26: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	7,  // 27: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	11, // 28: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	13, // 29: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	15, // 30: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	17, // 31: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	19, // 32: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	22, // 33: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 9: leased.v1.GetResponse.slots:type_name -> leased.v1.Lease
+	2,  // 10: leased.v1.ListResponse.header:type_name -> leased.v1.ResponseHeader
+	3,  // 11: leased.v1.ListResponse.leases:type_name -> leased.v1.Lease
+	2,  // 12: leased.v1.ValidateTokenResponse.header:type_name -> leased.v1.ResponseHeader
+	0,  // 13: leased.v1.Event.type:type_name -> leased.v1.EventType
+	3,  // 14: leased.v1.Event.lease:type_name -> leased.v1.Lease
+	2,  // 15: leased.v1.WatchResponse.header:type_name -> leased.v1.ResponseHeader
+	21, // 16: leased.v1.WatchResponse.events:type_name -> leased.v1.Event
+	0,  // 17: leased.v1.LeaseEnded.how:type_name -> leased.v1.EventType
+	1,  // 18: leased.v1.AccessDenied.permission:type_name -> leased.v1.Permission
+	2,  // 19: leased.v1.ProclaimResponse.header:type_name -> leased.v1.ResponseHeader
+	3,  // 20: leased.v1.ProclaimResponse.lease:type_name -> leased.v1.Lease
+	4,  // 21: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	6,  // 22: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	9,  // 23: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	12, // 24: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	14, // 25: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	16, // 26: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	18, // 27: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	20, // 28: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	28, // 29: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
+	5,  // 30: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	7,  // 31: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	11, // 32: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	13, // 33: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	15, // 34: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	17, // 35: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	19, // 36: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	22, // 37: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	29, // 38: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -2176,7 +2362,7 @@ func file_leased_v1_leases_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,8 @@
 //   - request_id: at most 64 bytes, printable ASCII.
 //   - ttl_ms: the TTL floor (8 × the election timeout: 8,000 with the default 1 s) .. 3,600,000 (1 h);
 //     --min-ttl may raise the floor, --max-ttl sets the top. See docs/client.md, "TTL floor".
-//   - lock_delay_ms: 0..60,000 (--max-lock-delay).
+//   - lock_delay_ms: 0..60,000 (--max-lock-delay); 0 with a limit.
+//   - limit (semaphore slots): 0 (a plain lease)..1,000.
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
@@ -63,6 +64,7 @@ const (
 	Leases_List_FullMethodName          = "/leased.v1.Leases/List"
 	Leases_ValidateToken_FullMethodName = "/leased.v1.Leases/ValidateToken"
 	Leases_Watch_FullMethodName         = "/leased.v1.Leases/Watch"
+	Leases_Proclaim_FullMethodName      = "/leased.v1.Leases/Proclaim"
 )
 
 // LeasesClient is the client API for Leases service.
@@ -92,8 +94,12 @@ type LeasesClient interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
-	// Watch streams granted / released / expired events, in log index order, starting at from_index.
+	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
+	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
+	// current grant. Watchers see EVENT_TYPE_VALUE_CHANGED. Repeating a Proclaim is harmless.
+	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error)
 }
 
 type leasesClient struct {
@@ -196,6 +202,16 @@ func (c *leasesClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *leasesClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProclaimResponse)
+	err := c.cc.Invoke(ctx, Leases_Proclaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeasesServer is the server API for Leases service.
 // All implementations must embed UnimplementedLeasesServer
 // for forward compatibility.
@@ -223,8 +239,12 @@ type LeasesServer interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
-	// Watch streams granted / released / expired events, in log index order, starting at from_index.
+	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
+	// a new address, say). Only the current token changes it: NOT_FOUND when the token is no longer a
+	// current grant. Watchers see EVENT_TYPE_VALUE_CHANGED. Repeating a Proclaim is harmless.
+	Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error)
 	mustEmbedUnimplementedLeasesServer()
 }
 
@@ -258,6 +278,9 @@ func (UnimplementedLeasesServer) ValidateToken(context.Context, *ValidateTokenRe
 }
 func (UnimplementedLeasesServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLeasesServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
 }
 func (UnimplementedLeasesServer) mustEmbedUnimplementedLeasesServer() {}
 func (UnimplementedLeasesServer) testEmbeddedByValue()                {}
@@ -406,6 +429,24 @@ func _Leases_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _Leases_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProclaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).Proclaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_Proclaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).Proclaim(ctx, req.(*ProclaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Leases_ServiceDesc is the grpc.ServiceDesc for Leases service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +477,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateToken",
 			Handler:    _Leases_ValidateToken_Handler,
+		},
+		{
+			MethodName: "Proclaim",
+			Handler:    _Leases_Proclaim_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -46,6 +46,7 @@ type Command struct {
 	//	*Command_Renew
 	//	*Command_EndLockDelay
 	//	*Command_SetAcl
+	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -158,6 +159,15 @@ func (x *Command) GetSetAcl() *SetAclCmd {
 	return nil
 }
 
+func (x *Command) GetProclaim() *ProclaimCmd {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -190,6 +200,10 @@ type Command_SetAcl struct {
 	SetAcl *SetAclCmd `protobuf:"bytes,10,opt,name=set_acl,json=setAcl,proto3,oneof"`
 }
 
+type Command_Proclaim struct {
+	Proclaim *ProclaimCmd `protobuf:"bytes,50,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*Command_Acquire) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
@@ -203,6 +217,8 @@ func (*Command_Renew) isCommand_Op() {}
 func (*Command_EndLockDelay) isCommand_Op() {}
 
 func (*Command_SetAcl) isCommand_Op() {}
+
+func (*Command_Proclaim) isCommand_Op() {}
 
 // AcquireCmd grants resource to holder if it is free (token = this entry's index). If holder already holds
 // it under the same non-empty request_id, the existing grant is returned unchanged.
@@ -225,8 +241,10 @@ type AcquireCmd struct {
 	// parameters (resource, TTL, value, lock-delay, holder) is refused instead of replaying the grant.
 	// Entries of earlier versions lack it and apply as they did.
 	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// limit > 0 asks for one slot of a counting semaphore of limit slots (leases.proto, AcquireRequest).
+	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireCmd) Reset() {
@@ -320,6 +338,13 @@ func (x *AcquireCmd) GetCheckRequestParams() bool {
 		return x.CheckRequestParams
 	}
 	return false
+}
+
+func (x *AcquireCmd) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 // ReleaseCmd releases the resource if token is its current grant.
@@ -657,7 +682,12 @@ type LeaseRecord struct {
 	RemainingMs int64 `protobuf:"varint,9,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	Renewed     bool  `protobuf:"varint,10,opt,name=renewed,proto3" json:"renewed,omitempty"`
 	// identity that holds the lease (AcquireCmd.identity).
-	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	// limit is the semaphore's slot count for a slot lease; 0 for a plain lease. Slots of one resource are
+	// consecutive records in token order.
+	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	// proclaimed is true once a Proclaim replaced the value the lease was granted with.
+	Proclaimed    bool `protobuf:"varint,61,opt,name=proclaimed,proto3" json:"proclaimed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -767,6 +797,20 @@ func (x *LeaseRecord) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *LeaseRecord) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetProclaimed() bool {
+	if x != nil {
+		return x.Proclaimed
+	}
+	return false
 }
 
 // LockDelayRecord is a resource in its lock-delay in a snapshot.
@@ -1112,11 +1156,81 @@ func (x *AclState) GetRules() []*leasepb.AclRule {
 	return nil
 }
 
+// ProclaimCmd replaces the value of the lease (resource, token) if token is a current grant of resource.
+type ProclaimCmd struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Token    uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Value    []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// identity of the client (empty without client-cert-auth); checked as for ReleaseCmd.
+	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimCmd) Reset() {
+	*x = ProclaimCmd{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimCmd) ProtoMessage() {}
+
+func (x *ProclaimCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimCmd.ProtoReflect.Descriptor instead.
+func (*ProclaimCmd) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ProclaimCmd) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ProclaimCmd) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ProclaimCmd) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ProclaimCmd) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xe3\x03\n" +
+	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xa2\x04\n" +
 	"\aCommand\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\x04R\n" +
 	"proposalId\x12:\n" +
@@ -1129,8 +1243,9 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\x05renew\x18\x06 \x01(\v2\x1c.leased.internal.v1.RenewCmdH\x00R\x05renew\x12K\n" +
 	"\x0eend_lock_delay\x18\a \x01(\v2#.leased.internal.v1.EndLockDelayCmdH\x00R\fendLockDelay\x128\n" +
 	"\aset_acl\x18\n" +
-	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAclB\x04\n" +
-	"\x02op\"\xa1\x02\n" +
+	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
+	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaimB\x04\n" +
+	"\x02op\"\xb7\x02\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -1142,7 +1257,8 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12!\n" +
 	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
-	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\"Z\n" +
+	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"Z\n" +
 	"\n" +
 	"ReleaseCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
@@ -1160,7 +1276,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bRenewCmd\x12+\n" +
 	"\x06leases\x18\x03 \x03(\v2\x13.leased.v1.LeaseRefR\x06leasesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bresourceR\x05token\">\n" +
 	"\x0fEndLockDelayCmd\x12+\n" +
-	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xc4\x02\n" +
+	"\x06delays\x18\x01 \x03(\v2\x13.leased.v1.LeaseRefR\x06delays\"\xfa\x02\n" +
 	"\vLeaseRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -1174,7 +1290,11 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\fremaining_ms\x18\t \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\arenewed\x18\n" +
 	" \x01(\bR\arenewed\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\"t\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\x12\x1e\n" +
+	"\n" +
+	"proclaimed\x18= \x01(\bR\n" +
+	"proclaimed\"t\n" +
 	"\x0fLockDelayRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
@@ -1199,7 +1319,12 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rules\x12\x18\n" +
 	"\ainitial\x18\x02 \x01(\bR\ainitial\"4\n" +
 	"\bAclState\x12(\n" +
-	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rulesB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"\x05rules\x18\x01 \x03(\v2\x12.leased.v1.AclRuleR\x05rules\"q\n" +
+	"\vProclaimCmd\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1a\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentityB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_fsm_proto_rawDescOnce sync.Once
@@ -1213,7 +1338,7 @@ func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: leased.internal.v1.Command
 	(*AcquireCmd)(nil),       // 1: leased.internal.v1.AcquireCmd
@@ -1229,9 +1354,10 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*LeaseEndRecord)(nil),   // 11: leased.internal.v1.LeaseEndRecord
 	(*SetAclCmd)(nil),        // 12: leased.internal.v1.SetAclCmd
 	(*AclState)(nil),         // 13: leased.internal.v1.AclState
-	(*leasepb.LeaseRef)(nil), // 14: leased.v1.LeaseRef
-	(leasepb.EventType)(0),   // 15: leased.v1.EventType
-	(*leasepb.AclRule)(nil),  // 16: leased.v1.AclRule
+	(*ProclaimCmd)(nil),      // 14: leased.internal.v1.ProclaimCmd
+	(*leasepb.LeaseRef)(nil), // 15: leased.v1.LeaseRef
+	(leasepb.EventType)(0),   // 16: leased.v1.EventType
+	(*leasepb.AclRule)(nil),  // 17: leased.v1.AclRule
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1241,22 +1367,23 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	6,  // 4: leased.internal.v1.Command.renew:type_name -> leased.internal.v1.RenewCmd
 	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
 	12, // 6: leased.internal.v1.Command.set_acl:type_name -> leased.internal.v1.SetAclCmd
-	14, // 7: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
-	4,  // 8: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
-	14, // 9: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	14, // 10: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
-	8,  // 11: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
-	9,  // 12: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
-	11, // 13: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
-	13, // 14: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
-	15, // 15: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	16, // 16: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
-	16, // 17: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	14, // 7: leased.internal.v1.Command.proclaim:type_name -> leased.internal.v1.ProclaimCmd
+	15, // 8: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	4,  // 9: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
+	15, // 10: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	15, // 11: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	8,  // 12: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
+	9,  // 13: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
+	11, // 14: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
+	13, // 15: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
+	16, // 16: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	17, // 17: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
+	17, // 18: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }
@@ -1272,6 +1399,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 		(*Command_Renew)(nil),
 		(*Command_EndLockDelay)(nil),
 		(*Command_SetAcl)(nil),
+		(*Command_Proclaim)(nil),
 	}
 	file_leased_internal_v1_fsm_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
@@ -1280,7 +1408,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -145,6 +145,7 @@ type ForwardRequest struct {
 	//	*ForwardRequest_Renew
 	//	*ForwardRequest_Release
 	//	*ForwardRequest_KeepAlive
+	//	*ForwardRequest_Proclaim
 	Request isForwardRequest_Request `protobuf_oneof:"request"`
 	// identity is the authenticated identity of the client that sent the request, decided by the node it
 	// reached (empty without client-cert-auth). Peers are trusted members: the leader enforces ownership
@@ -241,6 +242,15 @@ func (x *ForwardRequest) GetKeepAlive() *leasepb.KeepAliveRequest {
 	return nil
 }
 
+func (x *ForwardRequest) GetProclaim() *leasepb.ProclaimRequest {
+	if x != nil {
+		if x, ok := x.Request.(*ForwardRequest_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 func (x *ForwardRequest) GetIdentity() string {
 	if x != nil {
 		return x.Identity
@@ -268,6 +278,10 @@ type ForwardRequest_KeepAlive struct {
 	KeepAlive *leasepb.KeepAliveRequest `protobuf:"bytes,6,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
 }
 
+type ForwardRequest_Proclaim struct {
+	Proclaim *leasepb.ProclaimRequest `protobuf:"bytes,60,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*ForwardRequest_Acquire) isForwardRequest_Request() {}
 
 func (*ForwardRequest_Renew) isForwardRequest_Request() {}
@@ -275,6 +289,8 @@ func (*ForwardRequest_Renew) isForwardRequest_Request() {}
 func (*ForwardRequest_Release) isForwardRequest_Request() {}
 
 func (*ForwardRequest_KeepAlive) isForwardRequest_Request() {}
+
+func (*ForwardRequest_Proclaim) isForwardRequest_Request() {}
 
 // ForwardResponse carries the leader's answer. Errors travel as the gRPC status of the Forward call.
 type ForwardResponse struct {
@@ -285,6 +301,7 @@ type ForwardResponse struct {
 	//	*ForwardResponse_Renew
 	//	*ForwardResponse_Release
 	//	*ForwardResponse_KeepAlive
+	//	*ForwardResponse_Proclaim
 	Response      isForwardResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -363,6 +380,15 @@ func (x *ForwardResponse) GetKeepAlive() *leasepb.KeepAliveResponse {
 	return nil
 }
 
+func (x *ForwardResponse) GetProclaim() *leasepb.ProclaimResponse {
+	if x != nil {
+		if x, ok := x.Response.(*ForwardResponse_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isForwardResponse_Response interface {
 	isForwardResponse_Response()
 }
@@ -383,6 +409,10 @@ type ForwardResponse_KeepAlive struct {
 	KeepAlive *leasepb.KeepAliveResponse `protobuf:"bytes,4,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
 }
 
+type ForwardResponse_Proclaim struct {
+	Proclaim *leasepb.ProclaimResponse `protobuf:"bytes,60,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*ForwardResponse_Acquire) isForwardResponse_Response() {}
 
 func (*ForwardResponse_Renew) isForwardResponse_Response() {}
@@ -390,6 +420,8 @@ func (*ForwardResponse_Renew) isForwardResponse_Response() {}
 func (*ForwardResponse_Release) isForwardResponse_Response() {}
 
 func (*ForwardResponse_KeepAlive) isForwardResponse_Response() {}
+
+func (*ForwardResponse_Proclaim) isForwardResponse_Response() {}
 
 var File_leased_internal_v1_raft_proto protoreflect.FileDescriptor
 
@@ -402,7 +434,7 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bmessages\x18\x04 \x03(\fR\bmessages\"\x0f\n" +
-	"\rRaftStreamEnd\"\xc7\x02\n" +
+	"\rRaftStreamEnd\"\x81\x03\n" +
 	"\x0eForwardRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -411,15 +443,17 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\x05renew\x18\x04 \x01(\v2\x17.leased.v1.RenewRequestH\x00R\x05renew\x125\n" +
 	"\arelease\x18\x05 \x01(\v2\x19.leased.v1.ReleaseRequestH\x00R\arelease\x12<\n" +
 	"\n" +
-	"keep_alive\x18\x06 \x01(\v2\x1b.leased.v1.KeepAliveRequestH\x00R\tkeepAlive\x12\x1a\n" +
+	"keep_alive\x18\x06 \x01(\v2\x1b.leased.v1.KeepAliveRequestH\x00R\tkeepAlive\x128\n" +
+	"\bproclaim\x18< \x01(\v2\x1a.leased.v1.ProclaimRequestH\x00R\bproclaim\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentityB\t\n" +
-	"\arequest\"\xfe\x01\n" +
+	"\arequest\"\xb9\x02\n" +
 	"\x0fForwardResponse\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.leased.v1.AcquireResponseH\x00R\aacquire\x120\n" +
 	"\x05renew\x18\x02 \x01(\v2\x18.leased.v1.RenewResponseH\x00R\x05renew\x126\n" +
 	"\arelease\x18\x03 \x01(\v2\x1a.leased.v1.ReleaseResponseH\x00R\arelease\x12=\n" +
 	"\n" +
-	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAliveB\n" +
+	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAlive\x129\n" +
+	"\bproclaim\x18< \x01(\v2\x1b.leased.v1.ProclaimResponseH\x00R\bproclaimB\n" +
 	"\n" +
 	"\bresponse2\xa8\x01\n" +
 	"\x04Raft\x12L\n" +
@@ -448,29 +482,33 @@ var file_leased_internal_v1_raft_proto_goTypes = []any{
 	(*leasepb.RenewRequest)(nil),      // 5: leased.v1.RenewRequest
 	(*leasepb.ReleaseRequest)(nil),    // 6: leased.v1.ReleaseRequest
 	(*leasepb.KeepAliveRequest)(nil),  // 7: leased.v1.KeepAliveRequest
-	(*leasepb.AcquireResponse)(nil),   // 8: leased.v1.AcquireResponse
-	(*leasepb.RenewResponse)(nil),     // 9: leased.v1.RenewResponse
-	(*leasepb.ReleaseResponse)(nil),   // 10: leased.v1.ReleaseResponse
-	(*leasepb.KeepAliveResponse)(nil), // 11: leased.v1.KeepAliveResponse
+	(*leasepb.ProclaimRequest)(nil),   // 8: leased.v1.ProclaimRequest
+	(*leasepb.AcquireResponse)(nil),   // 9: leased.v1.AcquireResponse
+	(*leasepb.RenewResponse)(nil),     // 10: leased.v1.RenewResponse
+	(*leasepb.ReleaseResponse)(nil),   // 11: leased.v1.ReleaseResponse
+	(*leasepb.KeepAliveResponse)(nil), // 12: leased.v1.KeepAliveResponse
+	(*leasepb.ProclaimResponse)(nil),  // 13: leased.v1.ProclaimResponse
 }
 var file_leased_internal_v1_raft_proto_depIdxs = []int32{
 	4,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
 	5,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
 	6,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
 	7,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
-	8,  // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
-	9,  // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
-	10, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
-	11, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
-	0,  // 8: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
-	2,  // 9: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
-	1,  // 10: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
-	3,  // 11: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 4: leased.internal.v1.ForwardRequest.proclaim:type_name -> leased.v1.ProclaimRequest
+	9,  // 5: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
+	10, // 6: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
+	11, // 7: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
+	12, // 8: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
+	13, // 9: leased.internal.v1.ForwardResponse.proclaim:type_name -> leased.v1.ProclaimResponse
+	0,  // 10: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
+	2,  // 11: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
+	1,  // 12: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
+	3,  // 13: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_raft_proto_init() }
@@ -483,12 +521,14 @@ func file_leased_internal_v1_raft_proto_init() {
 		(*ForwardRequest_Renew)(nil),
 		(*ForwardRequest_Release)(nil),
 		(*ForwardRequest_KeepAlive)(nil),
+		(*ForwardRequest_Proclaim)(nil),
 	}
 	file_leased_internal_v1_raft_proto_msgTypes[3].OneofWrappers = []any{
 		(*ForwardResponse_Acquire)(nil),
 		(*ForwardResponse_Renew)(nil),
 		(*ForwardResponse_Release)(nil),
 		(*ForwardResponse_KeepAlive)(nil),
+		(*ForwardResponse_Proclaim)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -41,9 +41,10 @@ func (a *app) runCommand() *cobra.Command {
 		w             waitFlags
 		grace         time.Duration
 		holder, value string
+		limit         int
 	)
 	cmd := &cobra.Command{
-		Use:   "run RESOURCE --ttl D [--wait] [--grace D] -- COMMAND [ARGS...]",
+		Use:   "run RESOURCE --ttl D [--wait] [--limit N] [--grace D] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lease (a singleton cron job)",
 		Long: `run takes the lease on RESOURCE, keeps it alive, and runs COMMAND with LEASE_RESOURCE, LEASE_TOKEN and
 LEASE_HOLDER in its environment (stdin, stdout and stderr are passed through). When COMMAND exits the lease
@@ -55,11 +56,21 @@ given. SIGINT, SIGTERM and SIGHUP sent to leasectl are forwarded to COMMAND.
 If the lease is lost while COMMAND runs (it expired, was released elsewhere, or could not be renewed in
 time) COMMAND gets SIGTERM, then SIGKILL after --grace, and run exits with code 4 (the cluster says the lease
 is gone) or 5 (no renewal succeeded in time), whatever COMMAND's own status. COMMAND should pass
-LEASE_TOKEN to the storage it writes to, so that writes made after the loss are rejected.`,
+LEASE_TOKEN to the storage it writes to, so that writes made after the loss are rejected.
+
+With --limit N, RESOURCE is a counting semaphore of N slots (like 'consul lock -n N'): at most N copies of
+COMMAND run at once, across every leasectl given the same RESOURCE and N. Each copy holds its own slot,
+with its own LEASE_TOKEN; LEASE_LIMIT is N. When all N slots are held, run exits with code 3, or with
+--wait queues (first come, first served) for a free slot. Every run on RESOURCE must give the same N:
+another N while slots are held is refused (exit 2).`,
 		Example: `  leasectl run jobs/nightly-report --ttl 30s -- /usr/local/bin/report --date today
-  leasectl run jobs/compact --ttl 1m --wait --grace 30s -- sh -c 'compact --fence-token "$LEASE_TOKEN"'`,
+  leasectl run jobs/compact --ttl 1m --wait --grace 30s -- sh -c 'compact --fence-token "$LEASE_TOKEN"'
+  leasectl run jobs/transcode --ttl 30s --limit 4 --wait -- ./transcode next`,
 		Args: commandArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 || limit > 1000 {
+				return usagef(cmd, "--limit must be between 1 and 1000 slots, got %d", limit)
+			}
 			return w.check(cmd, durationFlag{"grace", grace}, durationFlag{"wait-timeout", w.waitTimeout})
 		},
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
@@ -73,6 +84,9 @@ LEASE_TOKEN to the storage it writes to, so that writes made after the loss are 
 			}
 			if w.wait {
 				opts = append(opts, client.WithWait())
+			}
+			if limit > 0 {
+				opts = append(opts, client.WithLimit(limit))
 			}
 			return a.withClient("", func(c *client.Client) error {
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
@@ -90,6 +104,7 @@ LEASE_TOKEN to the storage it writes to, so that writes made after the loss are 
 	f.DurationVar(&grace, "grace", 10*time.Second, "after the lease is lost, time between SIGTERM and SIGKILL")
 	f.StringVar(&holder, "holder", "", "holder name recorded with the lease (default host:pid)")
 	f.StringVar(&value, "value", "", "payload stored with the lease (also in LEASE_VALUE)")
+	f.IntVar(&limit, "limit", 0, "treat RESOURCE as a semaphore of N slots: at most N copies run at once (1..1000; 0: one holder, a plain lease)")
 	_ = cmd.MarkFlagRequired("ttl")
 	return cmd
 }
@@ -189,6 +204,9 @@ func (a *app) supervise(ctx context.Context, lease *client.Lease, argv []string,
 		"LEASE_HOLDER="+lease.Holder(),
 		"LEASE_VALUE="+string(lease.Value()),
 	)
+	if lease.Limit() > 0 {
+		child.Env = append(child.Env, "LEASE_LIMIT="+strconv.Itoa(lease.Limit()))
+	}
 	if err := child.Start(); err != nil {
 		a.release(ctx, lease)
 		code := 126

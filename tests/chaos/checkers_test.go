@@ -23,6 +23,7 @@ type event struct {
 	Holder   string
 	Token    uint64
 	Seen     time.Time // when the harness received it (after it was applied)
+	Limit    int       // a semaphore slot's limit (semaphore_test.go); 0 for a plain lease
 }
 
 // releaseKey names a Release a client actually sent.

@@ -247,3 +247,39 @@ func TestFaultProxy(t *testing.T) {
 	}
 	c.Close()
 }
+
+func TestCheckSemaphoresCatchesMoreThanLimit(t *testing.T) {
+	g := func(i uint64, r string, limit int) event {
+		return event{Type: client.Granted, Index: i, Resource: r, Token: i, Limit: limit}
+	}
+	end := func(i uint64, r string, tok uint64) event {
+		return event{Type: client.Released, Index: i, Resource: r, Token: tok, Limit: 2}
+	}
+	good := []event{g(1, "s", 2), g(2, "s", 2), end(3, "s", 1), g(4, "s", 2), end(5, "s", 2), end(6, "s", 4), g(7, "s", 3)}
+	if v := checkSemaphores(good, nil); len(v) != 0 {
+		t.Errorf("good stream: %v", v)
+	}
+	for name, bad := range map[string][]event{
+		"three live of two":     {g(1, "s", 2), g(2, "s", 2), g(3, "s", 2)},
+		"limits disagree":       {g(1, "s", 2), g(2, "s", 3)},
+		"token not the index":   {g(1, "s", 2), {Type: client.Granted, Index: 2, Resource: "s", Token: 1, Limit: 2}},
+		"end of a dead slot":    {g(1, "s", 2), end(2, "s", 1), end(3, "s", 1)},
+		"end of an unknown one": {g(1, "s", 2), end(2, "s", 9)},
+	} {
+		if v := checkSemaphores(bad, nil); len(v) == 0 {
+			t.Errorf("%s: not caught", name)
+		}
+	}
+	slot := func(tok uint64) *leasepb.Lease {
+		return &leasepb.Lease{Resource: "s", Token: tok, Limit: 2, Holder: "h"}
+	}
+	if v := checkSemaphoreStates([]nodeState{{applied: 5, slots: []*leasepb.Lease{slot(1), slot(2)}}, {applied: 5, slots: []*leasepb.Lease{slot(1), slot(2)}}}); len(v) != 0 {
+		t.Errorf("good states: %v", v)
+	}
+	if v := checkSemaphoreStates([]nodeState{{applied: 5, slots: []*leasepb.Lease{slot(1), slot(2), slot(3)}}}); len(v) == 0 {
+		t.Error("three slots of two in a state: not caught")
+	}
+	if v := checkSemaphoreStates([]nodeState{{applied: 5, slots: []*leasepb.Lease{slot(1)}}, {applied: 5, slots: []*leasepb.Lease{slot(2)}}}); len(v) == 0 {
+		t.Error("nodes disagreeing on the slots: not caught")
+	}
+}

@@ -79,6 +79,7 @@ func (c *cluster) healAll() {
 type nodeState struct {
 	applied uint64
 	leases  []*leasepb.Lease // remaining_ms cleared (only the leader knows it)
+	slots   []*leasepb.Lease // semaphore slots, kept apart from the plain leases (semaphore_test.go)
 }
 
 func (c *cluster) localState(ctx context.Context, i int) (nodeState, error) {
@@ -98,6 +99,10 @@ func (c *cluster) localState(ctx context.Context, i int) (nodeState, error) {
 		for _, l := range resp.GetLeases() {
 			l = proto.Clone(l).(*leasepb.Lease)
 			l.RemainingMs = 0
+			if l.GetLimit() > 0 {
+				st.slots = append(st.slots, l)
+				continue
+			}
 			st.leases = append(st.leases, l)
 		}
 		if page = resp.GetNextPageToken(); page == "" {

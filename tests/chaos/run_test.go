@@ -45,6 +45,8 @@ type runConfig struct {
 	Schedule string
 	// L1Holders keep leases on their own resources, half at the TTL floor, for the L1 checker.
 	L1Holders int
+	// Semaphore workers take slots of semaphore resources, for the "at most N" checker (semaphore_test.go).
+	Semaphore int
 	// Strict counts the violations of the SDK defects of issue 11 as failures (LEASED_CHAOS_STRICT=1,
 	// make chaos STRICT=1): L1 and log-release. Otherwise they are reported only (strictOnly).
 	Strict bool
@@ -74,6 +76,7 @@ type run struct {
 	durableClients []*client.Client
 	releases       map[releaseKey]time.Time
 	events         []event
+	semEvents      []event // events of semaphore slots, checked by checkSemaphores
 	gaps           []uint64
 	// watchRedelivered counts events a Watch stream delivered below the index it was asked to start from.
 	watchRedelivered int
@@ -110,6 +113,7 @@ type report struct {
 	FenceRejected int
 	LooseOverlaps int
 	Events        int
+	SemEvents     int
 	WatchGaps     int
 	WatchRedeliv  int
 	Durable       int
@@ -151,9 +155,10 @@ func (rep *report) String() string {
 		rep.Plain.Accepted, rep.Plain.StaleAccepted, rep.Plain.LostUpdates)
 	fmt.Fprintf(&b, "  I4 loose overlaps (Done seen after a later grant returned, incl. scheduling delay): %d\n", rep.LooseOverlaps)
 	fmt.Fprintf(&b, "  answers checked against the applied event log: %d\n", rep.AnswersLog)
+	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -244,6 +249,10 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		r.wg.Add(1)
 		go r.l1Holder(work, k)
 	}
+	for k := range cfg.Semaphore {
+		r.wg.Add(1)
+		go r.semaphoreWorker(work, k)
+	}
 	var nemWG sync.WaitGroup
 	if cfg.Nemeses || cfg.Schedule != "" {
 		nemWG.Add(1)
@@ -293,7 +302,8 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// I1/I2: the applied event stream, and every node's state at one applied index.
 	r.mu.Lock()
 	events, gaps, releases := slices.Clone(r.events), slices.Clone(r.gaps), r.releases
-	rep.Events, rep.WatchGaps, rep.WatchRedeliv = len(events), len(gaps), r.watchRedelivered
+	semEvents := slices.Clone(r.semEvents)
+	rep.Events, rep.WatchGaps, rep.WatchRedeliv, rep.SemEvents = len(events), len(gaps), r.watchRedelivered, len(semEvents)
 	r.mu.Unlock()
 	if f, err := os.Create(filepath.Join(dir, "events.txt")); err == nil {
 		for _, e := range events {
@@ -310,7 +320,9 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		violate("I1/I2", "nodes never reached the same applied index: "+statesErr.Error())
 	} else {
 		violate("I1/I2", checkStates(states, events, len(gaps) == 0)...)
+		violate("sem", checkSemaphoreStates(states)...)
 	}
+	violate("sem", checkSemaphores(semEvents, gaps)...)
 
 	// I3: acknowledged long-TTL grants and releases survive a full-cluster restart.
 	r.mu.Lock()
@@ -485,8 +497,13 @@ func (r *run) watch(ctx context.Context, cl *client.Client) {
 				last, atLast = e.Index, map[string]bool{}
 			}
 			atLast[key] = true
-			r.events = append(r.events, event{Type: e.Type, Index: e.Index, Resource: e.Lease.Resource,
-				Holder: e.Lease.Holder, Token: e.Lease.Token, Seen: time.Now()})
+			ev := event{Type: e.Type, Index: e.Index, Resource: e.Lease.Resource,
+				Holder: e.Lease.Holder, Token: e.Lease.Token, Seen: time.Now(), Limit: e.Lease.Limit}
+			if ev.Limit > 0 {
+				r.semEvents = append(r.semEvents, ev) // a semaphore slot: not for the plain checkers
+			} else {
+				r.events = append(r.events, ev)
+			}
 			from = e.Index + 1
 			return nil
 		})

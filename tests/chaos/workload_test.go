@@ -93,6 +93,13 @@ func (c *counters) op(kind opKind, out outcome) {
 	c.ops[kind.String()+"/"+out.String()]++
 }
 
+// named counts an operation outside the porcupine model's kinds (the semaphore workload's).
+func (c *counters) named(kind string, out outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ops[kind+"/"+out.String()]++
+}
+
 func (c *counters) fault(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
