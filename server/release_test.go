@@ -80,7 +80,7 @@ func TestSimReleaseAfterExpirySaysItExpired(t *testing.T) {
 		ctx := context.Background()
 		l := c.waitLeader(10 * time.Second)
 		got, err := c.acquire(ctx, func(int) int { return l }, &leasepb.AcquireRequest{
-			Resource: "jobs/short", Holder: "h", TtlMs: 1000, RequestId: "a"}) // the sim config's floor
+			Resource: "jobs/short", Holder: "h", TtlMs: simConfig().TTLFloor().Milliseconds(), RequestId: "a"}) // the floor
 		if err != nil {
 			t.Fatal(err)
 		}

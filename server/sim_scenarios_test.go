@@ -89,6 +89,7 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 			acks []ack
 			wg   sync.WaitGroup
 		)
+		floor := c.cfgs[0].TTLFloor().Milliseconds()
 		ctx, stop := context.WithCancel(context.Background())
 		for w := range clients {
 			rng := rand.New(rand.NewPCG(c.seed, uint64(100+w)))
@@ -98,7 +99,7 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 				holder := fmt.Sprintf("w%d", w)
 				for k := 0; ctx.Err() == nil; k++ {
 					resource := fmt.Sprintf("r%d", rng.IntN(5))
-					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: 1000 + rng.Int64N(1000), // from the 1 s TTL floor
+					req := &leasepb.AcquireRequest{Resource: resource, Holder: holder, TtlMs: floor + rng.Int64N(1000), // from the TTL floor
 						RequestId: fmt.Sprintf("%s-%d", holder, k)}
 					svc := c.leases(rng.IntN(c.size()))
 					if svc == nil { // stopped: the client tries another node
