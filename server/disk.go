@@ -39,25 +39,57 @@ func (n *node) inFlightWrite() (op string, age time.Duration, ok bool) {
 	return op, time.Since(n.epoch) - time.Duration(start-1), true
 }
 
-// watchDisk stops the node once a raft log write has been in flight for longer than DiskStallTimeout.
-// It returns when stop closes or the node stops.
+// watchDisk stops the node once a raft log write has been in flight for longer than DiskStallTimeout,
+// counting only time during which the watchdog itself ran (writeAge). It returns when stop closes or the
+// node stops.
 func (n *node) watchDisk(stop <-chan struct{}) {
 	timeout := n.cfg.DiskStallTimeout
-	ticker := time.NewTicker(max(timeout/8, time.Millisecond))
+	period := max(timeout/8, time.Millisecond)
+	ticker := time.NewTicker(period)
 	defer ticker.Stop()
+	w := writeAge{period: period, last: time.Now()}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-n.done:
 			return
-		case <-ticker.C:
-		}
-		if op, age, ok := n.inFlightWrite(); ok && age > timeout {
-			n.fail(fmt.Errorf("raft log %s to %s has not returned for %v (disk stall timeout %v): %w",
-				op, n.logPath, age.Round(time.Millisecond), timeout, ErrDiskStalled))
-			n.halt()
-			return
+		case now := <-ticker.C:
+			op, age, ok := n.inFlightWrite()
+			if counted := w.observe(now, n.writeStart.Load(), age, ok); counted > timeout {
+				n.fail(fmt.Errorf("raft log %s to %s has not returned for %v (disk stall timeout %v): %w",
+					op, n.logPath, counted.Round(time.Millisecond), timeout, ErrDiskStalled))
+				n.halt()
+				return
+			}
 		}
 	}
+}
+
+// writeAge is the age of the write in flight as the watchdog counts it: the time between two of its
+// ticks counts for at most two tick periods. A longer gap means the watchdog did not run — the whole
+// process was stopped (SIGSTOP, a paused VM) or starved — and that is not the disk's doing: a node frozen
+// for 12 s mid-write used to stop itself the moment it woke, its write "11 s old", although the disk had
+// never stalled. A disk that stalls leaves the watchdog running, so its writes age at full speed.
+type writeAge struct {
+	period time.Duration
+	last   time.Time // the previous tick
+	write  int64     // writeStart of the write being timed; 0: none
+	age    time.Duration
+}
+
+// observe records a tick at now, with the write in flight (start, its age on the node's clock; ok false:
+// none), and returns the write's counted age.
+func (w *writeAge) observe(now time.Time, start int64, age time.Duration, ok bool) time.Duration {
+	awake := min(now.Sub(w.last), 2*w.period)
+	w.last = now
+	switch {
+	case !ok || start == 0:
+		w.write, w.age = 0, 0
+	case start != w.write: // a new write: it began at most one tick ago, as far as the watchdog knows
+		w.write, w.age = start, min(age, awake)
+	default:
+		w.age += awake
+	}
+	return w.age
 }
