@@ -117,6 +117,7 @@ func toStatus(err error, hint leaderHint) error {
 		he *heldError
 		ce *compactedError
 		ee *endedError
+		le *limitError
 	)
 	switch {
 	case errors.As(err, &fe):
@@ -130,9 +131,12 @@ func toStatus(err error, hint leaderHint) error {
 		return withDetails(codes.NotFound, err, ee.detail())
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &le):
+		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.flag, Description: le.msg}}})
 	case errors.Is(err, ErrHolderLimit):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
-			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "leases per holder", Description: err.Error()}}})
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "--max-leases-per-holder", Description: err.Error()}}})
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
 		return withDetails(codes.Unavailable, err, &leasepb.LeaderHint{LeaderId: hint.id, LeaderAddr: hint.addr,
 			OutcomeUnknown: errors.Is(err, ErrOutcomeUnknown)})

@@ -60,10 +60,7 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 
 // Watchers is how many Watch streams this node currently serves.
 func (s *Server) Watchers() int {
-	h := s.node.watch
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.watchers)
+	return s.node.watch.len()
 }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.

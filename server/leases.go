@@ -75,7 +75,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*l
 			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
-		return nil, ErrHolderLimit
+		return nil, fmt.Errorf("%w: %q holds %d leases (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder)
 	default:
 		return nil, invalid("request", "the state machine refused it (%v)", res.Code)
 	}

@@ -126,9 +126,10 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
-	s.clientSrv = grpc.NewServer(append(clientServerOptions(cfg),
+	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
 		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor()))...)
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor())),
+		(&connLimiter{maxStreams: cfg.Limits.MaxStreamsPerConn}).options()...)...)
 	leasepb.RegisterLeasesServer(s.clientSrv, &leasesService{n: s.node})
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
@@ -184,7 +185,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
 		queue:       newWaitQueue(),
-		watch:       newWatchHub(cfg.WatchHistory, snapIndex+1),
+		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
 		members:     make(map[uint64]*leasepb.Member),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
-	"github.com/leased/leased/fsm"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -97,43 +96,57 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	return resp, nil
 }
 
+// Watch streams the events a watcher matches from the node's history (watch.go): each round reads the
+// next events after the stream's cursor, without holding anything the apply loop needs, and sends them
+// in messages of at most watchRoundBytes; between rounds it waits for the next publish. Subscriptions are
+// bounded per connection (--max-watchers-per-conn) and per node (--max-watchers).
 func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStreamingServer[leasepb.WatchResponse]) error {
 	defer s.n.metrics.stream(streamWatch)()
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}
-	w, backlog, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
+	ctx := stream.Context()
+	if cc := connOf(ctx); cc != nil {
+		if !take(&cc.watchers, s.n.cfg.Limits.MaxWatchersPerConn) {
+			return s.n.status(limited("--max-watchers-per-conn", "this connection holds %d watchers, the most it may", s.n.cfg.Limits.MaxWatchersPerConn))
+		}
+		defer cc.watchers.Add(-1)
+	}
+	w, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
 	}
 	defer s.n.watch.unsubscribe(w)
-	limit := s.n.cfg.watchMessageBytes()
-	send := func(events []fsm.Event) error {
+	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
+	last := w.from - 1 // the index before the next event to send, for the resume hint
+	for {
+		events, changed, err := s.n.watch.read(w, int64(limit))
+		if err != nil {
+			return s.watchEnded(err, last)
+		}
+		if len(events) == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
+				return s.n.status(s.n.stoppedErr())
+			case <-changed:
+			}
+			continue
+		}
 		for _, resp := range s.n.watchResponses(events, limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
 		}
-		return nil
+		last = events[len(events)-1].Index
 	}
-	if err := send(backlog); err != nil {
-		return err
+}
+
+// watchEnded is the status a Watch stream ends with when its watcher's read fails.
+func (s *leasesService) watchEnded(err error, last uint64) error {
+	if errors.Is(err, ErrStopped) {
+		return s.n.status(err)
 	}
-	last := uint64(0)
-	for {
-		select {
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
-			return s.n.status(s.n.stoppedErr())
-		case events, ok := <-w.ch:
-			if !ok {
-				return status.Errorf(codes.ResourceExhausted, "watch fell behind or the node reset its history; resume with from_index %d", last+1)
-			}
-			if err := send(events); err != nil {
-				return err
-			}
-			last = events[len(events)-1].Index
-		}
-	}
+	return status.Errorf(codes.ResourceExhausted, "%v (--watch-history, --watch-history-bytes); resume with from_index %d", err, last+1)
 }

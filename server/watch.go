@@ -1,8 +1,11 @@
 package server
 
 import (
+	"errors"
+	"sort"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -11,33 +14,78 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// watchHub keeps a bounded history of events, in index order, and fans new events out to watchers. A
-// watcher that cannot keep up is cut off (its channel closed with overflow set) rather than slowing the
-// apply loop; it resumes from the index after the last event it saw.
+// watchHub keeps a bounded history of events, in index order, and is where every watcher reads them from
+// (docs/design.md, "Watch"). The apply loop only appends to the history and wakes the readers; it never
+// waits for a watcher, never copies events for one, and holds the hub's lock for as long as an append
+// takes. Each Watch stream keeps a cursor into the history and reads, filters and sends on its own
+// goroutine, holding the lock only to take a view (the segments and the end of the history): published
+// events never change, so the view is read without it. A watcher too slow for the history — its cursor
+// evicted before it read there — is cut off and resumes from the index after the last event it saw; a
+// watcher that stops reading altogether pins at most the message it is blocked sending.
+//
+// The history is a list of segments of up to segmentEvents events each, bounded by WatchHistory events
+// and WatchHistoryBytes bytes (eventBytes), whichever is reached first; the events of the newest entry
+// are never evicted, so even one entry larger than the bound reaches the watchers that keep up.
 type watchHub struct {
-	mu       sync.Mutex
-	capacity int
-	history  []fsm.Event // ring buffer
-	start    int         // position of the oldest event in history
+	mu        sync.Mutex
+	maxEvents int
+	maxBytes  int64
+	// maxWatchers is --max-watchers; watchers is how many are subscribed.
+	maxWatchers int
+	watchers    int
+	segs        []*segment // oldest first; segs[0].events[head] is the oldest retained event
+	head        int
+	count       int   // retained events
+	bytes       int64 // their eventBytes
+	// Events are numbered by a sequence (not their index: one index has several events) that never goes
+	// back, not even across reset: lo is the sequence of the oldest retained event, next of the next one
+	// to be published.
+	lo, next uint64
 	// oldest is the smallest index a Watch may start from: events before it may be missing.
-	oldest   uint64
-	watchers map[*watcher]struct{}
+	oldest uint64
+	// newest is the index of the latest entry published: its events are never evicted.
+	newest uint64
+	// changed is closed (and replaced) at every publish, to wake the watchers waiting for events.
+	changed chan struct{}
+	// epoch counts resets; a watcher subscribed in an earlier one is cut off. closed ends every watcher.
+	epoch  uint64
+	closed bool
 }
 
-// watcher is one Watch stream's subscription.
+// segmentEvents is the capacity of one history segment. Appending never reallocates a segment, so a
+// reader may use the events before the end it saw while later ones are appended.
+const segmentEvents = 256
+
+type segment struct {
+	events []fsm.Event
+}
+
+// watcher is one Watch stream's subscription: where it reads next, and what it wants.
 type watcher struct {
 	// from is the first index the watcher wants: a node replaying its log after a restart publishes
 	// events older than that, which must not reach a watcher that asked to resume later.
-	from     uint64
-	match    func(resource string) bool
-	ch       chan []fsm.Event
-	overflow bool // set under the hub's lock before ch is closed
+	from   uint64
+	match  func(resource string) bool
+	cursor uint64 // the sequence of the next event to look at; only the watcher's goroutine moves it
+	epoch  uint64
 }
 
-const watcherBuffer = 1024
+// Why a watcher's read ended (errWatchFellBehind maps to ResourceExhausted, as it always has: the SDK
+// resumes on it).
+var (
+	errWatchFellBehind = errors.New("watch fell behind the retained history")
+	errWatchReset      = errors.New("this node replaced its state from a snapshot and dropped its watch history")
+)
 
-func newWatchHub(capacity int, oldest uint64) *watchHub {
-	return &watchHub{capacity: capacity, oldest: oldest, watchers: make(map[*watcher]struct{})}
+// eventBytes is what one event costs the history: the event itself and the bytes it references.
+func eventBytes(e *fsm.Event) int64 {
+	l := &e.Lease
+	return int64(unsafe.Sizeof(*e)) + int64(len(l.Resource)+len(l.Holder)+len(l.Value)+len(l.RequestID))
+}
+
+func newWatchHub(maxEvents int, maxBytes int64, maxWatchers int, oldest uint64) *watchHub {
+	return &watchHub{maxEvents: maxEvents, maxBytes: maxBytes, maxWatchers: maxWatchers, oldest: oldest,
+		changed: make(chan struct{})}
 }
 
 func matcher(resource, prefix string) func(string) bool {
@@ -47,109 +95,200 @@ func matcher(resource, prefix string) func(string) bool {
 	return func(r string) bool { return strings.HasPrefix(r, prefix) }
 }
 
-// publish records the events of one applied entry and delivers them.
+// publish records the events of one applied entry and wakes the watchers. It is the apply loop's only
+// work for watchers: an append, an eviction, a channel close.
 func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	if len(events) == 0 {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range events {
-		h.append(e)
+	if h.closed {
+		return
 	}
-	for w := range h.watchers {
-		if batch := filterEvents(events, w.match, w.from); len(batch) > 0 {
-			select {
-			case w.ch <- batch:
-			default:
-				w.overflow = true
-				close(w.ch)
-				delete(h.watchers, w)
-			}
-		}
+	for i := range events {
+		h.append(events[i])
 	}
+	h.newest = index
+	h.evict()
+	h.wake()
 }
 
 func (h *watchHub) append(e fsm.Event) {
-	if len(h.history) < h.capacity {
-		h.history = append(h.history, e)
-		return
+	if n := len(h.segs); n == 0 || len(h.segs[n-1].events) == segmentEvents {
+		h.segs = append(h.segs, &segment{events: make([]fsm.Event, 0, segmentEvents)})
 	}
-	evicted := h.history[h.start]
-	h.history[h.start] = e
-	h.start = (h.start + 1) % h.capacity
-	h.oldest = max(h.oldest, evicted.Index+1)
+	last := h.segs[len(h.segs)-1]
+	last.events = append(last.events, e)
+	h.count++
+	h.bytes += eventBytes(&last.events[len(last.events)-1])
+	h.next++
 }
 
-// subscribe registers a watcher and returns the retained events with index >= from that it matches.
-// from == 0 means "from now": from the index after next, the first index not yet committed when the
-// watch began. It fails with a compactedError when from is older than the retained history.
-func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, []fsm.Event, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if from != 0 && from < h.oldest {
-		return nil, nil, &compactedError{oldest: h.oldest}
-	}
-	var backlog []fsm.Event
-	if from != 0 {
-		for i := range h.history {
-			backlog = append(backlog, filterEvents(h.history[(h.start+i)%len(h.history):][:1], match, from)...)
+// evict drops the oldest events while the history is over either bound, but never the newest entry's.
+func (h *watchHub) evict() {
+	for h.count > 0 && (h.count > h.maxEvents || h.bytes > h.maxBytes) {
+		e := &h.segs[0].events[h.head]
+		if e.Index >= h.newest {
+			return
+		}
+		h.bytes -= eventBytes(e)
+		h.count--
+		h.lo++
+		h.head++
+		h.oldest = max(h.oldest, e.Index+1)
+		if h.head == segmentEvents { // a full segment read to its end: nothing will append to it again
+			h.segs[0] = nil
+			h.segs, h.head = h.segs[1:], 0
 		}
 	}
-	start := from
-	if start == 0 {
-		start = next
+}
+
+// subscribe registers a watcher of the events with index >= from that match, starting with those still
+// retained. from == 0 means "from now": from the index after next, the first index not yet committed when
+// the watch began. It fails with a compactedError when from is older than the retained history, and with
+// a limitError past --max-watchers.
+func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrStopped
 	}
-	w := &watcher{from: start, match: match, ch: make(chan []fsm.Event, watcherBuffer)}
-	h.watchers[w] = struct{}{}
-	return w, backlog, nil
+	if h.watchers >= h.maxWatchers {
+		return nil, limited("--max-watchers", "this node serves %d watchers, the most it may", h.maxWatchers)
+	}
+	if from != 0 && from < h.oldest {
+		return nil, &compactedError{oldest: h.oldest}
+	}
+	w := &watcher{from: from, match: match, cursor: h.next, epoch: h.epoch}
+	if from == 0 {
+		w.from = next
+	} else {
+		w.cursor = h.seek(from)
+	}
+	h.watchers++
+	return w, nil
+}
+
+// seek is the sequence of the first retained event with index >= from (events are in index order, but
+// for a node replaying its log, whose replayed events the watcher's from filters out).
+func (h *watchHub) seek(from uint64) uint64 {
+	n := sort.Search(h.count, func(i int) bool { return h.at(h.lo+uint64(i)).Index >= from })
+	return h.lo + uint64(n)
+}
+
+// at is the retained event with sequence seq. Called with the lock held, or on a view (historyView.at).
+func (h *watchHub) at(seq uint64) *fsm.Event {
+	return historyView{segs: h.segs, head: h.head, lo: h.lo}.at(seq)
+}
+
+// historyView is the history as a reader saw it under the lock: it stays valid after the lock is
+// released, since retained events never change and eviction only drops references.
+type historyView struct {
+	segs   []*segment
+	head   int
+	lo, hi uint64
+}
+
+func (v historyView) at(seq uint64) *fsm.Event {
+	pos := v.head + int(seq-v.lo)
+	return &v.segs[pos/segmentEvents].events[pos%segmentEvents]
+}
+
+// read returns the next events w matches, up to about maxBytes of them (at least one), and moves its
+// cursor past them. With nothing new it returns no events and a channel that closes when there may be
+// some. It fails when w fell behind the history, the history was reset, or the hub closed.
+func (h *watchHub) read(w *watcher, maxBytes int64) ([]fsm.Event, <-chan struct{}, error) {
+	v, changed, err := h.view(w)
+	if err != nil || v.hi == w.cursor {
+		return nil, changed, err
+	}
+	var (
+		out  []fsm.Event
+		size int64
+	)
+	// Scan a bounded stretch per call, so that a watcher that matches little of a long history still
+	// returns (and notices its stream ending) between stretches.
+	end := min(v.hi, w.cursor+4*segmentEvents)
+	for ; w.cursor < end && (size < maxBytes || len(out) == 0); w.cursor++ {
+		if e := v.at(w.cursor); e.Index >= w.from && w.match(e.Lease.Resource) {
+			out = append(out, *e)
+			size += eventBytes(e)
+		}
+	}
+	return out, nil, nil
+}
+
+// view takes the part of the history w has yet to read, under the lock.
+func (h *watchHub) view(w *watcher) (historyView, <-chan struct{}, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return historyView{}, nil, ErrStopped
+	case w.epoch != h.epoch:
+		return historyView{}, nil, errWatchReset
+	case w.cursor < h.lo:
+		return historyView{}, nil, errWatchFellBehind
+	}
+	return historyView{segs: h.segs, head: h.head, lo: h.lo, hi: h.next}, h.changed, nil
 }
 
 // len is the number of subscribed watchers (leased_watchers).
 func (h *watchHub) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.watchers)
+	return h.watchers
+}
+
+// retained is the number and bytes of the events in the history.
+func (h *watchHub) retained() (int, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count, h.bytes
 }
 
 func (h *watchHub) unsubscribe(w *watcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.watchers[w]; ok {
-		delete(h.watchers, w)
-		close(w.ch)
-	}
+	h.watchers--
 }
 
-// reset drops the history after a snapshot restore: events before oldest are unknown to this node.
+// reset drops the history after a snapshot restore: events before oldest are unknown to this node, and
+// every watcher is cut off (it resumes, here or elsewhere, from its next index).
 func (h *watchHub) reset(oldest uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.history, h.start, h.oldest = nil, 0, oldest
-	for w := range h.watchers {
-		w.overflow = true
-		close(w.ch)
-		delete(h.watchers, w)
+	h.segs, h.head, h.count, h.bytes = nil, 0, 0, 0
+	h.lo, h.oldest = h.next, oldest
+	h.epoch++
+	h.wake()
+}
+
+// closeAll ends every watcher and refuses new ones (shutdown).
+func (h *watchHub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		h.wake()
 	}
 }
 
-// closeAll ends every watcher (shutdown).
-func (h *watchHub) closeAll() { h.reset(h.oldest) }
-
-func filterEvents(events []fsm.Event, match func(string) bool, from uint64) []fsm.Event {
-	var out []fsm.Event
-	for _, e := range events {
-		if e.Index >= from && match(e.Lease.Resource) {
-			out = append(out, e)
-		}
-	}
-	return out
+// wake closes changed for the watchers waiting on it. Called with the lock held.
+func (h *watchHub) wake() {
+	close(h.changed)
+	h.changed = make(chan struct{})
 }
 
 // maxClientMessage is the largest message a gRPC client accepts by default: the Watch stream's messages
 // stay below it (with headroom) whatever the node's own limits, so a client with default options can read
 // them.
 const maxClientMessage = 4 << 20
+
+// watchRoundBytes bounds the events one Watch round reads and sends, so that a watcher blocked sending
+// to a client that stopped reading pins little memory (the rest waits in the shared history).
+const watchRoundBytes = 256 << 10
 
 // watchMessageHeadroom is room left in a Watch message for its header and framing.
 const watchMessageHeadroom = 64 << 10
