@@ -22,7 +22,15 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 	if !req.GetWait() {
 		return n.acquireOnce(ctx, req)
 	}
-	w := n.queue.enqueue(req.GetResource())
+	w, err := n.queue.enqueue(req.GetResource())
+	if err != nil {
+		// No room to wait: a free resource is still granted; a held one gets the limit's refusal.
+		resp, onceErr := n.acquireOnce(ctx, req)
+		if errors.Is(onceErr, ErrHeld) {
+			return nil, err
+		}
+		return resp, onceErr
+	}
 	defer n.queue.leave(req.GetResource(), w)
 	for {
 		head, err := n.queue.head(req.GetResource(), w)
@@ -46,6 +54,9 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+	if err := n.admitGrant(req.GetResource()); err != nil {
+		return nil, err
+	}
 	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
 		Resource:    req.GetResource(),
 		Holder:      req.GetHolder(),

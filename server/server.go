@@ -184,7 +184,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(),
+		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource),
 		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
@@ -204,6 +204,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.updateLogEntries()
 	n.lessor.expiryLag = n.metrics.expiryLag.Observe
 	n.lessor.reset(sm, cfg.Clock.Now())
+	n.size.reset(sm)
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
@@ -439,6 +440,12 @@ func (s *Server) IsLeader() bool { return s.node.isLeader() }
 
 // Leader is the raft id of the leader this node knows of (0: none).
 func (s *Server) Leader() uint64 { return s.node.leader.Load() }
+
+// Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
+// free resources are refused (quota.go).
+func (s *Server) Quota() (used, quota int64) {
+	return s.node.size.bytes.Load(), s.cfg.Limits.QuotaBytes
+}
 
 // AppliedIndex is the index of the last entry applied to this node's state machine.
 func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
