@@ -58,6 +58,9 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 	return s, f, nil
 }
 
+// Waiters is how many blocking acquires this node queues.
+func (s *Server) Waiters() int { return s.node.queue.len() }
+
 // Watchers is how many Watch streams this node currently serves.
 func (s *Server) Watchers() int {
 	return s.node.watch.len()

@@ -24,7 +24,11 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 	}
 	w, err := n.queue.enqueue(req.GetResource())
 	if err != nil {
-		// No room to wait: a free resource is still granted; a held one gets the limit's refusal.
+		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
+		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
+		if n.held(req.GetResource()) {
+			return nil, err
+		}
 		resp, onceErr := n.acquireOnce(ctx, req)
 		if errors.Is(onceErr, ErrHeld) {
 			return nil, err
@@ -37,7 +41,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 		if err != nil {
 			return nil, err
 		}
-		if head {
+		if head && n.worthTrying(req) {
 			resp, err := n.acquireOnce(ctx, req)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
@@ -51,6 +55,19 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest) (*lease
 			return nil, n.stoppedErr()
 		}
 	}
+}
+
+// worthTrying reports whether a blocking acquire at the head of its queue should propose now: not while
+// another grant holds the resource (the release or expiry wakes it), so that waiters joining a held
+// resource's queue write nothing to the log. A grant made under the same request id is tried, for the
+// state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
+func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
+	var (
+		cur  fsm.Lease
+		held bool
+	)
+	n.readFSM(func(sm *fsm.FSM) { cur, held = sm.Get(req.GetResource()) })
+	return !held || (req.GetRequestId() != "" && cur.RequestID == req.GetRequestId())
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {

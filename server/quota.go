@@ -84,6 +84,12 @@ func (s *stateSize) reset(sm *fsm.FSM) {
 // leased_quota_exceeded.
 func (n *node) quotaFull() bool { return n.size.bytes.Load() >= n.cfg.Limits.QuotaBytes }
 
+// held reports whether resource has a live lease in this node's state.
+func (n *node) held(resource string) (held bool) {
+	n.readFSM(func(sm *fsm.FSM) { _, held = sm.Get(resource) })
+	return held
+}
+
 // admitGrant refuses an acquire that would grant a free resource while the state is at or past
 // --quota-bytes or holds --max-leases leases. An acquire of a held resource passes: the state machine
 // answers it "held" or, for a retry of the same intent, with the grant it already made (decision 5), and
@@ -94,10 +100,8 @@ func (n *node) admitGrant(resource string) error {
 	if bytes < lim.QuotaBytes && leases < int64(lim.MaxLeases) {
 		return nil
 	}
-	var held bool
-	n.readFSM(func(sm *fsm.FSM) { _, held = sm.Get(resource) })
 	switch {
-	case held:
+	case n.held(resource):
 		return nil
 	case bytes >= lim.QuotaBytes:
 		return limited("--quota-bytes", "the state holds %d bytes, at its quota of %d: new grants are refused "+

@@ -310,6 +310,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })

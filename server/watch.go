@@ -35,6 +35,7 @@ type watchHub struct {
 	watchers    int
 	segs        []*segment // oldest first; segs[0].events[head] is the oldest retained event
 	head        int
+	tail        int // events in the last segment
 	count       int   // retained events
 	bytes       int64 // their eventBytes
 	// Events are numbered by a sequence (not their index: one index has several events) that never goes
@@ -45,19 +46,23 @@ type watchHub struct {
 	oldest uint64
 	// newest is the index of the latest entry published: its events are never evicted.
 	newest uint64
-	// changed is closed (and replaced) at every publish, to wake the watchers waiting for events.
+	// changed is closed (and replaced) after publishes, to wake the watchers waiting for events: by the
+	// notifier goroutine (notify), so that the apply loop never pays for waking many watchers. pending
+	// (capacity 1) tells the notifier there is something to wake them for; publishes coalesce there.
 	changed chan struct{}
+	pending chan struct{}
 	// epoch counts resets; a watcher subscribed in an earlier one is cut off. closed ends every watcher.
 	epoch  uint64
 	closed bool
 }
 
-// segmentEvents is the capacity of one history segment. Appending never reallocates a segment, so a
-// reader may use the events before the end it saw while later ones are appended.
+// segmentEvents is the capacity of one history segment.
 const segmentEvents = 256
 
+// segment is a fixed array, never resliced: an append writes only the slot of the new event, so a reader
+// may use the slots before the end it saw while later ones are written.
 type segment struct {
-	events []fsm.Event
+	events [segmentEvents]fsm.Event
 }
 
 // watcher is one Watch stream's subscription: where it reads next, and what it wants.
@@ -85,7 +90,7 @@ func eventBytes(e *fsm.Event) int64 {
 
 func newWatchHub(maxEvents int, maxBytes int64, maxWatchers int, oldest uint64) *watchHub {
 	return &watchHub{maxEvents: maxEvents, maxBytes: maxBytes, maxWatchers: maxWatchers, oldest: oldest,
-		changed: make(chan struct{})}
+		changed: make(chan struct{}), pending: make(chan struct{}, 1)}
 }
 
 func matcher(resource, prefix string) func(string) bool {
@@ -95,8 +100,8 @@ func matcher(resource, prefix string) func(string) bool {
 	return func(r string) bool { return strings.HasPrefix(r, prefix) }
 }
 
-// publish records the events of one applied entry and wakes the watchers. It is the apply loop's only
-// work for watchers: an append, an eviction, a channel close.
+// publish records the events of one applied entry for the watchers and tells the notifier. It is the
+// apply loop's only work for watchers: an append, an eviction, a send that never blocks.
 func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	if len(events) == 0 {
 		return
@@ -111,23 +116,46 @@ func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	}
 	h.newest = index
 	h.evict()
-	h.wake()
+	select {
+	case h.pending <- struct{}{}:
+	default: // the notifier has yet to wake the watchers for an earlier publish: that wakes them for this one
+	}
+}
+
+// notify wakes the watchers after publishes until stop closes (Server.Start runs it). Closing a channel
+// readies every goroutine waiting on it, a cost that grows with the watchers: it is paid here, off the
+// apply loop and outside the lock publish takes.
+func (h *watchHub) notify(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-h.pending:
+			h.wake()
+		}
+	}
 }
 
 func (h *watchHub) append(e fsm.Event) {
-	if n := len(h.segs); n == 0 || len(h.segs[n-1].events) == segmentEvents {
-		h.segs = append(h.segs, &segment{events: make([]fsm.Event, 0, segmentEvents)})
+	if len(h.segs) == 0 || h.tail == segmentEvents {
+		h.segs = append(h.segs, new(segment))
+		h.tail = 0
 	}
-	last := h.segs[len(h.segs)-1]
-	last.events = append(last.events, e)
+	slot := &h.segs[len(h.segs)-1].events[h.tail]
+	*slot = e
+	h.tail++
 	h.count++
-	h.bytes += eventBytes(&last.events[len(last.events)-1])
+	h.bytes += eventBytes(slot)
 	h.next++
 }
 
 // evict drops the oldest events while the history is over either bound, but never the newest entry's.
 func (h *watchHub) evict() {
 	for h.count > 0 && (h.count > h.maxEvents || h.bytes > h.maxBytes) {
+		if h.head == segmentEvents { // segs[0] is evicted to its end, and a later one holds the rest
+			h.segs[0] = nil
+			h.segs, h.head = h.segs[1:], 0
+		}
 		e := &h.segs[0].events[h.head]
 		if e.Index >= h.newest {
 			return
@@ -137,10 +165,6 @@ func (h *watchHub) evict() {
 		h.lo++
 		h.head++
 		h.oldest = max(h.oldest, e.Index+1)
-		if h.head == segmentEvents { // a full segment read to its end: nothing will append to it again
-			h.segs[0] = nil
-			h.segs, h.head = h.segs[1:], 0
-		}
 	}
 }
 
@@ -259,10 +283,10 @@ func (h *watchHub) unsubscribe(w *watcher) {
 func (h *watchHub) reset(oldest uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.segs, h.head, h.count, h.bytes = nil, 0, 0, 0
+	h.segs, h.head, h.tail, h.count, h.bytes = nil, 0, 0, 0, 0
 	h.lo, h.oldest = h.next, oldest
 	h.epoch++
-	h.wake()
+	h.wakeLocked()
 }
 
 // closeAll ends every watcher and refuses new ones (shutdown).
@@ -271,12 +295,22 @@ func (h *watchHub) closeAll() {
 	defer h.mu.Unlock()
 	if !h.closed {
 		h.closed = true
-		h.wake()
+		h.wakeLocked()
 	}
 }
 
-// wake closes changed for the watchers waiting on it. Called with the lock held.
+// wake wakes the watchers waiting for events: it replaces changed under the lock and closes the old one
+// outside it.
 func (h *watchHub) wake() {
+	h.mu.Lock()
+	old := h.changed
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+	close(old)
+}
+
+// wakeLocked is wake for the rare resets and shutdown, with the lock held.
+func (h *watchHub) wakeLocked() {
 	close(h.changed)
 	h.changed = make(chan struct{})
 }

@@ -196,3 +196,26 @@ func TestWatcherLimit(t *testing.T) {
 		t.Fatalf("after one left: %v", err)
 	}
 }
+
+// TestHistoryEvictsAcrossSegments: a small history over many segments keeps exactly its bound, and
+// every retained event is where a reader looks for it.
+func TestHistoryEvictsAcrossSegments(t *testing.T) {
+	for _, bound := range []int{1, segmentEvents - 1, segmentEvents, segmentEvents + 1, 3 * segmentEvents} {
+		h := newWatchHub(bound, 1<<40, 10, 1)
+		for i := uint64(1); i <= 5*segmentEvents+7; i++ {
+			h.publish(i, granted(i, "r"))
+			if n, _ := h.retained(); n != min(int(i), bound) {
+				t.Fatalf("bound %d, after %d entries: %d retained", bound, i, n)
+			}
+		}
+		from := uint64(5*segmentEvents + 7 - bound + 1)
+		w, err := h.subscribe(from, 0, matcher("", ""))
+		if err != nil {
+			t.Fatalf("bound %d: subscribe from %d: %v", bound, from, err)
+		}
+		got := drain(t, h, w)
+		if len(got) != bound || got[0] != from {
+			t.Fatalf("bound %d: read %d events from %v, want %d from %d", bound, len(got), got[:1], bound, from)
+		}
+	}
+}
