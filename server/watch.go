@@ -35,7 +35,7 @@ type watchHub struct {
 	watchers    int
 	segs        []*segment // oldest first; segs[0].events[head] is the oldest retained event
 	head        int
-	tail        int // events in the last segment
+	tail        int   // events in the last segment
 	count       int   // retained events
 	bytes       int64 // their eventBytes
 	// Events are numbered by a sequence (not their index: one index has several events) that never goes
