@@ -442,6 +442,9 @@ func (s *Server) IsLeader() bool { return s.node.isLeader() }
 // Leader is the raft id of the leader this node knows of (0: none).
 func (s *Server) Leader() uint64 { return s.node.leader.Load() }
 
+// Watchers is how many Watch streams this node currently serves (leased_watchers).
+func (s *Server) Watchers() int { return s.node.watch.len() }
+
 // Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
 // free resources are refused (quota.go).
 func (s *Server) Quota() (used, quota int64) {
