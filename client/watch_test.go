@@ -232,7 +232,9 @@ func TestWatchPastALimitReturnsErrLimit(t *testing.T) {
 	defer cancel()
 	firstCtx, stopFirst := context.WithCancel(ctx)
 	first := make(chan error, 1)
-	go func() { first <- c.Watch(firstCtx, client.WatchOptions{Prefix: "a/"}, func(client.Event) error { return nil }) }()
+	go func() {
+		first <- c.Watch(firstCtx, client.WatchOptions{Prefix: "a/"}, func(client.Event) error { return nil })
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for cl.Node(0).Watchers() != 1 {
 		if time.Now().After(deadline) {

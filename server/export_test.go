@@ -61,6 +61,5 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 // Waiters is how many blocking acquires this node queues.
 func (s *Server) Waiters() int { return s.node.queue.len() }
 
-
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
 func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }
