@@ -120,17 +120,13 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
 	last := w.from - 1 // the index before the next event to send, for the resume hint
 	for {
-		events, changed, err := s.n.watch.read(w, int64(limit))
+		events, err := s.n.watch.read(w, int64(limit))
 		if err != nil {
 			return s.watchEnded(err, last)
 		}
 		if len(events) == 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
-				return s.n.status(s.n.stoppedErr())
-			case <-changed:
+			if err := s.sleep(ctx, w); err != nil {
+				return err
 			}
 			continue
 		}
@@ -140,6 +136,20 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			}
 		}
 		last = events[len(events)-1].Index
+	}
+}
+
+// sleep waits until the hub's notifier has events for w, the stream ends, or the node stops serving.
+func (s *leasesService) sleep(ctx context.Context, w *watcher) error {
+	wake, leave := s.n.watch.sleep(w)
+	defer leave()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
+		return s.n.status(s.n.stoppedErr())
+	case <-wake:
+		return nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -32,12 +33,16 @@ type watchHub struct {
 	maxBytes  int64
 	// maxWatchers is --max-watchers; watchers is how many are subscribed.
 	maxWatchers int
-	watchers    int
-	segs        []*segment // oldest first; segs[0].events[head] is the oldest retained event
-	head        int
-	tail        int   // events in the last segment
-	count       int   // retained events
-	bytes       int64 // their eventBytes
+	watchers    atomic.Int64
+	// published is the history as readers see it, replaced (never changed) under mu by every publish,
+	// wake and reset: readers and new subscribers load it without the lock, so however many watchers
+	// there are, the apply loop's publish never queues behind them for mu.
+	published atomic.Pointer[historyView]
+	segs      []*segment // oldest first; segs[0].events[head] is the oldest retained event
+	head      int
+	tail      int   // events in the last segment
+	count     int   // retained events
+	bytes     int64 // their eventBytes
 	// Events are numbered by a sequence (not their index: one index has several events) that never goes
 	// back, not even across reset: lo is the sequence of the oldest retained event, next of the next one
 	// to be published.
@@ -46,11 +51,13 @@ type watchHub struct {
 	oldest uint64
 	// newest is the index of the latest entry published: its events are never evicted.
 	newest uint64
-	// changed is closed (and replaced) after publishes, to wake the watchers waiting for events: by the
-	// notifier goroutine (notify), so that the apply loop never pays for waking many watchers. pending
-	// (capacity 1) tells the notifier there is something to wake them for; publishes coalesce there.
-	changed chan struct{}
-	pending chan struct{}
+	// pending (capacity 1) tells the notifier goroutine (notify) that there are new events; publishes
+	// coalesce there. The notifier, not the apply loop, wakes the sleeping watchers — only those that
+	// match something new, so that an event wakes its watchers, not all of them — and moves the cursors
+	// of the others past what they do not match, so that an idle watcher never falls behind.
+	pending  chan struct{}
+	sleepMu  sync.Mutex
+	sleeping map[*watcher]chan struct{}
 	// epoch counts resets; a watcher subscribed in an earlier one is cut off. closed ends every watcher.
 	epoch  uint64
 	closed bool
@@ -89,8 +96,16 @@ func eventBytes(e *fsm.Event) int64 {
 }
 
 func newWatchHub(maxEvents int, maxBytes int64, maxWatchers int, oldest uint64) *watchHub {
-	return &watchHub{maxEvents: maxEvents, maxBytes: maxBytes, maxWatchers: maxWatchers, oldest: oldest,
-		changed: make(chan struct{}), pending: make(chan struct{}, 1)}
+	h := &watchHub{maxEvents: maxEvents, maxBytes: maxBytes, maxWatchers: maxWatchers, oldest: oldest,
+		pending: make(chan struct{}, 1), sleeping: make(map[*watcher]chan struct{})}
+	h.share()
+	return h
+}
+
+// share publishes the history's current state to readers. Called with mu held.
+func (h *watchHub) share() {
+	h.published.Store(&historyView{segs: h.segs, head: h.head, lo: h.lo, hi: h.next, oldest: h.oldest,
+		epoch: h.epoch, closed: h.closed})
 }
 
 func matcher(resource, prefix string) func(string) bool {
@@ -116,14 +131,19 @@ func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	}
 	h.newest = index
 	h.evict()
+	h.share()
+	h.signal()
+}
+
+// signal tells the notifier to look at the history (never blocks).
+func (h *watchHub) signal() {
 	select {
 	case h.pending <- struct{}{}:
-	default: // the notifier has yet to wake the watchers for an earlier publish: that wakes them for this one
+	default: // the notifier has yet to look since an earlier signal: it will see this one's events too
 	}
 }
 
-// notify wakes the watchers after publishes until stop closes (Server.Start runs it). Closing a channel
-// readies every goroutine waiting on it, a cost that grows with the watchers: it is paid here, off the
+// notify wakes the sleeping watchers after publishes until stop closes (Server.Start runs it), off the
 // apply loop and outside the lock publish takes.
 func (h *watchHub) notify(stop <-chan struct{}) {
 	for {
@@ -131,8 +151,47 @@ func (h *watchHub) notify(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-h.pending:
-			h.wake()
+			h.round()
 		}
+	}
+}
+
+// round wakes each sleeping watcher that has a new matching event (or must end: a reset, a shutdown, a
+// cursor evicted), and moves the others' cursors to the end of the history. A sleeping watcher's cursor
+// is the notifier's until it is woken or leaves (both under sleepMu).
+func (h *watchHub) round() {
+	v := h.published.Load()
+	h.sleepMu.Lock()
+	defer h.sleepMu.Unlock()
+	for w, wake := range h.sleeping {
+		if !v.closed && w.epoch == v.epoch && w.cursor >= v.lo {
+			for ; w.cursor < v.hi; w.cursor++ {
+				if e := v.at(w.cursor); e.Index >= w.from && w.match(e.Lease.Resource) {
+					break
+				}
+			}
+			if w.cursor == v.hi {
+				continue // nothing for it yet
+			}
+		}
+		delete(h.sleeping, w)
+		close(wake)
+	}
+}
+
+// sleep parks w until the notifier has something for it; leave (safe to call more than once, and after
+// the wake) takes it out. w must not be read meanwhile.
+func (h *watchHub) sleep(w *watcher) (wake <-chan struct{}, leave func()) {
+	ch := make(chan struct{})
+	h.sleepMu.Lock()
+	h.sleeping[w] = ch
+	h.sleepMu.Unlock()
+	// Events published before w went to sleep may have been looked at by the notifier already.
+	h.signal()
+	return ch, func() {
+		h.sleepMu.Lock()
+		delete(h.sleeping, w)
+		h.sleepMu.Unlock()
 	}
 }
 
@@ -173,37 +232,28 @@ func (h *watchHub) evict() {
 // the watch began. It fails with a compactedError when from is older than the retained history, and with
 // a limitError past --max-watchers.
 func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrStopped
-	}
-	if h.watchers >= h.maxWatchers {
+	if !take(&h.watchers, h.maxWatchers) {
 		return nil, limited("--max-watchers", "this node serves %d watchers, the most it may", h.maxWatchers)
 	}
-	if from != 0 && from < h.oldest {
-		return nil, &compactedError{oldest: h.oldest}
+	v := h.published.Load()
+	var err error
+	switch {
+	case v.closed:
+		err = ErrStopped
+	case from != 0 && from < v.oldest:
+		err = &compactedError{oldest: v.oldest}
 	}
-	w := &watcher{from: from, match: match, cursor: h.next, epoch: h.epoch}
+	if err != nil {
+		h.watchers.Add(-1)
+		return nil, err
+	}
+	w := &watcher{from: from, match: match, cursor: v.hi, epoch: v.epoch}
 	if from == 0 {
 		w.from = next
 	} else {
-		w.cursor = h.seek(from)
+		w.cursor = v.seek(from)
 	}
-	h.watchers++
 	return w, nil
-}
-
-// seek is the sequence of the first retained event with index >= from (events are in index order, but
-// for a node replaying its log, whose replayed events the watcher's from filters out).
-func (h *watchHub) seek(from uint64) uint64 {
-	n := sort.Search(h.count, func(i int) bool { return h.at(h.lo+uint64(i)).Index >= from })
-	return h.lo + uint64(n)
-}
-
-// at is the retained event with sequence seq. Called with the lock held, or on a view (historyView.at).
-func (h *watchHub) at(seq uint64) *fsm.Event {
-	return historyView{segs: h.segs, head: h.head, lo: h.lo}.at(seq)
 }
 
 // historyView is the history as a reader saw it under the lock: it stays valid after the lock is
@@ -212,6 +262,17 @@ type historyView struct {
 	segs   []*segment
 	head   int
 	lo, hi uint64
+	oldest uint64
+	// epoch and closed are the hub's when this view was shared.
+	epoch  uint64
+	closed bool
+}
+
+// seek is the sequence of the first retained event with index >= from (events are in index order, but
+// for a node replaying its log, whose replayed events the watcher's from filters out).
+func (v historyView) seek(from uint64) uint64 {
+	n := sort.Search(int(v.hi-v.lo), func(i int) bool { return v.at(v.lo+uint64(i)).Index >= from })
+	return v.lo + uint64(n)
 }
 
 func (v historyView) at(seq uint64) *fsm.Event {
@@ -220,12 +281,12 @@ func (v historyView) at(seq uint64) *fsm.Event {
 }
 
 // read returns the next events w matches, up to about maxBytes of them (at least one), and moves its
-// cursor past them. With nothing new it returns no events and a channel that closes when there may be
-// some. It fails when w fell behind the history, the history was reset, or the hub closed.
-func (h *watchHub) read(w *watcher, maxBytes int64) ([]fsm.Event, <-chan struct{}, error) {
-	v, changed, err := h.view(w)
+// cursor past them; with nothing new, none (sleep then waits for some). It fails when w fell behind the
+// history, the history was reset, or the hub closed.
+func (h *watchHub) read(w *watcher, maxBytes int64) ([]fsm.Event, error) {
+	v, err := h.view(w)
 	if err != nil || v.hi == w.cursor {
-		return nil, changed, err
+		return nil, err
 	}
 	var (
 		out  []fsm.Event
@@ -240,29 +301,26 @@ func (h *watchHub) read(w *watcher, maxBytes int64) ([]fsm.Event, <-chan struct{
 			size += eventBytes(e)
 		}
 	}
-	return out, nil, nil
+	return out, nil
 }
 
-// view takes the part of the history w has yet to read, under the lock.
-func (h *watchHub) view(w *watcher) (historyView, <-chan struct{}, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// view is the history as last shared, for w to read; it takes no lock.
+func (h *watchHub) view(w *watcher) (*historyView, error) {
+	v := h.published.Load()
 	switch {
-	case h.closed:
-		return historyView{}, nil, ErrStopped
-	case w.epoch != h.epoch:
-		return historyView{}, nil, errWatchReset
-	case w.cursor < h.lo:
-		return historyView{}, nil, errWatchFellBehind
+	case v.closed:
+		return nil, ErrStopped
+	case w.epoch != v.epoch:
+		return nil, errWatchReset
+	case w.cursor < v.lo:
+		return nil, errWatchFellBehind
 	}
-	return historyView{segs: h.segs, head: h.head, lo: h.lo, hi: h.next}, h.changed, nil
+	return v, nil
 }
 
 // len is the number of subscribed watchers (leased_watchers).
 func (h *watchHub) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.watchers
+	return int(h.watchers.Load())
 }
 
 // retained is the number and bytes of the events in the history.
@@ -272,11 +330,7 @@ func (h *watchHub) retained() (int, int64) {
 	return h.count, h.bytes
 }
 
-func (h *watchHub) unsubscribe(w *watcher) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.watchers--
-}
+func (h *watchHub) unsubscribe(*watcher) { h.watchers.Add(-1) }
 
 // reset drops the history after a snapshot restore: events before oldest are unknown to this node, and
 // every watcher is cut off (it resumes, here or elsewhere, from its next index).
@@ -286,7 +340,8 @@ func (h *watchHub) reset(oldest uint64) {
 	h.segs, h.head, h.tail, h.count, h.bytes = nil, 0, 0, 0, 0
 	h.lo, h.oldest = h.next, oldest
 	h.epoch++
-	h.wakeLocked()
+	h.share()
+	h.signal()
 }
 
 // closeAll ends every watcher and refuses new ones (shutdown).
@@ -295,24 +350,9 @@ func (h *watchHub) closeAll() {
 	defer h.mu.Unlock()
 	if !h.closed {
 		h.closed = true
-		h.wakeLocked()
+		h.share()
+		h.signal()
 	}
-}
-
-// wake wakes the watchers waiting for events: it replaces changed under the lock and closes the old one
-// outside it.
-func (h *watchHub) wake() {
-	h.mu.Lock()
-	old := h.changed
-	h.changed = make(chan struct{})
-	h.mu.Unlock()
-	close(old)
-}
-
-// wakeLocked is wake for the rare resets and shutdown, with the lock held.
-func (h *watchHub) wakeLocked() {
-	close(h.changed)
-	h.changed = make(chan struct{})
 }
 
 // maxClientMessage is the largest message a gRPC client accepts by default: the Watch stream's messages

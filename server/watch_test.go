@@ -21,7 +21,7 @@ func drain(t *testing.T, h *watchHub, w *watcher) []uint64 {
 	t.Helper()
 	var got []uint64
 	for {
-		events, _, err := h.read(w, 1<<20)
+		events, err := h.read(w, 1<<20)
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
@@ -128,7 +128,7 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 		h.publish(i, granted(i, "r"))
 		drain(t, h, quick)
 	}
-	if _, _, err := h.read(slow, 1<<20); !errors.Is(err, errWatchFellBehind) {
+	if _, err := h.read(slow, 1<<20); !errors.Is(err, errWatchFellBehind) {
 		t.Fatalf("slow watcher read: %v, want it cut off", err)
 	}
 	if n, _ := h.retained(); n != 10 {
@@ -160,7 +160,7 @@ func TestPublishNeverWaitsForAWatcher(t *testing.T) {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		_, _, _ = h.read(w, 1<<20)
+		_, _ = h.read(w, 1<<20)
 	}()
 	<-inMatch
 	published := make(chan struct{})
@@ -217,5 +217,34 @@ func TestHistoryEvictsAcrossSegments(t *testing.T) {
 		if len(got) != bound || got[0] != from {
 			t.Fatalf("bound %d: read %d events from %v, want %d from %d", bound, len(got), got[:1], bound, from)
 		}
+	}
+}
+
+// TestNotifierWakesOnlyMatchingWatchers: a sleeping watcher is not woken for events it does not match,
+// and the notifier moves its cursor past them, so it does not fall behind while the history turns over
+// many times; an event it matches wakes it, and it reads exactly that.
+func TestNotifierWakesOnlyMatchingWatchers(t *testing.T) {
+	h := newWatchHub(10, 1<<20, 10, 1)
+	w, _ := h.subscribe(0, 1, matcher("", "x/"))
+	wake, leave := h.sleep(w)
+	defer leave()
+	for i := uint64(1); i <= 1000; i++ {
+		h.publish(i, granted(i, "r"))
+		h.round()
+	}
+	select {
+	case <-wake:
+		t.Fatal("woken for events it does not match")
+	default:
+	}
+	h.publish(1001, granted(1001, "x/1"))
+	h.round()
+	select {
+	case <-wake:
+	default:
+		t.Fatal("not woken for an event it matches")
+	}
+	if got := drain(t, h, w); len(got) != 1 || got[0] != 1001 {
+		t.Fatalf("read %v after the wake, want [1001]", got)
 	}
 }
