@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -23,7 +24,9 @@ import (
 func BenchmarkAcquireDuringFlood(b *testing.B) {
 	for _, flood := range []string{"none", "watchers", "waiters"} {
 		b.Run("flood="+flood, func(b *testing.B) {
-			c := newBenchCluster(b)
+			// The production election timeout (1 s; newBenchCluster's is 500 ms): in-process, the flood's
+			// clients share the two cores with all three nodes.
+			c := servertest.Start(b, 3, func(cfg *server.Config) { cfg.TickInterval, cfg.ElectionTicks = 50*time.Millisecond, 20 })
 			leader := c.WaitLeader()
 			stop := startBenchFlood(b, c, leader, flood)
 			defer stop()
@@ -77,7 +80,10 @@ func startBenchFlood(b *testing.B, c *servertest.Cluster, leader int, kind strin
 					}
 					return
 				}
-				_, _ = lc.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("held/%d", k), Holder: fmt.Sprintf("w%d-%d", k, i), TtlMs: 60_000, Wait: true})
+				_, err := lc.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("held/%d", k), Holder: fmt.Sprintf("w%d-%d", k, i), TtlMs: 60_000, Wait: true})
+				if err != nil && ctx.Err() == nil {
+					b.Errorf("waiter: %v", err)
+				}
 			}()
 		}
 	}
