@@ -16,13 +16,13 @@ import (
 )
 
 // watchHub keeps a bounded history of events, in index order, and is where every watcher reads them from
-// (docs/design.md, "Watch"). The apply loop only appends to the history and wakes the readers; it never
-// waits for a watcher, never copies events for one, and holds the hub's lock for as long as an append
-// takes. Each Watch stream keeps a cursor into the history and reads, filters and sends on its own
-// goroutine, holding the lock only to take a view (the segments and the end of the history): published
-// events never change, so the view is read without it. A watcher too slow for the history — its cursor
-// evicted before it read there — is cut off and resumes from the index after the last event it saw; a
-// watcher that stops reading altogether pins at most the message it is blocked sending.
+// (docs/design.md, "Watch"). The apply loop only appends to the history, shares a new view of it and
+// signals the notifier; it never waits for a watcher and never copies events for one, and the hub's lock
+// is taken only by it, the notifier and the rare resets. Each Watch stream keeps a cursor into the history
+// and reads, filters and sends on its own goroutine, from the last shared view (the segments and the end
+// of the history), without a lock: published events never change. A watcher too slow for the history —
+// its cursor evicted before it read there — is cut off and resumes from the index after the last event it
+// saw; a watcher that stops reading altogether pins at most the round it is blocked sending.
 //
 // The history is a list of segments of up to segmentEvents events each, bounded by WatchHistory events
 // and WatchHistoryBytes bytes (eventBytes), whichever is reached first; the events of the newest entry
@@ -78,7 +78,7 @@ type watcher struct {
 	// events older than that, which must not reach a watcher that asked to resume later.
 	from   uint64
 	match  func(resource string) bool
-	cursor uint64 // the sequence of the next event to look at; only the watcher's goroutine moves it
+	cursor uint64 // the sequence of the next event to look at: moved by the watcher's goroutine, or by the notifier while it sleeps
 	epoch  uint64
 }
 
@@ -212,8 +212,7 @@ func (h *watchHub) append(e fsm.Event) {
 func (h *watchHub) evict() {
 	for h.count > 0 && (h.count > h.maxEvents || h.bytes > h.maxBytes) {
 		if h.head == segmentEvents { // segs[0] is evicted to its end, and a later one holds the rest
-			h.segs[0] = nil
-			h.segs, h.head = h.segs[1:], 0
+			h.segs, h.head = h.segs[1:], 0 // not nil-ed first: views share the array
 		}
 		e := &h.segs[0].events[h.head]
 		if e.Index >= h.newest {
