@@ -61,7 +61,7 @@ func (c *connLimiter) enter(ctx context.Context) (func(), error) {
 		return func() {}, nil
 	}
 	if !take(&cc.streams, c.maxStreams) {
-		return nil, limited("--max-streams-per-conn", "this connection has %d concurrent calls open, the limit", c.maxStreams)
+		return nil, limited("--max-streams-per-conn", "this connection has %d calls open, the most it may", c.maxStreams)
 	}
 	return func() { cc.streams.Add(-1) }, nil
 }
