@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -283,4 +284,15 @@ func leaderHint(err error) string {
 		}
 	}
 	return ""
+}
+
+// isLimit reports whether err is a server limit's refusal: ResourceExhausted with a QuotaFailure, whose
+// subject names the flag that sets the limit.
+func isLimit(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if _, ok := d.(*errdetails.QuotaFailure); ok {
+			return true
+		}
+	}
+	return false
 }

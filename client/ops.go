@@ -309,7 +309,8 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 		}
 		var fnErr *callbackError
 		// ResourceExhausted: this watcher fell behind the node's event rate; resume from the next index.
-		fellBehind := status.Code(err) == codes.ResourceExhausted
+		// A limit's refusal (a QuotaFailure naming its flag: --max-watchers, ...) is the caller's to see.
+		fellBehind := status.Code(err) == codes.ResourceExhausted && !isLimit(err)
 		if errors.As(err, &fnErr) || !(retryable(err) || fellBehind || errors.Is(err, errNotConnected)) {
 			if fnErr != nil {
 				return fnErr.err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // breakingWatch serves Watch streams that each deliver the events script gives for their from_index and
@@ -215,5 +218,36 @@ func TestObserveWatchesFromTheIndexOfTheStateItRead(t *testing.T) {
 		if want := []uint64{tc.from}; !slices.Equal(f.asked(), want) {
 			t.Errorf("held %v: watched from %v, want %v", tc.held, f.asked(), want)
 		}
+	}
+}
+
+// TestWatchPastALimitReturnsErrLimit: a node that refuses a watch for one of its limits (here one
+// watcher per connection, and the SDK keeps one connection per node) answers ResourceExhausted with a
+// QuotaFailure; Watch returns it as ErrLimit naming the flag instead of resuming forever, as it does for
+// a watcher that fell behind.
+func TestWatchPastALimitReturnsErrLimit(t *testing.T) {
+	cl := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Limits.MaxWatchersPerConn = 1 })
+	c := newClient(t, cl.Endpoints(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		first <- c.Watch(firstCtx, client.WatchOptions{Prefix: "a/"}, func(client.Event) error { return nil })
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for cl.Node(0).Watchers() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first watch was not served")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the node's count
+	}
+	err := c.Watch(ctx, client.WatchOptions{Prefix: "b/"}, func(client.Event) error { return nil })
+	if !errors.Is(err, client.ErrLimit) || !strings.Contains(err.Error(), "--max-watchers-per-conn") {
+		t.Fatalf("second watch: %v, want ErrLimit naming --max-watchers-per-conn", err)
+	}
+	stopFirst()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first watch ended with %v", err)
 	}
 }

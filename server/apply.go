@@ -60,6 +60,7 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	}
 	// The listeners hear of the entry only through its result: the FSM alone decided what changed.
 	n.lessor.applied(n.clock.Now(), res)
+	n.size.applied(res)
 	n.watch.publish(index, res.Events)
 	n.metrics.applied(res)
 	n.audit(index, res)

@@ -43,8 +43,11 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// ExpiryBatch caps the leases expired by one log entry.
 	ExpiryBatch int
-	// WatchHistory is how many events are kept for Watch to resume from.
-	WatchHistory int
+	// WatchHistory is how many events are kept for Watch to resume from, and WatchHistoryBytes how many
+	// bytes of them (watch.go, eventBytes): the history stops at whichever is reached first, except that
+	// the newest entry's events are always kept.
+	WatchHistory      int
+	WatchHistoryBytes int64
 	// ProposalTimeout bounds how long a write waits for its entry to apply.
 	ProposalTimeout time.Duration
 	// DiskStallTimeout is how long one raft log write (a Save, a snapshot, a compaction) may take before
@@ -115,6 +118,25 @@ type Limits struct {
 	// MaxListLimit is the largest List page.
 	MaxListLimit int
 
+	// Bounds on what clients hold on a node (decision 14; limits.go, docs/design.md "Limits"). Each
+	// refusal is ResourceExhausted naming its flag.
+	//
+	// MaxWatchers is the most Watch streams a node serves, MaxWatchersPerConn the most one client
+	// connection holds. MaxWaiters is the most blocking acquires the leader queues, and
+	// MaxWaitersPerResource the most for one resource. MaxStreamsPerConn is the most concurrent RPCs
+	// (streams and unary calls) on one client connection.
+	MaxWatchers           int
+	MaxWatchersPerConn    int
+	MaxWaiters            int
+	MaxWaitersPerResource int
+	MaxStreamsPerConn     int
+	// MaxLeases is the most live leases in the cluster: past it, grants of free resources are refused
+	// (the per-holder limit alone is bypassed by inventing holder names).
+	MaxLeases int
+	// QuotaBytes is the state size (quota.go: live leases and lock-delays, in bytes) at or past which
+	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
+	QuotaBytes int64
+
 	// minTTLWhy explains MinTTL in the InvalidArgument answer to a shorter TTL (set by Config.limits).
 	minTTLWhy string
 }
@@ -133,6 +155,14 @@ func DefaultLimits() Limits {
 		MaxRequestBytes:    4 << 20,
 		MaxKeepAliveLeases: 10_000,
 		MaxListLimit:       1000,
+
+		MaxWatchers:           10_000,
+		MaxWatchersPerConn:    1000,
+		MaxWaiters:            10_000,
+		MaxWaitersPerResource: 1000,
+		MaxStreamsPerConn:     1000,
+		MaxLeases:             1_000_000,
+		QuotaBytes:            512 << 20,
 	}
 }
 
@@ -147,6 +177,7 @@ func DefaultConfig() Config {
 		CheckpointInterval: 5 * time.Second,
 		ExpiryBatch:        1000,
 		WatchHistory:       100_000,
+		WatchHistoryBytes:  64 << 20,
 		ProposalTimeout:    5 * time.Second,
 		DiskStallTimeout:   10 * time.Second,
 		KeepAliveTime:      10 * time.Second,
@@ -232,7 +263,7 @@ func (c Config) Validate() error {
 	check(c.SnapshotEntries > 0, "snapshot entries must be positive")
 	check(c.CheckpointInterval > 0, "checkpoint interval must be positive")
 	check(c.ExpiryBatch > 0, "expiry batch must be positive")
-	check(c.WatchHistory > 0, "watch history must be positive")
+	check(c.WatchHistory > 0 && c.WatchHistoryBytes > 0, "watch history (events and bytes) must be positive")
 	check(c.ProposalTimeout > 0, "proposal timeout must be positive")
 	check(c.DiskStallTimeout >= 2*c.ElectionTimeout(), "disk stall timeout (%v) must be at least twice the election timeout (%v): "+
 		"a node must not stop for a stall the cluster rides out without electing another leader", c.DiskStallTimeout, c.ElectionTimeout())
@@ -250,6 +281,8 @@ func (c Config) Validate() error {
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")
 	check(l.MaxLeasesPerHolder > 0 && l.MaxKeepAliveLeases > 0 && l.MaxListLimit > 0 && l.MaxRequestBytes > 0, "count limits must be positive")
 	check(l.MaxLockDelay >= 0, "max lock delay must not be negative")
+	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
+		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
 	if err := acl.Validate(c.InitialACL); err != nil {
 		errs = append(errs, fmt.Errorf("initial ACL: %w", err))
 	}

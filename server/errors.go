@@ -121,6 +121,7 @@ func toStatus(err error, hint leaderHint) error {
 		ce *compactedError
 		ee *endedError
 		ae *accessError
+		le *limitError
 	)
 	switch {
 	case errors.As(err, &fe):
@@ -138,9 +139,12 @@ func toStatus(err error, hint leaderHint) error {
 		return withDetails(codes.PermissionDenied, err, ae.detail)
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &le):
+		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.flag, Description: le.msg}}})
 	case errors.Is(err, ErrHolderLimit):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
-			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "leases per holder", Description: err.Error()}}})
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "--max-leases-per-holder", Description: err.Error()}}})
 	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrStopped):
 		return withDetails(codes.Unavailable, err, &leasepb.LeaderHint{LeaderId: hint.id, LeaderAddr: hint.addr,
 			OutcomeUnknown: errors.Is(err, ErrOutcomeUnknown)})

@@ -58,13 +58,8 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 	return s, f, nil
 }
 
-// Watchers is how many Watch streams this node currently serves.
-func (s *Server) Watchers() int {
-	h := s.node.watch
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.watchers)
-}
+// Waiters is how many blocking acquires this node queues.
+func (s *Server) Waiters() int { return s.node.queue.len() }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
 func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }

@@ -22,14 +22,26 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	if !req.GetWait() {
 		return n.acquireOnce(ctx, req, identity)
 	}
-	w := n.queue.enqueue(req.GetResource())
+	w, err := n.queue.enqueue(req.GetResource())
+	if err != nil {
+		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
+		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
+		if n.held(req.GetResource()) {
+			return nil, err
+		}
+		resp, onceErr := n.acquireOnce(ctx, req, identity)
+		if errors.Is(onceErr, ErrHeld) {
+			return nil, err
+		}
+		return resp, onceErr
+	}
 	defer n.queue.leave(req.GetResource(), w)
 	for {
 		head, err := n.queue.head(req.GetResource(), w)
 		if err != nil {
 			return nil, err
 		}
-		if head {
+		if head && n.worthTrying(req) {
 			resp, err := n.acquireOnce(ctx, req, identity)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
@@ -45,7 +57,23 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	}
 }
 
+// worthTrying reports whether a blocking acquire at the head of its queue should propose now: not while
+// another grant holds the resource (the release or expiry wakes it), so that waiters joining a held
+// resource's queue write nothing to the log. A grant made under the same request id is tried, for the
+// state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
+func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
+	var (
+		cur  fsm.Lease
+		held bool
+	)
+	n.readFSM(func(sm *fsm.FSM) { cur, held = sm.Get(req.GetResource()) })
+	return !held || (req.GetRequestId() != "" && cur.RequestID == req.GetRequestId())
+}
+
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	if err := n.admitGrant(req.GetResource()); err != nil {
+		return nil, err
+	}
 	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
 		Resource:           req.GetResource(),
 		Holder:             req.GetHolder(),
@@ -81,7 +109,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
-		return nil, ErrHolderLimit
+		return nil, fmt.Errorf("%w: %q holds %d leases (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder)
 	case fsm.Denied:
 		return nil, denied(res.Denial, n.rulesSet())
 	case fsm.RequestReused:

@@ -3,6 +3,7 @@ package server
 import (
 	"container/heap"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -426,7 +427,14 @@ func (l *lessor) delayRemaining(resource string, now time.Time) time.Duration {
 	return 0
 }
 
-func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+// ms converts milliseconds from the log to a Duration, saturating instead of overflowing: the edge never
+// lets a TTL or lock-delay past its (hour-scale) maximum, but an entry written by a faulty or older
+// proposer must not wrap around to a short or negative deadline. maxMs is about 146 years, short enough
+// that adding it to a clock reading does not overflow either.
+func ms(v int64) time.Duration {
+	const maxMs = int64(math.MaxInt64/2) / int64(time.Millisecond)
+	return time.Duration(min(max(v, -maxMs), maxMs)) * time.Millisecond
+}
 
 // timerHeap orders leases by deadline (container/heap).
 type timerHeap []*leaseTimer

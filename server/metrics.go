@@ -140,6 +140,9 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		gauge("leased_db_size_bytes", "Size of the raft log file (raft.db).", func() float64 { return float64(n.storage.Size()) }),
 		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.len()) }),
 		gauge("leased_watchers", "Watch streams subscribed on this node.", func() float64 { return float64(n.watch.len()) }),
+		gauge("leased_quota_bytes", "The state size at which new grants are refused (--quota-bytes).", func() float64 { return float64(n.cfg.Limits.QuotaBytes) }),
+		gauge("leased_quota_used_bytes", "The state size counted against --quota-bytes: live leases and lock-delays.", func() float64 { return float64(n.size.bytes.Load()) }),
+		gauge("leased_quota_exceeded", "1 while the state is at or past --quota-bytes and new grants are refused (NOSPACE).", func() float64 { return boolFloat(n.quotaFull()) }),
 	)
 	return m
 }

@@ -66,6 +66,7 @@ type node struct {
 	queue       *waitQueue
 	watch       *watchHub
 	metrics     *metrics
+	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64
@@ -286,6 +287,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.applied.Store(n.snapIndex)
 	n.lessor.reset(sm, n.clock.Now())
+	n.size.reset(sm)
 	n.watch.reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)
 	n.restores.Add(1)

@@ -70,7 +70,7 @@ func FuzzPeerMessage(f *testing.F) {
 			}
 		}()
 		_ = rn.Step(m)
-		drain(t, rn, storage)
+		drainRaft(t, rn, storage)
 	})
 }
 
@@ -106,7 +106,7 @@ func fuzzNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage) {
 		if err := rn.Campaign(); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, rn, storage)
+		drainRaft(t, rn, storage)
 		for _, typ := range []raftpb.MessageType{raftpb.MsgPreVoteResp, raftpb.MsgVoteResp} {
 			term := rn.Status().GetTerm()
 			if typ == raftpb.MsgPreVoteResp {
@@ -115,7 +115,7 @@ func fuzzNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage) {
 			if err := rn.Step(&raftpb.Message{Type: typ.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: &term}); err != nil {
 				t.Fatal(err)
 			}
-			drain(t, rn, storage)
+			drainRaft(t, rn, storage)
 		}
 		if rn.Status().RaftState != raft.StateLeader {
 			t.Fatalf("node 1 did not become leader: %v", rn.Status().RaftState)
@@ -124,8 +124,8 @@ func fuzzNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage) {
 	return rn, storage
 }
 
-// drain persists and acknowledges what raft asks, as the Ready loop does (bounded: a fuzz case must end).
-func drain(t *testing.T, rn *raft.RawNode, storage *raft.MemoryStorage) {
+// drainRaft persists and acknowledges what raft asks, as the Ready loop does (bounded: a fuzz case must end).
+func drainRaft(t *testing.T, rn *raft.RawNode, storage *raft.MemoryStorage) {
 	t.Helper()
 	for range 4 {
 		if !rn.HasReady() {

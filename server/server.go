@@ -137,9 +137,10 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
 	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
-	s.clientSrv = grpc.NewServer(append(clientServerOptions(cfg),
+	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
 		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
-		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz))...)
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz)),
+		(&connLimiter{maxStreams: cfg.Limits.MaxStreamsPerConn}).options()...)...)
 	leases := &leasesService{n: s.node}
 	leasepb.RegisterLeasesServer(s.clientSrv, leases)
 	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
@@ -204,8 +205,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(),
-		watch:       newWatchHub(cfg.WatchHistory, snapIndex+1),
+		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource),
+		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
 		members:     make(map[uint64]*leasepb.Member),
@@ -224,6 +225,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.updateLogEntries()
 	n.lessor.expiryLag = n.metrics.expiryLag.Observe
 	n.lessor.reset(sm, cfg.Clock.Now())
+	n.size.reset(sm)
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
@@ -339,6 +341,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
@@ -486,6 +489,15 @@ func (s *Server) IsLeader() bool { return s.node.isLeader() }
 
 // Leader is the raft id of the leader this node knows of (0: none).
 func (s *Server) Leader() uint64 { return s.node.leader.Load() }
+
+// Watchers is how many Watch streams this node currently serves (leased_watchers).
+func (s *Server) Watchers() int { return s.node.watch.len() }
+
+// Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
+// free resources are refused (quota.go).
+func (s *Server) Quota() (used, quota int64) {
+	return s.node.size.bytes.Load(), s.cfg.Limits.QuotaBytes
+}
 
 // AppliedIndex is the index of the last entry applied to this node's state machine.
 func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }

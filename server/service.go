@@ -11,7 +11,6 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
-	"github.com/leased/leased/fsm"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -114,6 +113,10 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	return resp, nil
 }
 
+// Watch streams the events a watcher matches from the node's history (watch.go): each round reads the
+// next events after the stream's cursor, without holding anything the apply loop needs, and sends them
+// in messages of at most watchRoundBytes; between rounds it waits for the next publish. Subscriptions are
+// bounded per connection (--max-watchers-per-conn) and per node (--max-watchers).
 func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStreamingServer[leasepb.WatchResponse]) error {
 	defer s.n.metrics.stream(streamWatch)()
 	if err := s.n.cfg.Limits.watch(req); err != nil {
@@ -130,38 +133,58 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if err := s.n.authorizeRead(id, scope); err != nil {
 		return s.n.status(err)
 	}
-	w, backlog, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
+	ctx := stream.Context()
+	if cc := connOf(ctx); cc != nil {
+		if !take(&cc.watchers, s.n.cfg.Limits.MaxWatchersPerConn) {
+			return s.n.status(limited("--max-watchers-per-conn", "this connection holds %d watchers, the most it may", s.n.cfg.Limits.MaxWatchersPerConn))
+		}
+		defer cc.watchers.Add(-1)
+	}
+	w, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
 	}
 	defer s.n.watch.unsubscribe(w)
-	limit := s.n.cfg.watchMessageBytes()
-	send := func(events []fsm.Event) error {
+	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
+	last := w.from - 1 // the index before the next event to send, for the resume hint
+	for {
+		events, err := s.n.watch.read(w, int64(limit))
+		if err != nil {
+			return s.watchEnded(err, last)
+		}
+		if len(events) == 0 {
+			if err := s.sleep(ctx, w); err != nil {
+				return err
+			}
+			continue
+		}
 		for _, resp := range s.n.watchResponses(visibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
 		}
+		last = events[len(events)-1].Index
+	}
+}
+
+// sleep waits until the hub's notifier has events for w, the stream ends, or the node stops serving.
+func (s *leasesService) sleep(ctx context.Context, w *watcher) error {
+	wake, leave := s.n.watch.sleep(w)
+	defer leave()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
+		return s.n.status(s.n.stoppedErr())
+	case <-wake:
 		return nil
 	}
-	if err := send(backlog); err != nil {
-		return err
+}
+
+// watchEnded is the status a Watch stream ends with when its watcher's read fails.
+func (s *leasesService) watchEnded(err error, last uint64) error {
+	if errors.Is(err, ErrStopped) {
+		return s.n.status(err)
 	}
-	last := uint64(0)
-	for {
-		select {
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
-			return s.n.status(s.n.stoppedErr())
-		case events, ok := <-w.ch:
-			if !ok {
-				return status.Errorf(codes.ResourceExhausted, "watch fell behind or the node reset its history; resume with from_index %d", last+1)
-			}
-			if err := send(events); err != nil {
-				return err
-			}
-			last = events[len(events)-1].Index
-		}
-	}
+	return status.Errorf(codes.ResourceExhausted, "%v (--watch-history, --watch-history-bytes); resume with from_index %d", err, last+1)
 }

@@ -75,16 +75,18 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if err := printable("request_id", r.GetRequestId(), l.MaxRequestIDBytes, false); err != nil {
 		return err
 	}
-	switch ttl := time.Duration(r.GetTtlMs()) * time.Millisecond; {
-	case ttl <= 0 || ttl < l.MinTTL:
-		return invalid("ttl_ms", "%d is below the minimum %d (%s)", r.GetTtlMs(), l.MinTTL.Milliseconds(), l.minTTLWhy)
-	case ttl > l.MaxTTL:
-		return invalid("ttl_ms", "%d is above the maximum %d", r.GetTtlMs(), l.MaxTTL.Milliseconds())
+	// Compared in milliseconds, never converted to a Duration first: 2^58 ms in nanoseconds overflows
+	// int64 and wraps to a value inside the range.
+	switch ttl := r.GetTtlMs(); {
+	case ttl <= 0 || ttl < ceilMs(l.MinTTL):
+		return invalid("ttl_ms", "%d is below the minimum %d (%s)", ttl, l.MinTTL.Milliseconds(), l.minTTLWhy)
+	case ttl > l.MaxTTL.Milliseconds():
+		return invalid("ttl_ms", "%d is above the maximum %d", ttl, l.MaxTTL.Milliseconds())
 	}
 	if len(r.GetValue()) > l.MaxValueBytes {
 		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
 	}
-	if d := r.GetLockDelayMs(); d < 0 || time.Duration(d)*time.Millisecond > l.MaxLockDelay {
+	if d := r.GetLockDelayMs(); d < 0 || d > l.MaxLockDelay.Milliseconds() {
 		return invalid("lock_delay_ms", "%d is outside 0..%d", d, l.MaxLockDelay.Milliseconds())
 	}
 	switch {
@@ -104,6 +106,15 @@ func (l Limits) proclaim(r *leasepb.ProclaimRequest) error {
 		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
 	}
 	return nil
+}
+
+// ceilMs is d in whole milliseconds, rounded up: a TTL of n ms is at least d exactly when n >= ceilMs(d).
+func ceilMs(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < d {
+		ms++
+	}
+	return ms
 }
 
 func (l Limits) leaseRef(resource string, tok uint64) error {

@@ -1,9 +1,9 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,6 +15,10 @@ import (
 func FuzzValidateRequests(f *testing.F) {
 	for _, m := range []proto.Message{
 		&leasepb.AcquireRequest{Resource: "db/primary", Holder: "host-1:42", TtlMs: 5000, RequestId: "r1", Value: []byte("v")},
+		// Values that wrapped around when converted to nanoseconds (issue 10).
+		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 1 << 58},
+		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000, LockDelayMs: math.MaxInt64},
+		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: math.MinInt64},
 		&leasepb.ListRequest{Prefix: "jobs/", Limit: 10, PageToken: "jobs/a"},
 		&leasepb.WatchRequest{Prefix: "a/", FromIndex: 9},
 		&leasepb.KeepAliveRequest{Seq: 1, Leases: []*leasepb.LeaseRef{{Resource: "r", Token: 3}}},
@@ -27,10 +31,15 @@ func FuzzValidateRequests(f *testing.F) {
 		var acq leasepb.AcquireRequest
 		if proto.Unmarshal(data, &acq) == nil && l.acquire(&acq) == nil {
 			checkResource(t, l, acq.GetResource())
-			ttl := time.Duration(acq.GetTtlMs()) * time.Millisecond
-			if acq.GetHolder() == "" || len(acq.GetHolder()) > l.MaxHolderBytes || ttl < l.MinTTL || ttl > l.MaxTTL ||
-				len(acq.GetValue()) > l.MaxValueBytes || acq.GetLockDelayMs() < 0 {
+			// In milliseconds and in float64: a Duration conversion would overflow (the bug this guards).
+			ttl, delay := float64(acq.GetTtlMs()), float64(acq.GetLockDelayMs())
+			if acq.GetHolder() == "" || len(acq.GetHolder()) > l.MaxHolderBytes ||
+				ttl*1e6 < float64(l.MinTTL) || ttl*1e6 > float64(l.MaxTTL) ||
+				len(acq.GetValue()) > l.MaxValueBytes || delay < 0 || delay*1e6 > float64(l.MaxLockDelay) {
 				t.Fatalf("accepted an acquire outside the limits: %v", &acq)
+			}
+			if d := ms(acq.GetTtlMs()); d < l.MinTTL || d > l.MaxTTL {
+				t.Fatalf("the lessor turns an accepted TTL of %d ms into %v", acq.GetTtlMs(), d)
 			}
 		}
 		var list leasepb.ListRequest

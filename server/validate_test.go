@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,42 @@ func TestTTLFloor(t *testing.T) {
 	}
 	if got := test.limits().MinTTL; got != 800*time.Millisecond {
 		t.Fatalf("TestConfig's minimum TTL %v, want its 800ms floor", got)
+	}
+}
+
+// TestTTLAndLockDelayDoNotOverflow: a TTL of 2^58 ms and a lock-delay of MaxInt64 ms wrapped around
+// when converted to nanoseconds and passed validation; both are InvalidArgument now, as are the values
+// just past the limits, and the lessor's conversion saturates instead of wrapping.
+func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
+	l := DefaultConfig().limits()
+	for _, tc := range []struct {
+		name         string
+		ttl, delay   int64
+		field, wants string
+	}{
+		{"ttl 2^58 ms", 1 << 58, 0, "ttl_ms", "above the maximum 3600000"},
+		{"ttl MaxInt64 ms", math.MaxInt64, 0, "ttl_ms", "above the maximum"},
+		{"ttl MinInt64 ms", math.MinInt64, 0, "ttl_ms", "below the minimum"},
+		{"ttl 2^63/1e6+1 ms", math.MaxInt64/1_000_000 + 1, 0, "ttl_ms", "above the maximum"},
+		{"ttl one past the maximum", 3_600_001, 0, "ttl_ms", "above the maximum"},
+		{"lock-delay MaxInt64 ms", 5000, math.MaxInt64, "lock_delay_ms", "outside 0..60000"},
+		{"lock-delay 2^58 ms", 5000, 1 << 58, "lock_delay_ms", "outside 0..60000"},
+		{"lock-delay one past the maximum", 5000, 60_001, "lock_delay_ms", "outside 0..60000"},
+		{"lock-delay MinInt64 ms", 5000, math.MinInt64, "lock_delay_ms", "outside"},
+	} {
+		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
+		var fe *fieldError
+		if !errors.As(err, &fe) || fe.field != tc.field || !strings.Contains(err.Error(), tc.wants) {
+			t.Errorf("%s: %v, want InvalidArgument on %s (%s)", tc.name, err, tc.field, tc.wants)
+		}
+	}
+	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_000, LockDelayMs: 60_000}); err != nil {
+		t.Fatalf("the maxima themselves: %v", err)
+	}
+	if d := ms(math.MaxInt64); d <= 0 || d < 100*365*24*time.Hour {
+		t.Fatalf("ms(MaxInt64) = %v, want a saturated positive duration", d)
+	}
+	if d := ms(1 << 58); d <= 0 {
+		t.Fatalf("ms(2^58) = %v wrapped", d)
 	}
 }

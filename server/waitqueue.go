@@ -11,9 +11,15 @@ import (
 // tries to acquire; it is woken when the resource frees (a release, an expiry, the end of a lock-delay) or
 // when the waiter ahead of it leaves. Losing leadership fails every waiter with Unavailable, and the client
 // retries on the new leader with the same request id.
+//
+// The queue is bounded (decision 14): at most maxTotal waiters in all (--max-waiters) and maxPerResource
+// for one resource (--max-waiters-per-resource); enqueue refuses past either.
 type waitQueue struct {
-	mu     sync.Mutex
-	queues map[string][]*waiter
+	mu             sync.Mutex
+	queues         map[string][]*waiter
+	total          int
+	maxTotal       int
+	maxPerResource int
 }
 
 type waiter struct {
@@ -21,26 +27,31 @@ type waiter struct {
 	err  error         // set, under the queue's lock, when the waiter is failed
 }
 
-func newWaitQueue() *waitQueue { return &waitQueue{queues: make(map[string][]*waiter)} }
+func newWaitQueue(maxTotal, maxPerResource int) *waitQueue {
+	return &waitQueue{queues: make(map[string][]*waiter), maxTotal: maxTotal, maxPerResource: maxPerResource}
+}
 
 // len is the number of waiters (leased_waiters).
 func (q *waitQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := 0
-	for _, ws := range q.queues {
-		n += len(ws)
-	}
-	return n
+	return q.total
 }
 
-// enqueue appends a waiter for resource.
-func (q *waitQueue) enqueue(resource string) *waiter {
+// enqueue appends a waiter for resource, or refuses past a limit.
+func (q *waitQueue) enqueue(resource string) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	switch {
+	case q.total >= q.maxTotal:
+		return nil, limited("--max-waiters", "the leader queues %d blocking acquires, the most it may", q.maxTotal)
+	case len(q.queues[resource]) >= q.maxPerResource:
+		return nil, limited("--max-waiters-per-resource", "%d blocking acquires wait for %q, the most that may", q.maxPerResource, resource)
+	}
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q.queues[resource] = append(q.queues[resource], w)
-	return w
+	q.total++
+	return w, nil
 }
 
 // head reports whether w may try to acquire now, or the error it was failed with.
@@ -62,6 +73,7 @@ func (q *waitQueue) leave(resource string, w *waiter) {
 	for i, x := range ws {
 		if x == w {
 			ws = append(ws[:i:i], ws[i+1:]...)
+			q.total--
 			break
 		}
 	}
@@ -109,6 +121,7 @@ func (q *waitQueue) failAll(err error) {
 		}
 		delete(q.queues, r)
 	}
+	q.total = 0
 }
 
 func notify(w *waiter) {

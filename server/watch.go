@@ -1,8 +1,12 @@
 package server
 
 import (
+	"errors"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -11,33 +15,97 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// watchHub keeps a bounded history of events, in index order, and fans new events out to watchers. A
-// watcher that cannot keep up is cut off (its channel closed with overflow set) rather than slowing the
-// apply loop; it resumes from the index after the last event it saw.
+// watchHub keeps a bounded history of events, in index order, and is where every watcher reads them from
+// (docs/design.md, "Watch"). The apply loop only appends to the history, shares a new view of it and
+// signals the notifier; it never waits for a watcher and never copies events for one, and the hub's lock
+// is taken only by it, the notifier and the rare resets. Each Watch stream keeps a cursor into the history
+// and reads, filters and sends on its own goroutine, from the last shared view (the segments and the end
+// of the history), without a lock: published events never change. A watcher too slow for the history —
+// its cursor evicted before it read there — is cut off and resumes from the index after the last event it
+// saw; a watcher that stops reading altogether pins at most the round it is blocked sending.
+//
+// The history is a list of segments of up to segmentEvents events each, bounded by WatchHistory events
+// and WatchHistoryBytes bytes (eventBytes), whichever is reached first; the events of the newest entry
+// are never evicted, so even one entry larger than the bound reaches the watchers that keep up.
 type watchHub struct {
-	mu       sync.Mutex
-	capacity int
-	history  []fsm.Event // ring buffer
-	start    int         // position of the oldest event in history
+	mu        sync.Mutex
+	maxEvents int
+	maxBytes  int64
+	// maxWatchers is --max-watchers; watchers is how many are subscribed.
+	maxWatchers int
+	watchers    atomic.Int64
+	// published is the history as readers see it, replaced (never changed) under mu by every publish,
+	// wake and reset: readers and new subscribers load it without the lock, so however many watchers
+	// there are, the apply loop's publish never queues behind them for mu.
+	published atomic.Pointer[historyView]
+	segs      []*segment // oldest first; segs[0].events[head] is the oldest retained event
+	head      int
+	tail      int   // events in the last segment
+	count     int   // retained events
+	bytes     int64 // their eventBytes
+	// Events are numbered by a sequence (not their index: one index has several events) that never goes
+	// back, not even across reset: lo is the sequence of the oldest retained event, next of the next one
+	// to be published.
+	lo, next uint64
 	// oldest is the smallest index a Watch may start from: events before it may be missing.
-	oldest   uint64
-	watchers map[*watcher]struct{}
+	oldest uint64
+	// newest is the index of the latest entry published: its events are never evicted.
+	newest uint64
+	// pending (capacity 1) tells the notifier goroutine (notify) that there are new events; publishes
+	// coalesce there. The notifier, not the apply loop, wakes the sleeping watchers — only those that
+	// match something new, so that an event wakes its watchers, not all of them — and moves the cursors
+	// of the others past what they do not match, so that an idle watcher never falls behind.
+	pending  chan struct{}
+	sleepMu  sync.Mutex
+	sleeping map[*watcher]chan struct{}
+	// epoch counts resets; a watcher subscribed in an earlier one is cut off. closed ends every watcher.
+	epoch  uint64
+	closed bool
 }
 
-// watcher is one Watch stream's subscription.
+// segmentEvents is the capacity of one history segment.
+const segmentEvents = 256
+
+// segment is a fixed array, never resliced: an append writes only the slot of the new event, so a reader
+// may use the slots before the end it saw while later ones are written.
+type segment struct {
+	events [segmentEvents]fsm.Event
+}
+
+// watcher is one Watch stream's subscription: where it reads next, and what it wants.
 type watcher struct {
 	// from is the first index the watcher wants: a node replaying its log after a restart publishes
 	// events older than that, which must not reach a watcher that asked to resume later.
-	from     uint64
-	match    func(resource string) bool
-	ch       chan []fsm.Event
-	overflow bool // set under the hub's lock before ch is closed
+	from   uint64
+	match  func(resource string) bool
+	cursor uint64 // the sequence of the next event to look at: moved by the watcher's goroutine, or by the notifier while it sleeps
+	epoch  uint64
 }
 
-const watcherBuffer = 1024
+// Why a watcher's read ended (errWatchFellBehind maps to ResourceExhausted, as it always has: the SDK
+// resumes on it).
+var (
+	errWatchFellBehind = errors.New("watch fell behind the retained history")
+	errWatchReset      = errors.New("this node replaced its state from a snapshot and dropped its watch history")
+)
 
-func newWatchHub(capacity int, oldest uint64) *watchHub {
-	return &watchHub{capacity: capacity, oldest: oldest, watchers: make(map[*watcher]struct{})}
+// eventBytes is what one event costs the history: the event itself and the bytes it references.
+func eventBytes(e *fsm.Event) int64 {
+	l := &e.Lease
+	return int64(unsafe.Sizeof(*e)) + int64(len(l.Resource)+len(l.Holder)+len(l.Value)+len(l.RequestID))
+}
+
+func newWatchHub(maxEvents int, maxBytes int64, maxWatchers int, oldest uint64) *watchHub {
+	h := &watchHub{maxEvents: maxEvents, maxBytes: maxBytes, maxWatchers: maxWatchers, oldest: oldest,
+		pending: make(chan struct{}, 1), sleeping: make(map[*watcher]chan struct{})}
+	h.share()
+	return h
+}
+
+// share publishes the history's current state to readers. Called with mu held.
+func (h *watchHub) share() {
+	h.published.Store(&historyView{segs: h.segs, head: h.head, lo: h.lo, hi: h.next, oldest: h.oldest,
+		epoch: h.epoch, closed: h.closed})
 }
 
 func matcher(resource, prefix string) func(string) bool {
@@ -47,109 +115,253 @@ func matcher(resource, prefix string) func(string) bool {
 	return func(r string) bool { return strings.HasPrefix(r, prefix) }
 }
 
-// publish records the events of one applied entry and delivers them.
+// publish records the events of one applied entry for the watchers and tells the notifier. It is the
+// apply loop's only work for watchers: an append, an eviction, a send that never blocks.
 func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	if len(events) == 0 {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range events {
-		h.append(e)
+	if h.closed {
+		return
 	}
-	for w := range h.watchers {
-		if batch := filterEvents(events, w.match, w.from); len(batch) > 0 {
-			select {
-			case w.ch <- batch:
-			default:
-				w.overflow = true
-				close(w.ch)
-				delete(h.watchers, w)
+	for i := range events {
+		h.append(events[i])
+	}
+	h.newest = index
+	h.evict()
+	h.share()
+	h.signal()
+}
+
+// signal tells the notifier to look at the history (never blocks).
+func (h *watchHub) signal() {
+	select {
+	case h.pending <- struct{}{}:
+	default: // the notifier has yet to look since an earlier signal: it will see this one's events too
+	}
+}
+
+// notify wakes the sleeping watchers after publishes until stop closes (Server.Start runs it), off the
+// apply loop and outside the lock publish takes.
+func (h *watchHub) notify(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-h.pending:
+			h.round()
+		}
+	}
+}
+
+// round wakes each sleeping watcher that has a new matching event (or must end: a reset, a shutdown, a
+// cursor evicted), and moves the others' cursors to the end of the history. A sleeping watcher's cursor
+// is the notifier's until it is woken or leaves (both under sleepMu).
+func (h *watchHub) round() {
+	v := h.published.Load()
+	h.sleepMu.Lock()
+	defer h.sleepMu.Unlock()
+	for w, wake := range h.sleeping {
+		if !v.closed && w.epoch == v.epoch && w.cursor >= v.lo {
+			for ; w.cursor < v.hi; w.cursor++ {
+				if e := v.at(w.cursor); e.Index >= w.from && w.match(e.Lease.Resource) {
+					break
+				}
+			}
+			if w.cursor == v.hi {
+				continue // nothing for it yet
 			}
 		}
+		delete(h.sleeping, w)
+		close(wake)
+	}
+}
+
+// sleep parks w until the notifier has something for it; leave (safe to call more than once, and after
+// the wake) takes it out. w must not be read meanwhile.
+func (h *watchHub) sleep(w *watcher) (wake <-chan struct{}, leave func()) {
+	ch := make(chan struct{})
+	h.sleepMu.Lock()
+	h.sleeping[w] = ch
+	h.sleepMu.Unlock()
+	// Events published before w went to sleep may have been looked at by the notifier already.
+	h.signal()
+	return ch, func() {
+		h.sleepMu.Lock()
+		delete(h.sleeping, w)
+		h.sleepMu.Unlock()
 	}
 }
 
 func (h *watchHub) append(e fsm.Event) {
-	if len(h.history) < h.capacity {
-		h.history = append(h.history, e)
-		return
+	if len(h.segs) == 0 || h.tail == segmentEvents {
+		h.segs = append(h.segs, new(segment))
+		h.tail = 0
 	}
-	evicted := h.history[h.start]
-	h.history[h.start] = e
-	h.start = (h.start + 1) % h.capacity
-	h.oldest = max(h.oldest, evicted.Index+1)
+	slot := &h.segs[len(h.segs)-1].events[h.tail]
+	*slot = e
+	h.tail++
+	h.count++
+	h.bytes += eventBytes(slot)
+	h.next++
 }
 
-// subscribe registers a watcher and returns the retained events with index >= from that it matches.
-// from == 0 means "from now": from the index after next, the first index not yet committed when the
-// watch began. It fails with a compactedError when from is older than the retained history.
-func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, []fsm.Event, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if from != 0 && from < h.oldest {
-		return nil, nil, &compactedError{oldest: h.oldest}
+// evict drops the oldest events while the history is over either bound, but never the newest entry's.
+func (h *watchHub) evict() {
+	for h.count > 0 && (h.count > h.maxEvents || h.bytes > h.maxBytes) {
+		if h.head == segmentEvents { // segs[0] is evicted to its end, and a later one holds the rest
+			h.segs, h.head = h.segs[1:], 0 // not nil-ed first: views share the array
+		}
+		e := &h.segs[0].events[h.head]
+		if e.Index >= h.newest {
+			return
+		}
+		h.bytes -= eventBytes(e)
+		h.count--
+		h.lo++
+		h.head++
+		h.oldest = max(h.oldest, e.Index+1)
 	}
-	var backlog []fsm.Event
-	if from != 0 {
-		for i := range h.history {
-			backlog = append(backlog, filterEvents(h.history[(h.start+i)%len(h.history):][:1], match, from)...)
+}
+
+// subscribe registers a watcher of the events with index >= from that match, starting with those still
+// retained. from == 0 means "from now": from the index after next, the first index not yet committed when
+// the watch began. It fails with a compactedError when from is older than the retained history, and with
+// a limitError past --max-watchers.
+func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watcher, error) {
+	if !take(&h.watchers, h.maxWatchers) {
+		return nil, limited("--max-watchers", "this node serves %d watchers, the most it may", h.maxWatchers)
+	}
+	v := h.published.Load()
+	var err error
+	switch {
+	case v.closed:
+		err = ErrStopped
+	case from != 0 && from < v.oldest:
+		err = &compactedError{oldest: v.oldest}
+	}
+	if err != nil {
+		h.watchers.Add(-1)
+		return nil, err
+	}
+	w := &watcher{from: from, match: match, cursor: v.hi, epoch: v.epoch}
+	if from == 0 {
+		w.from = next
+	} else {
+		w.cursor = v.seek(from)
+	}
+	return w, nil
+}
+
+// historyView is the history as a reader saw it under the lock: it stays valid after the lock is
+// released, since retained events never change and eviction only drops references.
+type historyView struct {
+	segs   []*segment
+	head   int
+	lo, hi uint64
+	oldest uint64
+	// epoch and closed are the hub's when this view was shared.
+	epoch  uint64
+	closed bool
+}
+
+// seek is the sequence of the first retained event with index >= from (events are in index order, but
+// for a node replaying its log, whose replayed events the watcher's from filters out).
+func (v historyView) seek(from uint64) uint64 {
+	n := sort.Search(int(v.hi-v.lo), func(i int) bool { return v.at(v.lo+uint64(i)).Index >= from })
+	return v.lo + uint64(n)
+}
+
+func (v historyView) at(seq uint64) *fsm.Event {
+	pos := v.head + int(seq-v.lo)
+	return &v.segs[pos/segmentEvents].events[pos%segmentEvents]
+}
+
+// read returns the next events w matches, up to about maxBytes of them (at least one), and moves its
+// cursor past them; with nothing new, none (sleep then waits for some). It fails when w fell behind the
+// history, the history was reset, or the hub closed.
+func (h *watchHub) read(w *watcher, maxBytes int64) ([]fsm.Event, error) {
+	v, err := h.view(w)
+	if err != nil || v.hi == w.cursor {
+		return nil, err
+	}
+	var (
+		out  []fsm.Event
+		size int64
+	)
+	// Scan a bounded stretch per call, so that a watcher that matches little of a long history still
+	// returns (and notices its stream ending) between stretches.
+	end := min(v.hi, w.cursor+4*segmentEvents)
+	for ; w.cursor < end && (size < maxBytes || len(out) == 0); w.cursor++ {
+		if e := v.at(w.cursor); e.Index >= w.from && w.match(e.Lease.Resource) {
+			out = append(out, *e)
+			size += eventBytes(e)
 		}
 	}
-	start := from
-	if start == 0 {
-		start = next
+	return out, nil
+}
+
+// view is the history as last shared, for w to read; it takes no lock.
+func (h *watchHub) view(w *watcher) (*historyView, error) {
+	v := h.published.Load()
+	switch {
+	case v.closed:
+		return nil, ErrStopped
+	case w.epoch != v.epoch:
+		return nil, errWatchReset
+	case w.cursor < v.lo:
+		return nil, errWatchFellBehind
 	}
-	w := &watcher{from: start, match: match, ch: make(chan []fsm.Event, watcherBuffer)}
-	h.watchers[w] = struct{}{}
-	return w, backlog, nil
+	return v, nil
 }
 
 // len is the number of subscribed watchers (leased_watchers).
 func (h *watchHub) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.watchers)
+	return int(h.watchers.Load())
 }
 
-func (h *watchHub) unsubscribe(w *watcher) {
+// retained is the number and bytes of the events in the history.
+func (h *watchHub) retained() (int, int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.watchers[w]; ok {
-		delete(h.watchers, w)
-		close(w.ch)
-	}
+	return h.count, h.bytes
 }
 
-// reset drops the history after a snapshot restore: events before oldest are unknown to this node.
+func (h *watchHub) unsubscribe(*watcher) { h.watchers.Add(-1) }
+
+// reset drops the history after a snapshot restore: events before oldest are unknown to this node, and
+// every watcher is cut off (it resumes, here or elsewhere, from its next index).
 func (h *watchHub) reset(oldest uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.history, h.start, h.oldest = nil, 0, oldest
-	for w := range h.watchers {
-		w.overflow = true
-		close(w.ch)
-		delete(h.watchers, w)
-	}
+	h.segs, h.head, h.tail, h.count, h.bytes = nil, 0, 0, 0, 0
+	h.lo, h.oldest = h.next, oldest
+	h.epoch++
+	h.share()
+	h.signal()
 }
 
-// closeAll ends every watcher (shutdown).
-func (h *watchHub) closeAll() { h.reset(h.oldest) }
-
-func filterEvents(events []fsm.Event, match func(string) bool, from uint64) []fsm.Event {
-	var out []fsm.Event
-	for _, e := range events {
-		if e.Index >= from && match(e.Lease.Resource) {
-			out = append(out, e)
-		}
+// closeAll ends every watcher and refuses new ones (shutdown).
+func (h *watchHub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		h.share()
+		h.signal()
 	}
-	return out
 }
 
 // maxClientMessage is the largest message a gRPC client accepts by default: the Watch stream's messages
 // stay below it (with headroom) whatever the node's own limits, so a client with default options can read
 // them.
 const maxClientMessage = 4 << 20
+
+// watchRoundBytes bounds the events one Watch round reads and sends, so that a watcher blocked sending
+// to a client that stopped reading pins little memory (the rest waits in the shared history).
+const watchRoundBytes = 256 << 10
 
 // watchMessageHeadroom is room left in a Watch message for its header and framing.
 const watchMessageHeadroom = 64 << 10

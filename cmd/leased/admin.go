@@ -21,7 +21,9 @@ import (
 // adminServer is the node's small HTTP server for operators and orchestrators:
 //
 //	/healthz  200 while the process runs
-//	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping
+//	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping;
+//	          a second line "alarm: NOSPACE ..." while the state is at --quota-bytes (still 200: renewals,
+//	          releases and reads are served, and a probe must not take every node out of service at once)
 //	/metrics  Prometheus metrics (leased_*, plus the Go runtime's and the process's)
 //	/debug/pprof/  Go's profiler, only with --enable-pprof
 //
@@ -45,6 +47,11 @@ type adminServer struct {
 // leaderKnower is what the admin server asks of the node.
 type leaderKnower interface {
 	Leader() uint64
+}
+
+// quotaReporter is a node that reports its state size against its quota (server.Server does).
+type quotaReporter interface {
+	Quota() (used, quota int64)
 }
 
 func listenAdmin(addr string, log *slog.Logger, metrics prometheus.Gatherer, tlsCfg *tls.Config, pprof bool) (*adminServer, error) {
@@ -85,6 +92,11 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 		default:
 			fmt.Fprintf(w, "ok: leader %s\n", leasepb.FormatID(leader))
+			if q, ok := node.(quotaReporter); ok {
+				if used, quota := q.Quota(); used >= quota {
+					fmt.Fprintf(w, "alarm: NOSPACE: the state holds %d bytes, at its quota of %d (--quota-bytes): new grants are refused until leases are released or the quota is raised\n", used, quota)
+				}
+			}
 		}
 	})
 	if a.metrics != nil {

@@ -73,6 +73,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often the leader checkpoints remaining lease TTLs")
 	fs.IntVar(&c.ExpiryBatch, "expiry-batch", c.ExpiryBatch, "most leases expired by one log entry")
 	fs.IntVar(&c.WatchHistory, "watch-history", c.WatchHistory, "events kept for Watch to resume from")
+	fs.Int64Var(&c.WatchHistoryBytes, "watch-history-bytes", c.WatchHistoryBytes, "bytes of events kept for Watch to resume from (the history stops at this or --watch-history, whichever comes first)")
 	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "how long a write waits for its entry to apply")
 	fs.DurationVar(&c.DiskStallTimeout, "disk-stall-timeout", c.DiskStallTimeout, "how long one raft log write may take before the node stops (exit status 1); at least twice the election timeout")
 
@@ -86,6 +87,13 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest gRPC message a client may send")
 	fs.IntVar(&l.MaxKeepAliveLeases, "max-keepalive-leases", l.MaxKeepAliveLeases, "most leases one KeepAlive message may renew")
 	fs.IntVar(&l.MaxListLimit, "max-list-limit", l.MaxListLimit, "largest List page")
+	fs.IntVar(&l.MaxWatchers, "max-watchers", l.MaxWatchers, "most Watch streams this node serves")
+	fs.IntVar(&l.MaxWatchersPerConn, "max-watchers-per-conn", l.MaxWatchersPerConn, "most Watch streams one client connection holds")
+	fs.IntVar(&l.MaxWaiters, "max-waiters", l.MaxWaiters, "most blocking acquires the leader queues")
+	fs.IntVar(&l.MaxWaitersPerResource, "max-waiters-per-resource", l.MaxWaitersPerResource, "most blocking acquires queued for one resource")
+	fs.IntVar(&l.MaxStreamsPerConn, "max-streams-per-conn", l.MaxStreamsPerConn, "most concurrent calls (streams and unary) on one client connection")
+	fs.IntVar(&l.MaxLeases, "max-leases", l.MaxLeases, "most live leases in the cluster; past it grants of free resources are refused")
+	fs.Int64Var(&l.QuotaBytes, "quota-bytes", l.QuotaBytes, "state size (live leases and lock-delays) at which grants of free resources are refused while renewals, releases and reads go on")
 
 	addTLSFlags(fs, &o.tls)
 

@@ -54,6 +54,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--proposal-timeout=16s", "--disk-stall-timeout=27s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
 		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
 		"--max-request-bytes=24", "--max-keepalive-leases=25", "--max-list-limit=26",
+		"--max-watchers=31", "--max-watchers-per-conn=32", "--max-waiters=33", "--max-waiters-per-resource=34",
+		"--max-streams-per-conn=35", "--max-leases=36", "--quota-bytes=37", "--watch-history-bytes=38",
 		"--log-level=debug", "--log-format=json",
 	}
 	o, err := parse(t, args, nil)
@@ -67,11 +69,14 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
 	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
 	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
+	want.WatchHistoryBytes = 38
 	want.Limits = server.Limits{
 		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
 		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,
 		MinTTL:            20 * time.Millisecond, MaxTTL: 21 * time.Minute, MaxLockDelay: 22 * time.Second,
 		MaxLeasesPerHolder: 23, MaxRequestBytes: 24, MaxKeepAliveLeases: 25, MaxListLimit: 26,
+		MaxWatchers: 31, MaxWatchersPerConn: 32, MaxWaiters: 33, MaxWaitersPerResource: 34,
+		MaxStreamsPerConn: 35, MaxLeases: 36, QuotaBytes: 37,
 	}
 	if !reflect.DeepEqual(o.cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
@@ -88,6 +93,8 @@ func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
 		"LEASED_TICK", "50ms",
 		"LEASED_INITIAL_CLUSTER", "from-env=127.0.0.1:1",
 		"LEASED_MAX_KEEPALIVE_LEASES", "9",
+		"LEASED_QUOTA_BYTES", "1048576",
+		"LEASED_MAX_WATCHERS_PER_CONN", "7",
 		"LEASED_LOG_FORMAT", "json",
 		"LEASED_HTTP_ADDR", "127.0.0.1:7501",
 	)
@@ -96,7 +103,7 @@ func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.cfg.Name != "from-env" || o.cfg.DataDir != "/env/dir" || o.cfg.TickInterval != 50*time.Millisecond ||
-		o.cfg.Limits.MaxKeepAliveLeases != 9 || o.logFormat != "json" || o.cfg.HTTPAddr != "127.0.0.1:7501" || o.cfg.InitialCluster["from-env"] != "127.0.0.1:1" {
+		o.cfg.Limits.MaxKeepAliveLeases != 9 || o.cfg.Limits.QuotaBytes != 1<<20 || o.cfg.Limits.MaxWatchersPerConn != 7 || o.logFormat != "json" || o.cfg.HTTPAddr != "127.0.0.1:7501" || o.cfg.InitialCluster["from-env"] != "127.0.0.1:1" {
 		t.Errorf("environment not applied: %+v (format %q)", o.cfg, o.logFormat)
 	}
 

@@ -45,6 +45,9 @@ var nodeMetrics = map[string]kind{
 	"leased_events_total":                counter,
 	"leased_commit_index":                gauge,
 	"leased_applied_index":               gauge,
+	"leased_quota_bytes":                 gauge,
+	"leased_quota_used_bytes":            gauge,
+	"leased_quota_exceeded":              gauge,
 	// go-grpc-middleware v2 providers/prometheus, on the client port, with the handling-time histogram.
 	"grpc_server_handled_total":      counter,
 	"grpc_server_handling_seconds":   histogram,
@@ -63,12 +66,9 @@ var sdkMetrics = map[string]kind{
 	"leased_client_renewal_round_trip_seconds": histogram,
 }
 
-// pendingMetrics are named by an alert before any node exports them: the storage quota of issue #10.
-// Only alerts.yaml may use them (the alert stays inactive until then); the dashboard may not.
-var pendingMetrics = map[string]kind{
-	"leased_quota_bytes":      gauge,
-	"leased_quota_used_bytes": gauge,
-}
+// pendingMetrics are named by an alert before any node exports them. Only alerts.yaml may use them (the
+// alert stays inactive until then); the dashboard may not. None at the moment.
+var pendingMetrics = map[string]kind{}
 
 // prometheusMetrics are series Prometheus makes itself for every scrape target.
 var prometheusMetrics = map[string]kind{

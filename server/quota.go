@@ -1,0 +1,113 @@
+package server
+
+import (
+	"sync/atomic"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// The data-size quota (--quota-bytes) and the lease count limit (--max-leases), etcd's NOSPACE semantics:
+// past either, grants of free resources are refused at the edge, while renewals, releases, expiries and
+// reads go on, so the state can only shrink until it is back under; releasing or raising the limit
+// clears the condition (docs/operations.md, "Quota").
+//
+// The size is the state's, not the raft log file's: bbolt never gives back the pages it grew to, so a
+// file-size quota could only be cleared by an offline compaction, while the state shrinks the moment a
+// lease ends. Every node counts it the same way from the results of the entries it applies (and from
+// the state machine after a snapshot restore), so at the same applied index every node reports the same
+// size; the limit is checked by the leader, before proposing, and never by the state machine. It is a
+// soft bound: grants proposed while the count is still under the limit may take it past by as much as they
+// hold, as etcd's quota can be passed by the writes in flight when it is reached.
+
+// leaseOverheadBytes is what the state keeps per lease beyond its names and value (the B-tree entry, the
+// lease record, the holder index: fsm's memory benchmark measures about 190 bytes per small lease), and
+// lockDelayOverheadBytes the same for a lock-delay.
+const (
+	leaseOverheadBytes     = 128
+	lockDelayOverheadBytes = 64
+)
+
+// leaseBytes is what one live lease counts against the quota.
+func leaseBytes(l *fsm.Lease) int64 {
+	return leaseOverheadBytes + int64(len(l.Resource)+len(l.Holder)+len(l.Value)+len(l.RequestID))
+}
+
+// stateSize is the node's count of live leases and state bytes, updated by the apply loop and read by
+// the edge and the metrics without a lock.
+type stateSize struct {
+	leases atomic.Int64
+	bytes  atomic.Int64
+}
+
+// applied follows one applied entry's result: grants add, releases and expiries subtract, and so do the
+// lock-delays it started and ended.
+func (s *stateSize) applied(res fsm.Result) {
+	var leases, bytes int64
+	for i := range res.Events {
+		e := &res.Events[i]
+		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
+			leases, bytes = leases+1, bytes+leaseBytes(&e.Lease)
+		} else {
+			leases, bytes = leases-1, bytes-leaseBytes(&e.Lease)
+		}
+	}
+	for _, d := range res.Changes.DelaysStarted {
+		bytes += lockDelayOverheadBytes + int64(len(d.Resource))
+	}
+	for _, d := range res.Changes.DelaysEnded {
+		bytes -= lockDelayOverheadBytes + int64(len(d.Resource))
+	}
+	if leases != 0 {
+		s.leases.Add(leases)
+	}
+	if bytes != 0 {
+		s.bytes.Add(bytes)
+	}
+}
+
+// reset counts a whole state machine (at start, after a snapshot restore).
+func (s *stateSize) reset(sm *fsm.FSM) {
+	var leases, bytes int64
+	sm.Ascend(func(l fsm.Lease) bool {
+		leases, bytes = leases+1, bytes+leaseBytes(&l)
+		return true
+	})
+	for _, d := range sm.LockDelays() {
+		bytes += lockDelayOverheadBytes + int64(len(d.Resource))
+	}
+	s.leases.Store(leases)
+	s.bytes.Store(bytes)
+}
+
+// quotaFull reports whether the state is at or past --quota-bytes: the NOSPACE alarm of /readyz and
+// leased_quota_exceeded.
+func (n *node) quotaFull() bool { return n.size.bytes.Load() >= n.cfg.Limits.QuotaBytes }
+
+// held reports whether resource has a live lease in this node's state.
+func (n *node) held(resource string) (held bool) {
+	n.readFSM(func(sm *fsm.FSM) { _, held = sm.Get(resource) })
+	return held
+}
+
+// admitGrant refuses an acquire that would grant a free resource while the state is at or past
+// --quota-bytes or holds --max-leases leases. An acquire of a held resource passes: the state machine
+// answers it "held" or, for a retry of the same intent, with the grant it already made (decision 5), and
+// neither grows the state.
+func (n *node) admitGrant(resource string) error {
+	lim := n.cfg.Limits
+	bytes, leases := n.size.bytes.Load(), n.size.leases.Load()
+	if bytes < lim.QuotaBytes && leases < int64(lim.MaxLeases) {
+		return nil
+	}
+	switch {
+	case n.held(resource):
+		return nil
+	case bytes >= lim.QuotaBytes:
+		return limited("--quota-bytes", "the state holds %d bytes, at its quota of %d: new grants are refused "+
+			"until leases are released or the quota is raised (renewals, releases and reads go on)", bytes, lim.QuotaBytes)
+	default:
+		return limited("--max-leases", "%d leases are live, the most the cluster may hold: new grants are refused "+
+			"until leases are released or the limit is raised", leases)
+	}
+}
