@@ -13,7 +13,7 @@ import (
 // allowedImports is everything the state machine may use. Anything that could read a clock, draw a random
 // number, do I/O, start goroutines or log is absent on purpose: determinism is the FSM's contract.
 var allowedImports = map[string]bool{
-	"bytes": true, "encoding/binary": true, "errors": true, "fmt": true, "hash/crc32": true,
+	"bytes": true, "cmp": true, "encoding/binary": true, "errors": true, "fmt": true, "hash/crc32": true,
 	"slices": true, "strings": true,
 	"github.com/google/btree":              true,
 	"google.golang.org/protobuf/proto":     true,

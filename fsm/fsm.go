@@ -9,6 +9,7 @@ import (
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 )
 
@@ -40,6 +41,9 @@ type FSM struct {
 	// ends remembers the last MaxRememberedEnds lease ends (ends.go), so a retried Release learns that
 	// its first attempt took effect.
 	ends endLog
+	// members is the member table by raft id, removed the ids ever removed (members.go).
+	members map[uint64]*leasepb.Member
+	removed map[uint64]bool
 }
 
 // New returns an empty state machine.
@@ -49,6 +53,8 @@ func New() *FSM {
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
+		members:    make(map[uint64]*leasepb.Member),
+		removed:    make(map[uint64]bool),
 	}
 }
 

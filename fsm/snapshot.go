@@ -48,6 +48,7 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		body.Ends = append(body.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
 	})
 	body.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
+	body.Members, body.RemovedMembers = f.Members(), f.removedIDs()
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
@@ -133,6 +134,9 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 		f.delays[d.Resource] = lockDelay{token: d.Token, index: d.Index, delayMs: d.DelayMs}
 	}
 	if err := f.restoreEnds(body); err != nil {
+		return nil, err
+	}
+	if err := f.restoreMembers(body.Members, body.RemovedMembers); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -799,8 +799,13 @@ type SnapshotBody struct {
 	// this version (so its presence says ends is meaningful); a snapshot without it predates ends, and its
 	// applied_index plays this role.
 	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// members is the member table (the Raft configuration's members with their names and addresses), sorted
+	// by id. It is applied from conf-change entries, never from flags after a node's first start.
+	Members []*leasepb.Member `protobuf:"bytes,40,rep,name=members,proto3" json:"members,omitempty"`
+	// removed_members are the raft ids ever removed, sorted: a removed id never joins again.
+	RemovedMembers []uint64 `protobuf:"varint,41,rep,packed,name=removed_members,json=removedMembers,proto3" json:"removed_members,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -873,6 +878,20 @@ func (x *SnapshotBody) GetForgottenThrough() uint64 {
 		return *x.ForgottenThrough
 	}
 	return 0
+}
+
+func (x *SnapshotBody) GetMembers() []*leasepb.Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotBody) GetRemovedMembers() []uint64 {
+	if x != nil {
+		return x.RemovedMembers
+	}
+	return nil
 }
 
 // LeaseEndRecord is one remembered lease end in a snapshot.
@@ -950,7 +969,7 @@ var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"\xa9\x03\n" +
+	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xa9\x03\n" +
 	"\aCommand\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\x04R\n" +
 	"proposalId\x12:\n" +
@@ -1007,7 +1026,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xd7\x02\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xad\x03\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
@@ -1015,7 +1034,9 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\vlock_delays\x18\x04 \x03(\v2#.leased.internal.v1.LockDelayRecordR\n" +
 	"lockDelays\x126\n" +
 	"\x04ends\x18\x05 \x03(\v2\".leased.internal.v1.LeaseEndRecordR\x04ends\x120\n" +
-	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01B\x14\n" +
+	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01\x12+\n" +
+	"\amembers\x18( \x03(\v2\x11.leased.v1.MemberR\amembers\x12'\n" +
+	"\x0fremoved_members\x18) \x03(\x04R\x0eremovedMembersB\x14\n" +
 	"\x12_forgotten_through\"\x80\x01\n" +
 	"\x0eLeaseEndRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
@@ -1050,7 +1071,8 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*SnapshotBody)(nil),     // 10: leased.internal.v1.SnapshotBody
 	(*LeaseEndRecord)(nil),   // 11: leased.internal.v1.LeaseEndRecord
 	(*leasepb.LeaseRef)(nil), // 12: leased.v1.LeaseRef
-	(leasepb.EventType)(0),   // 13: leased.v1.EventType
+	(*leasepb.Member)(nil),   // 13: leased.v1.Member
+	(leasepb.EventType)(0),   // 14: leased.v1.EventType
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1066,12 +1088,13 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	8,  // 10: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
 	9,  // 11: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
 	11, // 12: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
-	13, // 13: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	13, // 13: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
+	14, // 14: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }

@@ -380,11 +380,149 @@ func (*ForwardResponse_Release) isForwardResponse_Response() {}
 
 func (*ForwardResponse_KeepAlive) isForwardResponse_Response() {}
 
+// JoinRequest names the asking member.
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the asking member, as given to MemberAdd (or in --initial-cluster for a founding member).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// client_addr is the member's advertised client address; when it differs from the member table's, the
+	// leader records it (a ConfChangeUpdateNode entry). Empty changes nothing.
+	ClientAddr string `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// relayed is set by a follower that relays the request to the leader; a relayed request is never
+	// relayed again.
+	Relayed       bool `protobuf:"varint,3,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *JoinRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetRelayed() bool {
+	if x != nil {
+		return x.Relayed
+	}
+	return false
+}
+
+// JoinResponse describes the cluster to the asking member.
+type JoinResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId uint64                 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// member is the asker's record in the member table (unset when removed).
+	Member *leasepb.Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// members is the whole member table, for the asker's first peer addresses.
+	Members []*leasepb.Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// removed: a member of this name was removed from the cluster; its data dir must not serve again.
+	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JoinResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetMember() *leasepb.Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetMembers() []*leasepb.Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 var File_leased_internal_v1_raft_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x1dleased/internal/v1/raft.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"j\n" +
+	"\x1dleased/internal/v1/raft.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"j\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -409,10 +547,22 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAliveB\n" +
 	"\n" +
-	"\bresponse2\xa8\x01\n" +
+	"\bresponse\"\\\n" +
+	"\vJoinRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vclient_addr\x18\x02 \x01(\tR\n" +
+	"clientAddr\x12\x18\n" +
+	"\arelayed\x18\x03 \x01(\bR\arelayed\"\x9f\x01\n" +
+	"\fJoinResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12)\n" +
+	"\x06member\x18\x02 \x01(\v2\x11.leased.v1.MemberR\x06member\x12+\n" +
+	"\amembers\x18\x03 \x03(\v2\x11.leased.v1.MemberR\amembers\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved2\xf3\x01\n" +
 	"\x04Raft\x12L\n" +
 	"\x06Stream\x12\x1d.leased.internal.v1.RaftBatch\x1a!.leased.internal.v1.RaftStreamEnd(\x01\x12R\n" +
-	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponseB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponse\x12I\n" +
+	"\x04Join\x12\x1f.leased.internal.v1.JoinRequest\x1a .leased.internal.v1.JoinResponseB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_raft_proto_rawDescOnce sync.Once
@@ -426,39 +576,46 @@ func file_leased_internal_v1_raft_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_raft_proto_rawDescData
 }
 
-var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_leased_internal_v1_raft_proto_goTypes = []any{
 	(*RaftBatch)(nil),                 // 0: leased.internal.v1.RaftBatch
 	(*RaftStreamEnd)(nil),             // 1: leased.internal.v1.RaftStreamEnd
 	(*ForwardRequest)(nil),            // 2: leased.internal.v1.ForwardRequest
 	(*ForwardResponse)(nil),           // 3: leased.internal.v1.ForwardResponse
-	(*leasepb.AcquireRequest)(nil),    // 4: leased.v1.AcquireRequest
-	(*leasepb.RenewRequest)(nil),      // 5: leased.v1.RenewRequest
-	(*leasepb.ReleaseRequest)(nil),    // 6: leased.v1.ReleaseRequest
-	(*leasepb.KeepAliveRequest)(nil),  // 7: leased.v1.KeepAliveRequest
-	(*leasepb.AcquireResponse)(nil),   // 8: leased.v1.AcquireResponse
-	(*leasepb.RenewResponse)(nil),     // 9: leased.v1.RenewResponse
-	(*leasepb.ReleaseResponse)(nil),   // 10: leased.v1.ReleaseResponse
-	(*leasepb.KeepAliveResponse)(nil), // 11: leased.v1.KeepAliveResponse
+	(*JoinRequest)(nil),               // 4: leased.internal.v1.JoinRequest
+	(*JoinResponse)(nil),              // 5: leased.internal.v1.JoinResponse
+	(*leasepb.AcquireRequest)(nil),    // 6: leased.v1.AcquireRequest
+	(*leasepb.RenewRequest)(nil),      // 7: leased.v1.RenewRequest
+	(*leasepb.ReleaseRequest)(nil),    // 8: leased.v1.ReleaseRequest
+	(*leasepb.KeepAliveRequest)(nil),  // 9: leased.v1.KeepAliveRequest
+	(*leasepb.AcquireResponse)(nil),   // 10: leased.v1.AcquireResponse
+	(*leasepb.RenewResponse)(nil),     // 11: leased.v1.RenewResponse
+	(*leasepb.ReleaseResponse)(nil),   // 12: leased.v1.ReleaseResponse
+	(*leasepb.KeepAliveResponse)(nil), // 13: leased.v1.KeepAliveResponse
+	(*leasepb.Member)(nil),            // 14: leased.v1.Member
 }
 var file_leased_internal_v1_raft_proto_depIdxs = []int32{
-	4,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
-	5,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
-	6,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
-	7,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
-	8,  // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
-	9,  // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
-	10, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
-	11, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
-	0,  // 8: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
-	2,  // 9: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
-	1,  // 10: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
-	3,  // 11: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	6,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
+	7,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
+	8,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
+	9,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
+	10, // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
+	11, // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
+	12, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
+	13, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
+	14, // 8: leased.internal.v1.JoinResponse.member:type_name -> leased.v1.Member
+	14, // 9: leased.internal.v1.JoinResponse.members:type_name -> leased.v1.Member
+	0,  // 10: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
+	2,  // 11: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
+	4,  // 12: leased.internal.v1.Raft.Join:input_type -> leased.internal.v1.JoinRequest
+	1,  // 13: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
+	3,  // 14: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
+	5,  // 15: leased.internal.v1.Raft.Join:output_type -> leased.internal.v1.JoinResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_raft_proto_init() }
@@ -484,7 +641,7 @@ func file_leased_internal_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_raft_proto_rawDesc), len(file_leased_internal_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
