@@ -79,8 +79,14 @@ type node struct {
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 
-	membersMu sync.RWMutex
-	members   map[uint64]*leasepb.Member
+	// clientAddr and peerAddr are this node's advertised addresses.
+	clientAddr, peerAddr string
+	// peers are the transport's peers and their addresses (Ready loop only; members.go).
+	peers map[uint64]string
+	// confSem admits one membership change at a time (membership.go).
+	confSem chan struct{}
+	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
+	markRemoved func(why string) error
 
 	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3).
 	lastTick time.Time

@@ -51,12 +51,16 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by usage below
 	c, l := &o.cfg, &o.cfg.Limits
 
-	fs.StringVar(&c.Name, "name", "", "this node's name; must be one of the names in --initial-cluster (required)")
+	fs.StringVar(&c.Name, "name", "", "this node's name; a founding node's must be one of the names in --initial-cluster, a joining node's the name given to leasectl member add (required)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the raft log; it belongs to one cluster and one node for life (required)")
 	fs.StringVar(&c.ClientAddr, "client-addr", "127.0.0.1:7101", "host:port serving the gRPC Leases and Cluster services to clients")
 	fs.StringVar(&c.PeerAddr, "peer-addr", "127.0.0.1:7201", "host:port serving raft traffic from the other nodes")
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz); empty disables it")
-	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node (required)")
+	fs.StringVar(&c.AdvertiseClientAddr, "advertise-client-addr", "", "host:port clients reach this node's client address at (member table, leader hints, status); default --client-addr, which must then not be 0.0.0.0 or [::]")
+	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", "", "host:port other nodes reach this node's peer address at; default --peer-addr, which must then not be 0.0.0.0 or [::]")
+	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node. "+
+		"With --initial-cluster-state existing: some current members, asked for the cluster. Read on the first start only: after it, the member table in the data dir is the authority (required on a first start)")
+	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
 	fs.IntVar(&c.ElectionTicks, "election-ticks", c.ElectionTicks, "ticks without a leader before a follower campaigns")
@@ -217,6 +221,25 @@ func checkHostPort(addr string) error {
 		return fmt.Errorf("address %q: port must be 1..65535", addr)
 	}
 	return nil
+}
+
+// stateFlag parses --initial-cluster-state.
+type stateFlag struct{ p *string }
+
+func (f stateFlag) String() string {
+	if f.p == nil || *f.p == "" {
+		return server.ClusterStateNew
+	}
+	return *f.p
+}
+
+func (f stateFlag) Set(s string) error {
+	switch s {
+	case server.ClusterStateNew, server.ClusterStateExisting:
+		*f.p = s
+		return nil
+	}
+	return errors.New("want new or existing")
 }
 
 // levelFlag parses --log-level.
