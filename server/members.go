@@ -117,27 +117,28 @@ func memberChanges(cc *raftpb.ConfChangeV2) []fsm.MemberChange {
 	return out
 }
 
-// syncPeers makes the transport's peers the member table's (less this node), at the table's addresses.
-// It runs on the Ready loop (and before it starts), which owns n.peers.
+// syncPeers gives the transport every member of the table (less this node) at the table's address, and
+// drops the peers the table removed. A peer the table does not know yet stays: a joining node's seeds, or
+// members whose conf changes have not applied yet. It runs on the Ready loop (and before it starts), which
+// owns n.peers.
 func (n *node) syncPeers() {
 	n.fsmMu.RLock()
 	ms := n.sm.Members()
-	n.fsmMu.RUnlock()
-	want := make(map[uint64]string, len(ms))
-	for _, m := range ms {
-		if m.GetId() != n.id && m.GetPeerAddr() != "" {
-			want[m.GetId()] = m.GetPeerAddr()
-		}
-	}
+	var gone []uint64
 	for id := range n.peers {
-		if _, ok := want[id]; !ok {
-			n.transport.RemovePeer(id)
-			n.metrics.removePeer(id)
-			delete(n.peers, id)
+		if n.sm.WasRemoved(id) {
+			gone = append(gone, id)
 		}
 	}
-	for id, addr := range want {
-		if n.peers[id] != addr {
+	n.fsmMu.RUnlock()
+	for _, id := range gone {
+		n.transport.RemovePeer(id)
+		n.metrics.removePeer(id)
+		delete(n.peers, id)
+	}
+	for _, m := range ms {
+		id, addr := m.GetId(), m.GetPeerAddr()
+		if id != n.id && addr != "" && n.peers[id] != addr {
 			n.transport.AddPeer(id, addr) // an address change moves the peer
 			n.metrics.addPeer(id)
 			n.peers[id] = addr

@@ -213,13 +213,17 @@ func (n *node) promoteMember(ctx context.Context, id uint64) error {
 	case !m.GetIsLearner():
 		return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
 	}
-	if match, last, ok := n.learnerProgress(id); !ok || match+promoteLag < last {
+	if match, last, ok := n.learnerProgress(id); !ok || !caughtUp(match, last) {
 		return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
 			ErrMembershipRefused, m.GetName(), match, last, promoteLag)
 	}
 	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m,
 		func(sm *fsm.FSM) bool { return !sm.Member(id).GetIsLearner() })
 }
+
+// caughtUp reports whether a log that the leader knows to reach match is close enough to the leader's last
+// index to vote without slowing commits. A match of 0 means the learner never answered.
+func caughtUp(match, last uint64) bool { return match > 0 && match+promoteLag >= last }
 
 // learnerProgress is how far the leader knows member id's log to reach, and the leader's last index.
 func (n *node) learnerProgress(id uint64) (match, last uint64, ok bool) {
@@ -243,7 +247,7 @@ func (n *node) removeMember(ctx context.Context, id uint64) error {
 	if m == nil {
 		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
 	}
-	if err := n.checkRemoval(m); err != nil {
+	if err := n.checkRemoval(ctx, m); err != nil {
 		return err
 	}
 	if id == n.id {
@@ -253,60 +257,86 @@ func (n *node) removeMember(ctx context.Context, id uint64) error {
 }
 
 // checkRemoval refuses to remove the last voter, or a voter whose removal leaves too few active voters
-// for a quorum of the new configuration.
-func (n *node) checkRemoval(m *leasepb.Member) error {
+// for a quorum of the new configuration. A leader learns who is active only from their answers (its
+// progress starts inactive at its election), so a shortfall is re-checked for two election timeouts.
+func (n *node) checkRemoval(ctx context.Context, m *leasepb.Member) error {
 	if m.GetIsLearner() {
 		return nil
 	}
-	st := n.raft.Status()
-	voters, active := 0, 0
-	for id, pr := range st.Progress {
-		if pr.IsLearner || id == m.GetId() {
+	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout())
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		voters, active := n.votersAfterRemoval(m.GetId())
+		switch {
+		case voters == 0:
+			return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", ErrMembershipRefused, m.GetName())
+		case active >= voters/2+1:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("%w: removing %s leaves %d voters of which only %d are active, short of a quorum",
+				ErrMembershipRefused, m.GetName(), voters, active)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// votersAfterRemoval counts the voters other than id, and those of them the leader heard from recently.
+func (n *node) votersAfterRemoval(id uint64) (voters, active int) {
+	for vid, pr := range n.raft.Status().Progress {
+		if pr.IsLearner || vid == id {
 			continue
 		}
 		voters++
-		if id == n.id || pr.RecentActive {
+		if vid == n.id || pr.RecentActive {
 			active++
 		}
 	}
-	switch {
-	case voters == 0:
-		return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", ErrMembershipRefused, m.GetName())
-	case active < voters/2+1:
-		return fmt.Errorf("%w: removing %s leaves %d voters of which only %d are active, short of a quorum",
-			ErrMembershipRefused, m.GetName(), voters, active)
-	}
-	return nil
+	return voters, active
 }
 
-// handOver transfers leadership to the most caught-up voter and waits for it to take over.
+// handOver transfers leadership to the most caught-up voter and waits for a new leader, asking again
+// when raft gives up on a transfer (after an election timeout), within the proposal timeout.
 func (n *node) handOver(ctx context.Context) error {
-	st := n.raft.Status()
-	var target, best uint64
-	for id, pr := range st.Progress {
-		if id != n.id && !pr.IsLearner && pr.Match >= best {
-			target, best = id, pr.Match
-		}
-	}
-	if target == 0 {
-		return fmt.Errorf("%w: no other voter to hand leadership to", ErrMembershipRefused)
-	}
-	n.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
-	ctx, cancel := context.WithTimeout(ctx, 3*n.cfg.ElectionTimeout())
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
-	n.raft.TransferLeadership(ctx, n.id, target)
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
+	var asked time.Time
 	for n.isLeader() || n.leader.Load() == raft.None {
+		if n.isLeader() && time.Since(asked) > 2*n.cfg.ElectionTimeout() {
+			target := n.transferTarget()
+			if target == 0 {
+				return fmt.Errorf("%w: no other voter to hand leadership to", ErrMembershipRefused)
+			}
+			n.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
+			n.raft.TransferLeadership(ctx, n.id, target)
+			asked = time.Now()
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("leadership transfer to %s before removal did not finish in time: %w", leasepb.FormatID(target), ErrTimeout)
+			return fmt.Errorf("leadership transfer before removal did not finish in time: %w", ErrTimeout)
 		case <-n.done:
 			return n.stoppedErr()
 		case <-tick.C:
 		}
 	}
 	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(n.leader.Load()), ErrNotLeader)
+}
+
+// transferTarget is the most caught-up voter other than this node (0: none).
+func (n *node) transferTarget() uint64 {
+	var target, best uint64
+	for id, pr := range n.raft.Status().Progress {
+		if id != n.id && !pr.IsLearner && pr.Match >= best {
+			target, best = id, pr.Match
+		}
+	}
+	return target
 }
 
 // updateClientAddr records member m's new client address in the table.

@@ -20,7 +20,7 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 	defer cancel()
 	tick := time.NewTicker(n.cfg.ElectionTimeout())
 	defer tick.Stop()
-	caughtUp := map[uint64]time.Time{} // learner -> since when it has been caught up
+	since := map[uint64]time.Time{} // learner -> since when it has been caught up
 	for {
 		select {
 		case <-stop:
@@ -28,43 +28,44 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		if !n.isLeader() {
-			clear(caughtUp)
+			clear(since)
 			continue
 		}
-		if id, ok := n.learnerToPromote(caughtUp, time.Now()); ok {
+		if id, ok := n.learnerToPromote(since, time.Now()); ok {
 			if err := n.promoteMember(ctx, id); err != nil {
 				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
 				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
 			}
-			delete(caughtUp, id)
+			delete(since, id)
 		}
 	}
 }
 
-// learnerToPromote updates caughtUp from raft's progress and returns a learner caught up for long enough.
-func (n *node) learnerToPromote(caughtUp map[uint64]time.Time, now time.Time) (uint64, bool) {
+// learnerToPromote updates since (learner -> since when it has been caught up) from raft's progress and
+// returns a learner caught up for long enough.
+func (n *node) learnerToPromote(since map[uint64]time.Time, now time.Time) (uint64, bool) {
 	st := n.raft.Status()
 	last := st.Progress[n.id].Match
-	for id := range caughtUp {
+	for id := range since {
 		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
-			delete(caughtUp, id)
+			delete(since, id)
 		}
 	}
 	for id, pr := range st.Progress {
 		if !pr.IsLearner {
 			continue
 		}
-		if pr.Match+promoteLag < last || !pr.RecentActive {
-			delete(caughtUp, id)
+		if !caughtUp(pr.Match, last) || !pr.RecentActive {
+			delete(since, id)
 			continue
 		}
-		since, ok := caughtUp[id]
+		t, ok := since[id]
 		if !ok {
-			caughtUp[id] = now
+			since[id] = now
 			continue
 		}
-		if now.Sub(since) >= n.cfg.promoteAfter() {
+		if now.Sub(t) >= n.cfg.promoteAfter() {
 			return id, true
 		}
 	}
