@@ -126,6 +126,11 @@ type Node struct {
 	Name, DataDir, LogPath          string
 	ClientAddr, PeerAddr, AdminAddr string // AdminAddr is empty without Config.Admin
 	Conn                            *grpc.ClientConn
+	// InitialCluster, when set, replaces the cluster's --initial-cluster for this node (a node added
+	// later lists the current members); Args are flags added to this node's command line only. Set them
+	// before Start.
+	InitialCluster string
+	Args           []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -171,13 +176,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 			peer = net.JoinHostPort(cfg.PeerHost(i), port)
 		}
 		members = append(members, n.Name+"="+peer)
-		conn, err := grpc.NewClient(n.ClientAddr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
-				MinConnectTimeout: time.Second,
-			}))
+		conn, err := dial(n.ClientAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,6 +186,45 @@ func New(t testing.TB, cfg Config) *Cluster {
 	c.initial = strings.Join(members, ",")
 	return c
 }
+
+// AddNode prepares one more node called name on fresh ports (not started) and returns its index. To
+// join the running cluster it needs `leasectl member add` (or MemberAdd) first, and InitialCluster and
+// Args such as --initial-cluster-state=existing. It appends to Nodes: call it only from the goroutine
+// that drives the cluster, while no other goroutine reads Nodes.
+func (c *Cluster) AddNode(name string) int {
+	c.t.Helper()
+	per := 2
+	if c.cfg.Admin {
+		per = 3
+	}
+	addrs := FreeAddrs(c.t, per)
+	n := &Node{Name: name, ClientAddr: addrs[0], PeerAddr: addrs[1], DataDir: filepath.Join(c.cfg.Dir, name),
+		LogPath: filepath.Join(c.cfg.Dir, name+".log")}
+	if c.cfg.Admin {
+		n.AdminAddr = addrs[2]
+	}
+	conn, err := dial(n.ClientAddr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.Conn = conn
+	c.Nodes = append(c.Nodes, n)
+	return len(c.Nodes) - 1
+}
+
+// dial connects to a node's client address, with a short reconnect backoff.
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+}
+
+// InitialCluster is the founding members' --initial-cluster value.
+func (c *Cluster) InitialCluster() string { return c.initial }
 
 // Endpoints returns the nodes' client addresses.
 func (c *Cluster) Endpoints() []string {
@@ -217,13 +255,18 @@ func (c *Cluster) Start(i int) {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== start %s at %s\n", n.Name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.cfg.Bin, append([]string{
+	initial := c.initial
+	if n.InitialCluster != "" {
+		initial = n.InitialCluster
+	}
+	args := append([]string{
 		"--name=" + n.Name, "--data-dir=" + n.DataDir,
 		"--client-addr=" + n.ClientAddr, "--peer-addr=" + n.PeerAddr, "--admin-addr=" + n.AdminAddr,
-		"--initial-cluster=" + c.initial,
+		"--initial-cluster=" + initial,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
 		"--proposal-timeout=2s", "--checkpoint-interval=500ms", "--log-level=info",
-	}, c.cfg.Args...)...)
+	}, c.cfg.Args...)
+	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {
