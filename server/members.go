@@ -62,6 +62,7 @@ func (n *node) applyConfChange(e *raftpb.Entry) error {
 		return err
 	}
 	n.syncPeers()
+	n.confSnapshotDue = true
 	for _, c := range changes {
 		if c.Kind == fsm.MemberRemove && c.Member.GetId() == n.id {
 			return n.removed(e.GetIndex())

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -104,7 +105,8 @@ func listeners(t *testing.T) server.Listeners {
 // refuses its data dir.
 func TestMemberAddJoinPromoteRemove(t *testing.T) {
 	c := servertest.Start(t, 3, verboseLogs(t))
-	ctx := ctxT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	// Every founding member announces its client address into the table.
 	eventually(t, 10*time.Second, "client addresses in the member table", func() bool {
 		ms := members(t, c, 0)
@@ -116,8 +118,15 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 		return len(ms) == 3
 	})
 
-	lis := listeners(t)
+	// Enough entries that the log is compacted (TestConfig snapshots every 200): n4 catches up from a
+	// snapshot, which carries the member table.
 	leader := c.WaitLeader()
+	for i := range 250 {
+		if _, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("fill/%d", i), Holder: "h", TtlMs: 60_000}); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+	}
+	lis := listeners(t)
 	cc := leasepb.NewClusterClient(c.Conn(leader))
 	add, err := cc.MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: lis.Peer.Addr().String()})
 	if err != nil {
@@ -153,6 +162,16 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 		m := memberNamed(members(t, c, leader), "n4")
 		return m != nil && !m.GetIsLearner() && m.GetClientAddr() == j.cfg.ClientAddr
 	})
+	// n4's own table (restored from the snapshot, then applied) is the cluster's.
+	ctx4, cancel4 := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel4()
+	own, err := leasepb.NewClusterClient(j.conn).MemberList(ctx4, &leasepb.MemberListRequest{})
+	if err != nil || len(own.GetMembers()) != 4 || j.srv.AppliedIndex() < 250 {
+		t.Fatalf("n4's member list: %v %v (applied %d)", own, err, j.srv.AppliedIndex())
+	}
+	if j.srv.SnapshotsRestored() == 0 {
+		t.Error("n4 caught up without a snapshot: the test no longer covers joining from one")
+	}
 
 	if _, err := leasepb.NewClusterClient(c.Conn(c.WaitLeader())).MemberRemove(ctx, &leasepb.MemberRemoveRequest{Id: id}); err != nil {
 		t.Fatalf("member remove: %v", err)

@@ -76,6 +76,10 @@ type node struct {
 	role       atomic.Int32
 	confState  *raftpb.ConfState
 	snapIndex  uint64
+	// confSnapshotDue: a conf change applied since the last snapshot. The next Ready takes one, so that
+	// the snapshot raft sends a new member names it in its ConfState (raft refuses a snapshot that does
+	// not) and carries the member table it joined.
+	confSnapshotDue bool
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 
@@ -287,6 +291,10 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.fsmMu.Lock()
 	n.sm = sm
 	n.fsmMu.Unlock()
+	n.syncPeers() // the member table came with the snapshot
+	if sm.WasRemoved(n.id) {
+		return n.removed(snap.GetMetadata().GetIndex())
+	}
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.applied.Store(n.snapIndex)
@@ -303,9 +311,10 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 // maybeSnapshot snapshots the state machine and compacts the log every SnapshotEntries entries.
 func (n *node) maybeSnapshot() error {
 	applied := n.applied.Load()
-	if applied-n.snapIndex < n.cfg.SnapshotEntries {
+	if applied-n.snapIndex < n.cfg.SnapshotEntries && !n.confSnapshotDue {
 		return nil
 	}
+	n.confSnapshotDue = false
 	if err := n.flushHardState(); err != nil {
 		return err
 	}

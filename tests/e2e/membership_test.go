@@ -194,6 +194,19 @@ func TestReplaceFailedNode(t *testing.T) {
 	if len(rows) != 3 || rows["n3"].Name != "" || rows["n4"].IsLearner {
 		t.Fatalf("members after the replacement: %v", rows)
 	}
+	// n3 comes back on its old data dir, which knows nothing of its removal: the cluster tells it, and it
+	// stops, for good.
+	c.Start(2)
+	if !c.waitExit(2, 20*time.Second) {
+		t.Fatal("n3, removed while it was down, still runs")
+	}
+	if !logHas(t, c.Nodes[2].LogPath, "removed from the cluster") {
+		t.Errorf("n3's log does not say it was removed:\n%s", tail(c.Nodes[2].LogPath, 10))
+	}
+	c.Start(2)
+	if !c.waitExit(2, 10*time.Second) || !logHas(t, c.Nodes[2].LogPath, "must not serve again") {
+		t.Errorf("n3 started again on the data dir of a removed member:\n%s", tail(c.Nodes[2].LogPath, 5))
+	}
 	// The cluster survives losing one more of its (new) three voters.
 	leader, _ := c.waitLeader(10*time.Second, -1)
 	c.Kill(leader)
