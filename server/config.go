@@ -34,6 +34,16 @@ type Config struct {
 	// "existing" (join a running cluster that already added this node with MemberAdd). Only a node's first
 	// start reads it.
 	InitialClusterState string
+	// GossipAddr, when set, runs memberlist gossip on it (server/gossip.go): nodes gossip their name, ids,
+	// advertised addresses, version and whether they know a leader. AdvertiseGossipAddr is where the others
+	// reach it (default GossipAddr, which must then name a host). Join lists gossip addresses (host:port)
+	// to join; a new member with InitialClusterState "existing" finds the cluster through them, with no
+	// InitialCluster needed. GossipKey (16, 24 or 32 bytes; ParseGossipKey) encrypts gossip. Gossip never
+	// changes who votes (decision 7).
+	GossipAddr          string
+	AdvertiseGossipAddr string
+	Join                []string
+	GossipKey           []byte
 	// JoinTimeout bounds how long a joining node's first start waits for a member to answer. 0: 1 minute.
 	JoinTimeout time.Duration
 
@@ -266,7 +276,15 @@ func (c Config) Validate() error {
 		"which clients cannot dial: give an advertise client address", c.ClientAddr)
 	check(c.AdvertisePeerAddr != "" || !unspecifiedHost(c.PeerAddr), "peer address %s listens on every interface, "+
 		"which peers cannot dial: give an advertise peer address", c.PeerAddr)
-	for _, a := range []string{c.AdvertiseClientAddr, c.AdvertisePeerAddr} {
+	check(c.GossipAddr == "" || c.AdvertiseGossipAddr != "" || !unspecifiedHost(c.GossipAddr), "gossip address %s listens on every interface, "+
+		"which other nodes cannot reach: give an advertise gossip address", c.GossipAddr)
+	check(len(c.Join) == 0 || c.GossipAddr != "", "joining gossip members needs a gossip address of this node")
+	for _, j := range c.Join {
+		check(validAdvertise(j), "join address %q must be host:port", j)
+	}
+	check(len(c.GossipKey) == 0 || len(c.GossipKey) == 16 || len(c.GossipKey) == 24 || len(c.GossipKey) == 32,
+		"gossip key is %d bytes; it must be 16, 24 or 32", len(c.GossipKey))
+	for _, a := range []string{c.AdvertiseClientAddr, c.AdvertisePeerAddr, c.AdvertiseGossipAddr} {
 		check(a == "" || validAdvertise(a), "advertise address %q must be host:port with a host that is not 0.0.0.0 or [::]", a)
 	}
 	_, inCluster := c.InitialCluster[c.Name]

@@ -18,21 +18,21 @@ import (
 )
 
 // discover is a new member's first contact with the cluster it joins (--initial-cluster-state existing):
-// it asks the members given in InitialCluster (their peer ports' Join RPC) until one answers, and returns
-// the leader's answer: the cluster id, this member's record and the member table. A member that was never
-// added, or was removed, is refused at once with the reason; unreachable members are retried until
-// Config.JoinTimeout.
-func discover(cfg Config) (*wirepb.JoinResponse, error) {
-	var addrs []string
+// it asks the members given in InitialCluster, and those gossip finds through Config.Join (their peer
+// ports' Join RPC), until one answers, and returns the leader's answer: the cluster id, this member's
+// record and the member table. A member that was never added, or was removed, is refused at once with the
+// reason; unreachable members are retried until Config.JoinTimeout.
+func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
+	var initial []string
 	for name, addr := range cfg.InitialCluster {
 		if name != cfg.Name {
-			addrs = append(addrs, addr)
+			initial = append(initial, addr)
 		}
 	}
-	slices.Sort(addrs)
-	if len(addrs) == 0 {
+	slices.Sort(initial)
+	if len(initial) == 0 && g == nil {
 		return nil, errors.New("joining an existing cluster needs the peer address of at least one current member " +
-			"(--initial-cluster NAME=HOST:PORT,...)")
+			"(--initial-cluster NAME=HOST:PORT,...) or a gossip address to join (--join HOST:PORT)")
 	}
 	creds := insecure.NewCredentials()
 	if cfg.PeerTLS != nil {
@@ -43,6 +43,15 @@ func discover(cfg Config) (*wirepb.JoinResponse, error) {
 	req := &wirepb.JoinRequest{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr)}
 	var last error
 	for {
+		addrs := initial
+		if g != nil {
+			if len(cfg.Join) > 0 && g.ml.NumMembers() < 2 {
+				if err := g.join(cfg.Join); err != nil {
+					last = err
+				}
+			}
+			addrs = append(slices.Clone(initial), g.peerAddrs(0)...)
+		}
 		for _, addr := range addrs {
 			resp, err := askJoin(ctx, addr, creds, req)
 			if err == nil {

@@ -31,6 +31,9 @@ func (n *node) memberTable() []*leasepb.Member {
 	leader := n.leader.Load()
 	for _, m := range ms {
 		m.IsLeader = m.GetId() == leader
+		if m.GetClientAddr() == "" && n.gossip != nil { // not announced yet: gossip may know it
+			m.ClientAddr = n.gossip.clientAddr(m.GetId())
+		}
 	}
 	return ms
 }
@@ -43,7 +46,10 @@ func (n *node) clientAddrOf(id uint64) string {
 	case n.id:
 		return n.clientAddr
 	}
-	return n.member(id).GetClientAddr()
+	if a := n.member(id).GetClientAddr(); a != "" || n.gossip == nil {
+		return a
+	}
+	return n.gossip.clientAddr(id)
 }
 
 // applyConfChange applies a conf-change entry: to raft, then to the member table, then to the transport.
@@ -62,7 +68,11 @@ func (n *node) applyConfChange(e *raftpb.Entry) error {
 		return err
 	}
 	n.syncPeers()
-	n.confSnapshotDue = true
+	for _, c := range changes {
+		if c.Kind != fsm.MemberUpdate { // an update leaves raft's configuration as it was
+			n.confSnapshotDue = true
+		}
+	}
 	for _, c := range changes {
 		if c.Kind == fsm.MemberRemove && c.Member.GetId() == n.id {
 			return n.removed(e.GetIndex())

@@ -89,6 +89,8 @@ type node struct {
 	peers map[uint64]string
 	// confSem admits one membership change at a time (membership.go).
 	confSem chan struct{}
+	// gossip is nil without Config.GossipAddr (gossip.go).
+	gossip *gossip
 	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
 	markRemoved func(why string) error
 

@@ -34,6 +34,7 @@ type Server struct {
 	log       *slog.Logger
 	node      *node
 	transport *transport.Transport
+	gossip    *gossip // nil without Config.GossipAddr
 	clientSrv *grpc.Server
 	peerSrv   *grpc.Server
 	clientLis net.Listener
@@ -71,7 +72,34 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 	if err := checkNotRemoved(cfg.DataDir, cfg.Name); err != nil {
 		return nil, err
 	}
-	id, joined, err := identify(cfg)
+	var g *gossip
+	if cfg.GossipAddr != "" {
+		var err error
+		if g, err = startGossip(cfg, cfg.Logger.With("node", cfg.Name), localMeta(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	s, err := open(cfg, lis, g)
+	if err != nil {
+		if g != nil {
+			err = errors.Join(err, g.close())
+		}
+		return nil, err
+	}
+	s.gossip, s.node.gossip = g, g
+	return s, nil
+}
+
+// localMeta is what a node gossips before it knows its ids.
+func localMeta(cfg Config) *wirepb.GossipMeta {
+	return &wirepb.GossipMeta{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		PeerAddr: advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr), GossipAddr: advertised(cfg.AdvertiseGossipAddr, cfg.GossipAddr),
+		Version: cfg.Version}
+}
+
+// open finds out who the node is, opens its data dir and builds the server (New without gossip).
+func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
+	id, joined, err := identify(cfg, g)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +112,7 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 		seed = joined.GetMembers()
 	} else if cfg.InitialClusterState == ClusterStateExisting && logEmpty(storage) {
 		// A joining node stopped before the leader sent it anything: ask again for its peers.
-		if joined, err = discover(cfg); err != nil {
+		if joined, err = discover(cfg, g); err != nil {
 			_ = storage.Close()
 			return nil, fmt.Errorf("join the cluster: %w", err)
 		}
@@ -101,7 +129,7 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 
 // identify returns the node's cluster and raft id: recorded in the data dir, or, on a first start, derived
 // from InitialCluster (a new cluster) or learned from the cluster it joins (with that cluster's answer).
-func identify(cfg Config) (raftlog.Identity, *wirepb.JoinResponse, error) {
+func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
 	have, ok, err := raftlog.ReadIdentity(cfg.DataDir)
 	if err != nil {
 		return raftlog.Identity{}, nil, err
@@ -114,7 +142,7 @@ func identify(cfg Config) (raftlog.Identity, *wirepb.JoinResponse, error) {
 		return have, nil, nil
 	}
 	if cfg.InitialClusterState == ClusterStateExisting {
-		resp, err := discover(cfg)
+		resp, err := discover(cfg, g)
 		if err != nil {
 			return raftlog.Identity{}, nil, fmt.Errorf("join the cluster: %w", err)
 		}
@@ -362,6 +390,9 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.autoPromote(s.stop) })
 	s.spawn(func() { s.node.announceLoop(s.stop) })
 	s.spawn(func() { s.node.removalLoop(s.stop) })
+	if s.gossip != nil {
+		s.spawn(func() { s.node.gossipLoop(s.stop) })
+	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
@@ -423,11 +454,14 @@ func (s *Server) shutdown() error {
 		s.peerSrv.Stop()
 	}
 	s.wg.Wait()
-	var err error
+	var err, gerr error
+	if s.gossip != nil {
+		gerr = s.gossip.close() // leaves the pool: the others forget this node at once
+	}
 	if s.transport != nil {
 		err = s.transport.Close()
 	}
-	return errors.Join(err, s.node.storage.Close())
+	return errors.Join(err, gerr, s.node.storage.Close())
 }
 
 // stopGRPC drains in-flight calls for a while, then cuts long-lived streams (KeepAlive never ends by itself).

@@ -518,6 +518,111 @@ func (x *JoinResponse) GetRemoved() bool {
 	return false
 }
 
+// GossipMeta is what a node gossips about itself (memberlist node metadata, at most 512 bytes). Gossip only
+// discovers: it never adds or removes a voter (decision 7).
+type GossipMeta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// id and cluster_id are 0 until the node knows them (a joining node's first seconds).
+	Id        uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	ClusterId uint64 `protobuf:"varint,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The node's advertised addresses.
+	ClientAddr string `protobuf:"bytes,4,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	PeerAddr   string `protobuf:"bytes,5,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	GossipAddr string `protobuf:"bytes,6,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	Version    string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// has_leader: the node knows a leader (its /readyz would answer 200).
+	HasLeader     bool `protobuf:"varint,8,opt,name=has_leader,json=hasLeader,proto3" json:"has_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipMeta) Reset() {
+	*x = GossipMeta{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipMeta) ProtoMessage() {}
+
+func (x *GossipMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipMeta.ProtoReflect.Descriptor instead.
+func (*GossipMeta) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GossipMeta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GossipMeta) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *GossipMeta) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetHasLeader() bool {
+	if x != nil {
+		return x.HasLeader
+	}
+	return false
+}
+
 var File_leased_internal_v1_raft_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_raft_proto_rawDesc = "" +
@@ -558,7 +663,21 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12)\n" +
 	"\x06member\x18\x02 \x01(\v2\x11.leased.v1.MemberR\x06member\x12+\n" +
 	"\amembers\x18\x03 \x03(\v2\x11.leased.v1.MemberR\amembers\x12\x18\n" +
-	"\aremoved\x18\x04 \x01(\bR\aremoved2\xf3\x01\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"\xe7\x01\n" +
+	"\n" +
+	"GossipMeta\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\x04R\tclusterId\x12\x1f\n" +
+	"\vclient_addr\x18\x04 \x01(\tR\n" +
+	"clientAddr\x12\x1b\n" +
+	"\tpeer_addr\x18\x05 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vgossip_addr\x18\x06 \x01(\tR\n" +
+	"gossipAddr\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"has_leader\x18\b \x01(\bR\thasLeader2\xf3\x01\n" +
 	"\x04Raft\x12L\n" +
 	"\x06Stream\x12\x1d.leased.internal.v1.RaftBatch\x1a!.leased.internal.v1.RaftStreamEnd(\x01\x12R\n" +
 	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponse\x12I\n" +
@@ -576,7 +695,7 @@ func file_leased_internal_v1_raft_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_raft_proto_rawDescData
 }
 
-var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_leased_internal_v1_raft_proto_goTypes = []any{
 	(*RaftBatch)(nil),                 // 0: leased.internal.v1.RaftBatch
 	(*RaftStreamEnd)(nil),             // 1: leased.internal.v1.RaftStreamEnd
@@ -584,27 +703,28 @@ var file_leased_internal_v1_raft_proto_goTypes = []any{
 	(*ForwardResponse)(nil),           // 3: leased.internal.v1.ForwardResponse
 	(*JoinRequest)(nil),               // 4: leased.internal.v1.JoinRequest
 	(*JoinResponse)(nil),              // 5: leased.internal.v1.JoinResponse
-	(*leasepb.AcquireRequest)(nil),    // 6: leased.v1.AcquireRequest
-	(*leasepb.RenewRequest)(nil),      // 7: leased.v1.RenewRequest
-	(*leasepb.ReleaseRequest)(nil),    // 8: leased.v1.ReleaseRequest
-	(*leasepb.KeepAliveRequest)(nil),  // 9: leased.v1.KeepAliveRequest
-	(*leasepb.AcquireResponse)(nil),   // 10: leased.v1.AcquireResponse
-	(*leasepb.RenewResponse)(nil),     // 11: leased.v1.RenewResponse
-	(*leasepb.ReleaseResponse)(nil),   // 12: leased.v1.ReleaseResponse
-	(*leasepb.KeepAliveResponse)(nil), // 13: leased.v1.KeepAliveResponse
-	(*leasepb.Member)(nil),            // 14: leased.v1.Member
+	(*GossipMeta)(nil),                // 6: leased.internal.v1.GossipMeta
+	(*leasepb.AcquireRequest)(nil),    // 7: leased.v1.AcquireRequest
+	(*leasepb.RenewRequest)(nil),      // 8: leased.v1.RenewRequest
+	(*leasepb.ReleaseRequest)(nil),    // 9: leased.v1.ReleaseRequest
+	(*leasepb.KeepAliveRequest)(nil),  // 10: leased.v1.KeepAliveRequest
+	(*leasepb.AcquireResponse)(nil),   // 11: leased.v1.AcquireResponse
+	(*leasepb.RenewResponse)(nil),     // 12: leased.v1.RenewResponse
+	(*leasepb.ReleaseResponse)(nil),   // 13: leased.v1.ReleaseResponse
+	(*leasepb.KeepAliveResponse)(nil), // 14: leased.v1.KeepAliveResponse
+	(*leasepb.Member)(nil),            // 15: leased.v1.Member
 }
 var file_leased_internal_v1_raft_proto_depIdxs = []int32{
-	6,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
-	7,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
-	8,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
-	9,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
-	10, // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
-	11, // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
-	12, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
-	13, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
-	14, // 8: leased.internal.v1.JoinResponse.member:type_name -> leased.v1.Member
-	14, // 9: leased.internal.v1.JoinResponse.members:type_name -> leased.v1.Member
+	7,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
+	8,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
+	9,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
+	10, // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
+	11, // 4: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
+	12, // 5: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
+	13, // 6: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
+	14, // 7: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
+	15, // 8: leased.internal.v1.JoinResponse.member:type_name -> leased.v1.Member
+	15, // 9: leased.internal.v1.JoinResponse.members:type_name -> leased.v1.Member
 	0,  // 10: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
 	2,  // 11: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
 	4,  // 12: leased.internal.v1.Raft.Join:input_type -> leased.internal.v1.JoinRequest
@@ -641,7 +761,7 @@ func file_leased_internal_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_raft_proto_rawDesc), len(file_leased_internal_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leased/leased/server"
 )
@@ -26,6 +27,8 @@ type options struct {
 	logLevel    slog.Level
 	logFormat   string
 	showVersion bool
+	// gossipKeyFile is read by main into cfg.GossipKey.
+	gossipKeyFile string
 }
 
 // usageError is a problem with the command line itself (unknown flag, unparsable value). main exits 2.
@@ -60,6 +63,11 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", "", "host:port other nodes reach this node's peer address at; default --peer-addr, which must then not be 0.0.0.0 or [::]")
 	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node. "+
 		"With --initial-cluster-state existing: some current members, asked for the cluster. Read on the first start only: after it, the member table in the data dir is the authority (required on a first start)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "host:port for memberlist gossip (node discovery and metadata; it never changes who votes); empty disables gossip")
+	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "host:port other nodes reach this node's gossip address at; default --gossip-addr, which must then not be 0.0.0.0 or [::]")
+	fs.Var(listFlag{&c.Join}, "join", "gossip `addresses` host:port,... of members to join; with --initial-cluster-state existing, a new member finds the cluster through them (no --initial-cluster needed)")
+	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the base64 of a 16, 24 or 32 byte key that encrypts gossip (the same on every node)")
+	fs.DurationVar(&c.JoinTimeout, "join-timeout", time.Minute, "how long a joining node's first start waits for a member to answer")
 	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
@@ -220,6 +228,29 @@ func checkHostPort(addr string) error {
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("address %q: port must be 1..65535", addr)
 	}
+	return nil
+}
+
+// listFlag parses a comma-separated list of host:port addresses (--join).
+type listFlag struct{ p *[]string }
+
+func (f listFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		if err := checkHostPort(a); err != nil {
+			return err
+		}
+		out = append(out, a)
+	}
+	*f.p = out
 	return nil
 }
 

@@ -138,6 +138,7 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{"cluster duplicate address", []string{"--initial-cluster=n1=h:1,n2=h:1"}, nil, "same address h:1"},
 		{"cluster in env", nil, env("LEASED_INITIAL_CLUSTER", "n1=h:1,n1=h:2"), "LEASED_INITIAL_CLUSTER"},
 		{"bad cluster state", []string{"--initial-cluster-state=joining"}, nil, "want new or existing"},
+		{"join without port", []string{"--join=n1"}, nil, "want host:port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(t, tc.args, tc.getenv)

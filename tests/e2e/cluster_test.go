@@ -28,6 +28,12 @@ type cluster struct {
 // every node's log if it did.
 func newCluster(t *testing.T, size int, extra ...string) *cluster {
 	t.Helper()
+	return newClusterWith(t, proc.Config{Size: size, Args: extra})
+}
+
+// newClusterWith is newCluster with more of proc.Config (Bin, Dir and Admin are set here).
+func newClusterWith(t *testing.T, cfg proc.Config) *cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
 	}
@@ -43,7 +49,8 @@ func newCluster(t *testing.T, size int, extra ...string) *cluster {
 			}
 		}
 	})
-	c.Cluster = proc.New(t, proc.Config{Bin: leasedBin, Dir: dir, Size: size, Admin: true, Args: extra})
+	cfg.Bin, cfg.Dir, cfg.Admin = leasedBin, dir, true
+	c.Cluster = proc.New(t, cfg)
 	for i := range c.Nodes {
 		c.Start(i)
 	}

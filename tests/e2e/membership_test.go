@@ -319,3 +319,70 @@ func TestUnspecifiedAddressNeedsAdvertise(t *testing.T) {
 		t.Errorf("status does not carry the advertised address: exit %d\n%s", code, out2)
 	}
 }
+
+// TestJoinThroughGossip: a cluster that gossips; n4 is added with member add and started with only
+// --initial-cluster-state existing and --join <n1's gossip address>: it finds the members' peer addresses
+// through gossip, joins, and is promoted within 30 s. Gossip alone never makes it a member: started
+// before member add, it is refused.
+func TestJoinThroughGossip(t *testing.T) {
+	c := newClusterWith(t, proc.Config{Size: 3, Gossip: true})
+	i := c.AddNode("n4")
+	n := c.Nodes[i]
+	n.NoInitialCluster = true
+	n.Args = []string{"--initial-cluster-state=existing", "--join=" + c.Nodes[0].GossipAddr}
+
+	// Not added yet: refused, although gossip finds the cluster.
+	c.Start(i)
+	if !c.waitExit(i, 20*time.Second) {
+		t.Fatal("n4 started without member add")
+	}
+	if !logHas(t, n.LogPath, "add it first") {
+		t.Fatalf("n4's refusal does not say to add it first:\n%s", tail(n.LogPath, 10))
+	}
+
+	ctlOK(t, c.running(), "member", "add", "n4", "--peer-addr", n.PeerAddr)
+	c.Start(i)
+	started := time.Now()
+	c.eventually(promoteWithin, "n4 promoted to voter", func() bool {
+		m, ok := memberList(t, c.running())["n4"]
+		return ok && !m.IsLearner && m.ClientAddr == n.ClientAddr
+	})
+	t.Logf("n4 joined through gossip and was promoted %v after it started", time.Since(started).Round(time.Millisecond))
+	if rows := memberList(t, c.running()); len(rows) != 4 {
+		t.Fatalf("members: %v", names(rows))
+	}
+}
+
+// TestGossipKeyMismatchRefused: with --gossip-key-file on the cluster, a joining node with another key
+// cannot reach it through gossip and gives up with a message.
+func TestGossipKeyMismatchRefused(t *testing.T) {
+	dir := t.TempDir()
+	key, other := dir+"/key", dir+"/other"
+	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte("ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newClusterWith(t, proc.Config{Size: 3, Gossip: true, Args: []string{"--gossip-key-file=" + key}})
+	i := c.AddNode("n4")
+	n := c.Nodes[i]
+	ctlOK(t, c.running(), "member", "add", "n4", "--peer-addr", n.PeerAddr)
+	n.NoInitialCluster = true
+	n.Args = []string{"--initial-cluster-state=existing", "--join=" + c.Nodes[0].GossipAddr,
+		"--gossip-key-file=" + other, "--join-timeout=3s"}
+	c.Start(i)
+	if !c.waitExit(i, 20*time.Second) {
+		t.Fatal("n4 with the wrong gossip key still runs")
+	}
+	if !logHas(t, n.LogPath, "no member answered") {
+		t.Fatalf("n4's log:\n%s", tail(n.LogPath, 10))
+	}
+	// With the right key it joins.
+	n.Args = []string{"--initial-cluster-state=existing", "--join=" + c.Nodes[0].GossipAddr, "--gossip-key-file=" + key}
+	c.Start(i)
+	c.eventually(promoteWithin, "n4 promoted to voter", func() bool {
+		m, ok := memberList(t, c.running())["n4"]
+		return ok && !m.IsLearner
+	})
+}

@@ -112,6 +112,8 @@ type Config struct {
 
 	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
 	Admin bool
+	// Gossip gives every node a gossip address (--gossip-addr); the founding nodes --join each other.
+	Gossip bool
 	// PeerHost, if set, is the host node i's peers dial it at (in --initial-cluster), with its peer port;
 	// by default they dial its peer address.
 	PeerHost func(i int) string
@@ -125,12 +127,15 @@ type Config struct {
 type Node struct {
 	Name, DataDir, LogPath          string
 	ClientAddr, PeerAddr, AdminAddr string // AdminAddr is empty without Config.Admin
+	GossipAddr                      string // empty without Config.Gossip
 	Conn                            *grpc.ClientConn
 	// InitialCluster, when set, replaces the cluster's --initial-cluster for this node (a node added
 	// later lists the current members); Args are flags added to this node's command line only. Set them
 	// before Start.
-	InitialCluster string
-	Args           []string
+	// NoInitialCluster leaves --initial-cluster out (a node that finds the cluster through --join).
+	InitialCluster   string
+	NoInitialCluster bool
+	Args             []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -155,36 +160,60 @@ func New(t testing.TB, cfg Config) *Cluster {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	per := 2
-	if cfg.Admin {
-		per = 3
-	}
-	addrs := FreeAddrs(t, per*cfg.Size)
 	c := &Cluster{t: t, cfg: cfg}
 	t.Cleanup(c.Close)
 	var members []string
 	for i := range cfg.Size {
-		n := &Node{Name: fmt.Sprintf("n%d", i+1), ClientAddr: addrs[per*i], PeerAddr: addrs[per*i+1]}
-		if cfg.Admin {
-			n.AdminAddr = addrs[per*i+2]
-		}
-		n.DataDir = filepath.Join(cfg.Dir, n.Name)
-		n.LogPath = filepath.Join(cfg.Dir, n.Name+".log")
+		n := c.newNode(fmt.Sprintf("n%d", i+1))
 		peer := n.PeerAddr
 		if cfg.PeerHost != nil {
 			_, port, _ := net.SplitHostPort(n.PeerAddr)
 			peer = net.JoinHostPort(cfg.PeerHost(i), port)
 		}
 		members = append(members, n.Name+"="+peer)
-		conn, err := dial(n.ClientAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Conn = conn
 		c.Nodes = append(c.Nodes, n)
 	}
 	c.initial = strings.Join(members, ",")
+	if cfg.Gossip {
+		for _, n := range c.Nodes {
+			var others []string
+			for _, o := range c.Nodes {
+				if o != n {
+					others = append(others, o.GossipAddr)
+				}
+			}
+			n.Args = append(n.Args, "--join="+strings.Join(others, ","))
+		}
+	}
 	return c
+}
+
+// newNode allocates a node's ports, data dir and client connection.
+func (c *Cluster) newNode(name string) *Node {
+	c.t.Helper()
+	per := 2
+	if c.cfg.Admin {
+		per++
+	}
+	if c.cfg.Gossip {
+		per++
+	}
+	addrs := FreeAddrs(c.t, per)
+	n := &Node{Name: name, ClientAddr: addrs[0], PeerAddr: addrs[1], DataDir: filepath.Join(c.cfg.Dir, name),
+		LogPath: filepath.Join(c.cfg.Dir, name+".log")}
+	next := 2
+	if c.cfg.Admin {
+		n.AdminAddr, next = addrs[next], next+1
+	}
+	if c.cfg.Gossip {
+		n.GossipAddr = addrs[next]
+	}
+	conn, err := dial(n.ClientAddr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.Conn = conn
+	return n
 }
 
 // AddNode prepares one more node called name on fresh ports (not started) and returns its index. To
@@ -193,21 +222,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 // that drives the cluster, while no other goroutine reads Nodes.
 func (c *Cluster) AddNode(name string) int {
 	c.t.Helper()
-	per := 2
-	if c.cfg.Admin {
-		per = 3
-	}
-	addrs := FreeAddrs(c.t, per)
-	n := &Node{Name: name, ClientAddr: addrs[0], PeerAddr: addrs[1], DataDir: filepath.Join(c.cfg.Dir, name),
-		LogPath: filepath.Join(c.cfg.Dir, name+".log")}
-	if c.cfg.Admin {
-		n.AdminAddr = addrs[2]
-	}
-	conn, err := dial(n.ClientAddr)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	n.Conn = conn
+	n := c.newNode(name)
 	c.Nodes = append(c.Nodes, n)
 	return len(c.Nodes) - 1
 }
@@ -259,13 +274,20 @@ func (c *Cluster) Start(i int) {
 	if n.InitialCluster != "" {
 		initial = n.InitialCluster
 	}
-	args := append([]string{
+	args := []string{
 		"--name=" + n.Name, "--data-dir=" + n.DataDir,
 		"--client-addr=" + n.ClientAddr, "--peer-addr=" + n.PeerAddr, "--admin-addr=" + n.AdminAddr,
-		"--initial-cluster=" + initial,
+	}
+	if !n.NoInitialCluster {
+		args = append(args, "--initial-cluster="+initial)
+	}
+	args = append(append(args,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
-		"--proposal-timeout=2s", "--checkpoint-interval=500ms", "--log-level=info",
-	}, c.cfg.Args...)
+		"--proposal-timeout=2s", "--checkpoint-interval=500ms", "--log-level=info"),
+		c.cfg.Args...)
+	if n.GossipAddr != "" {
+		args = append(args, "--gossip-addr="+n.GossipAddr)
+	}
 	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
