@@ -155,6 +155,7 @@ func DefaultConfig() Config {
 		ExpiryBatch:        1000,
 		WatchHistory:       100_000,
 		ProposalTimeout:    5 * time.Second,
+		JoinTimeout:        time.Minute,
 		DiskStallTimeout:   10 * time.Second,
 		KeepAliveTime:      10 * time.Second,
 		KeepAliveTimeout:   5 * time.Second,

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/leased/leased/server"
 )
@@ -67,7 +66,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "host:port other nodes reach this node's gossip address at; default --gossip-addr, which must then not be 0.0.0.0 or [::]")
 	fs.Var(listFlag{&c.Join}, "join", "gossip `addresses` host:port,... of members to join; with --initial-cluster-state existing, a new member finds the cluster through them (no --initial-cluster needed)")
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the base64 of a 16, 24 or 32 byte key that encrypts gossip (the same on every node)")
-	fs.DurationVar(&c.JoinTimeout, "join-timeout", time.Minute, "how long a joining node's first start waits for a member to answer")
+	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout, "how long a joining node's first start waits for a member to answer")
 	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")

@@ -55,6 +55,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
 		"--max-request-bytes=24", "--max-keepalive-leases=25", "--max-list-limit=26",
 		"--log-level=debug", "--log-format=json",
+		"--advertise-client-addr=a:1", "--advertise-peer-addr=a:2", "--gossip-addr=h:4", "--advertise-gossip-addr=a:4",
+		"--join=g1:4, g2:4", "--initial-cluster-state=existing", "--join-timeout=28s", "--gossip-key-file=/k",
 	}
 	o, err := parse(t, args, nil)
 	if err != nil {
@@ -67,6 +69,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
 	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
 	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
+	want.AdvertiseClientAddr, want.AdvertisePeerAddr, want.GossipAddr, want.AdvertiseGossipAddr = "a:1", "a:2", "h:4", "a:4"
+	want.Join, want.InitialClusterState, want.JoinTimeout = []string{"g1:4", "g2:4"}, server.ClusterStateExisting, 28*time.Second
 	want.Limits = server.Limits{
 		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
 		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,
@@ -76,7 +80,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	if !reflect.DeepEqual(o.cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
 	}
-	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" {
+	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" || o.gossipKeyFile != "/k" {
 		t.Errorf("admin %q, level %v, format %q", o.adminAddr, o.logLevel, o.logFormat)
 	}
 }
