@@ -150,6 +150,7 @@ type Cluster struct {
 	t         testing.TB
 	cfg       Config
 	initial   string
+	used      map[string]bool // every address handed to a node (freshAddrs)
 	closeOnce sync.Once
 }
 
@@ -188,6 +189,26 @@ func New(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// freshAddrs returns n free addresses that no node of the cluster has been given (FreeAddrs alone only
+// keeps one call's addresses distinct).
+func (c *Cluster) freshAddrs(n int) []string {
+	if c.used == nil {
+		c.used = map[string]bool{}
+	}
+	var out []string
+	for len(out) < n {
+		for _, a := range FreeAddrs(c.t, n-len(out)) {
+			if !c.used[a] && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	for _, a := range out {
+		c.used[a] = true
+	}
+	return out
+}
+
 // newNode allocates a node's ports, data dir and client connection.
 func (c *Cluster) newNode(name string) *Node {
 	c.t.Helper()
@@ -198,7 +219,7 @@ func (c *Cluster) newNode(name string) *Node {
 	if c.cfg.Gossip {
 		per++
 	}
-	addrs := FreeAddrs(c.t, per)
+	addrs := c.freshAddrs(per)
 	n := &Node{Name: name, ClientAddr: addrs[0], PeerAddr: addrs[1], DataDir: filepath.Join(c.cfg.Dir, name),
 		LogPath: filepath.Join(c.cfg.Dir, name+".log")}
 	next := 2
