@@ -31,8 +31,10 @@ import (
 const promoteLag = 100
 
 // changeMembers proposes one conf change and waits until done(table) holds (or ctx ends). It runs on the
-// leader only; a change is refused while a conf change from an earlier leader is still unapplied.
-func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, done func(*fsm.FSM) bool) error {
+// leader only; a change is refused while a conf change from an earlier leader is still unapplied. check,
+// if set, runs once this change has the semaphore and no other is pending, so that it sees the table
+// every earlier change left (two concurrent adds of one name cannot both pass it).
+func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
 	select {
@@ -46,6 +48,11 @@ func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *
 	}
 	if err := n.waitConfApplied(ctx); err != nil {
 		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	rec, err := proto.MarshalOptions{Deterministic: true}.Marshal(&leasepb.Member{
 		Id: m.GetId(), Name: m.GetName(), PeerAddr: m.GetPeerAddr(), ClientAddr: m.GetClientAddr()})
@@ -145,12 +152,14 @@ func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string)
 		return nil, n.notLeaderErr()
 	}
 	m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
-	var refusal error
-	n.readFSM(func(sm *fsm.FSM) { refusal = checkNewMember(sm, m) })
-	if refusal != nil {
-		return nil, refusal
+	check := func() (refusal error) {
+		n.readFSM(func(sm *fsm.FSM) { refusal = checkNewMember(sm, m) })
+		return refusal
 	}
-	err := n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m, func(sm *fsm.FSM) bool { return sm.Member(m.Id) != nil })
+	if err := check(); err != nil { // answer at once, without waiting for the semaphore
+		return nil, err
+	}
+	err := n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(m.Id) != nil })
 	return m, err
 }
 
@@ -207,17 +216,27 @@ func (n *node) promoteMember(ctx context.Context, id uint64) error {
 		return n.notLeaderErr()
 	}
 	m := n.member(id)
-	switch {
-	case m == nil:
+	if m == nil {
 		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
-	case !m.GetIsLearner():
-		return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
 	}
-	if match, last, ok := n.learnerProgress(id); !ok || !caughtUp(match, last) {
-		return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
-			ErrMembershipRefused, m.GetName(), match, last, promoteLag)
+	check := func() error {
+		m := n.member(id)
+		switch {
+		case m == nil:
+			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		case !m.GetIsLearner():
+			return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
+		}
+		if match, last, ok := n.learnerProgress(id); !ok || !caughtUp(match, last) {
+			return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
+				ErrMembershipRefused, m.GetName(), match, last, promoteLag)
+		}
+		return nil
 	}
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m,
+	if err := check(); err != nil { // answer at once, without waiting for the semaphore
+		return err
+	}
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m, check,
 		func(sm *fsm.FSM) bool { return !sm.Member(id).GetIsLearner() })
 }
 
@@ -253,7 +272,13 @@ func (n *node) removeMember(ctx context.Context, id uint64) error {
 	if id == n.id {
 		return n.handOver(ctx)
 	}
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, m, func(sm *fsm.FSM) bool { return sm.Member(id) == nil })
+	check := func() error {
+		if m := n.member(id); m == nil {
+			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		}
+		return n.checkRemoval(ctx, m)
+	}
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(id) == nil })
 }
 
 // checkRemoval refuses to remove the last voter, or a voter whose removal leaves too few active voters
@@ -343,7 +368,7 @@ func (n *node) transferTarget() uint64 {
 func (n *node) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
 	u := proto.Clone(m).(*leasepb.Member)
 	u.ClientAddr = addr
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u,
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u, nil,
 		func(sm *fsm.FSM) bool {
 			return sm.Member(m.GetId()) == nil || sm.Member(m.GetId()).GetClientAddr() == addr
 		})
