@@ -132,7 +132,10 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, `leased is one node of a leased cluster: a lease and fencing-token server on Raft.
 
 Usage:
-  leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]
+  leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]     found a cluster
+  leased --name NAME --data-dir DIR --initial-cluster-state existing \
+         (--initial-cluster NAME=HOST:PORT,... | --gossip-addr HOST:PORT --join HOST:PORT,...) [flags]
+                                                    join one after leasectl member add NAME
 
 Every flag can also be set with an environment variable: LEASED_ and the flag's name in upper snake
 case (--data-dir is LEASED_DATA_DIR). A flag on the command line wins over the variable.
