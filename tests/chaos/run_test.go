@@ -48,6 +48,9 @@ type runConfig struct {
 	Strict bool
 	// Plants are planted bugs of the workload client (plants; LEASED_CHAOS_PLANT).
 	Plants plants
+	// Membership adds the membership nemesis (replace a follower: remove, wipe, add fresh, promote) to the
+	// schedule: LEASED_CHAOS_MEMBERSHIP=1 (membership_test.go).
+	Membership bool
 }
 
 // run is one chaos run: a cluster, the workload, the nemeses, and what they recorded.
@@ -501,7 +504,7 @@ func (r *run) nemesis(ctx context.Context) {
 	defer r.cnet.heal()
 	var pauses sync.WaitGroup
 	defer pauses.Wait()
-	npause := 0
+	npause, nreplace := 0, 0
 	for ctx.Err() == nil {
 		sleepCtx(ctx, time.Duration(300+rng.IntN(1200))*time.Millisecond)
 		if ctx.Err() != nil {
@@ -510,6 +513,11 @@ func (r *run) nemesis(ctx context.Context) {
 		ld, _ := r.c.Leader(ctx)
 		if r.cfg.Schedule == "freeze" || (r.cfg.Gray && rng.IntN(2) == 0) {
 			r.grayNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.Membership && rng.IntN(4) == 0 {
+			nreplace++
+			r.membershipNemesis(ctx, rng, ld, nreplace)
 			continue
 		}
 		pick := func(leader bool) int { // the leader, or a node that is not the leader
