@@ -76,6 +76,10 @@ type run struct {
 	// watchRedelivered counts events a Watch stream delivered below the index it was asked to start from.
 	watchRedelivered int
 
+	// removed are the node indexes the membership nemesis removed and has not added back yet (nemesis
+	// goroutine only).
+	removed map[int]bool
+
 	// monitor
 	leaderChanges int
 	maxUnavail    time.Duration
@@ -516,8 +520,7 @@ func (r *run) nemesis(ctx context.Context) {
 			continue
 		}
 		if r.cfg.Membership && rng.IntN(4) == 0 {
-			nreplace++
-			r.membershipNemesis(ctx, rng, ld, nreplace)
+			r.membershipNemesis(rng, ld, &nreplace)
 			continue
 		}
 		pick := func(leader bool) int { // the leader, or a node that is not the leader
