@@ -386,3 +386,37 @@ func TestGossipKeyMismatchRefused(t *testing.T) {
 		return ok && !m.IsLearner
 	})
 }
+
+// TestGrowToFiveAndShrinkBack is the runbook of docs/operations.md ("Grow 3→5 and shrink back"): add and
+// start one node at a time, each a voter before the next; then remove them one at a time. The cluster
+// serves throughout and ends with its three founders.
+func TestGrowToFiveAndShrinkBack(t *testing.T) {
+	c := newCluster(t, 3)
+	n4 := c.join("n4", "n1", "n2", "n3")
+	n5 := c.join("n5", "n1", "n2", "n3", "n4")
+	if rows := memberList(t, c.running()); len(rows) != 5 {
+		t.Fatalf("members after growing: %v", names(rows))
+	}
+	// Five voters ride out two dead founders.
+	c.Kill(0)
+	c.Kill(1)
+	c.waitLeader(15*time.Second, -1)
+	c.Start(0)
+	c.Start(1)
+	for _, i := range []int{n5, n4} {
+		ctlOK(t, c.running(), "member", "remove", c.Nodes[i].Name)
+		if !c.waitExit(i, 15*time.Second) {
+			t.Fatalf("removed %s still runs", c.Nodes[i].Name)
+		}
+	}
+	rows := memberList(t, c.running())
+	if len(rows) != 3 || rows["n1"].Name == "" || rows["n2"].Name == "" || rows["n3"].Name == "" {
+		t.Fatalf("members after shrinking: %v", names(rows))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	leader, _ := c.waitLeader(10*time.Second, -1)
+	if _, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: "shrunk/a", Holder: "h", TtlMs: 5000}); err != nil {
+		t.Fatalf("acquire after shrinking: %v", err)
+	}
+}
