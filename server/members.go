@@ -46,8 +46,13 @@ func (n *node) clientAddrOf(id uint64) string {
 	case n.id:
 		return n.clientAddr
 	}
-	if a := n.member(id).GetClientAddr(); a != "" || n.gossip == nil {
-		return a
+	if p := n.clientAddrs.Load(); p != nil {
+		if a := (*p)[id]; a != "" || n.gossip == nil {
+			return a
+		}
+	}
+	if n.gossip == nil {
+		return ""
 	}
 	return n.gossip.clientAddr(id)
 }
@@ -129,7 +134,8 @@ func memberChanges(cc *raftpb.ConfChangeV2) []fsm.MemberChange {
 }
 
 // syncPeers gives the transport every member of the table (less this node) at the table's address, and
-// drops the peers the table removed. A peer the table does not know yet stays: a joining node's seeds, or
+// drops the peers the table removed; it also refreshes the client addresses leader hints read (every
+// answer carries one: a copy, so that no request takes the state machine's lock for it). A peer the table does not know yet stays: a joining node's seeds, or
 // members whose conf changes have not applied yet. It runs on the Ready loop (and before it starts), which
 // owns n.peers.
 func (n *node) syncPeers() {
@@ -147,6 +153,11 @@ func (n *node) syncPeers() {
 		n.metrics.removePeer(id)
 		delete(n.peers, id)
 	}
+	addrs := make(map[uint64]string, len(ms))
+	for _, m := range ms {
+		addrs[m.GetId()] = m.GetClientAddr()
+	}
+	n.clientAddrs.Store(&addrs)
 	for _, m := range ms {
 		id, addr := m.GetId(), m.GetPeerAddr()
 		if id != n.id && addr != "" && n.peers[id] != addr {

@@ -87,6 +87,8 @@ type node struct {
 	clientAddr, peerAddr string
 	// peers are the transport's peers and their addresses (Ready loop only; members.go).
 	peers map[uint64]string
+	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
+	clientAddrs atomic.Pointer[map[uint64]string]
 	// confSem admits one membership change at a time (membership.go).
 	confSem chan struct{}
 	// gossip is nil without Config.GossipAddr (gossip.go).
