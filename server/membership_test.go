@@ -118,6 +118,19 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 		return len(ms) == 3
 	})
 
+	// A follower hints clients to the leader's advertised client address, from the member table.
+	f := c.Follower()
+	_, err := leasepb.NewClusterClient(c.Conn(f)).MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n9", PeerAddr: "127.0.0.1:9"})
+	var hint *leasepb.LeaderHint
+	for _, d := range status.Convert(err).Details() {
+		if h, ok := d.(*leasepb.LeaderHint); ok {
+			hint = h
+		}
+	}
+	if status.Code(err) != codes.Unavailable || hint.GetLeaderAddr() != c.Config(c.WaitLeader()).ClientAddr {
+		t.Fatalf("member add at follower n%d: %v (hint %v), want Unavailable hinting the leader's client address", f+1, err, hint)
+	}
+
 	// Enough entries that the log is compacted (TestConfig snapshots every 200): n4 catches up from a
 	// snapshot, which carries the member table.
 	leader := c.WaitLeader()
