@@ -46,12 +46,15 @@ type Member struct {
 	Name, PeerAddr, ClientAddr string
 	// IsLearner: the node receives the log but does not vote (yet).
 	IsLearner bool
+	// IsLeader: the answering node knows this member as the leader.
+	IsLeader bool
 }
 
 func membersOf(ms []*leasepb.Member) []Member {
 	out := make([]Member, len(ms))
 	for i, m := range ms {
-		out[i] = Member{ID: m.GetId(), Name: m.GetName(), PeerAddr: m.GetPeerAddr(), ClientAddr: m.GetClientAddr(), IsLearner: m.GetIsLearner()}
+		out[i] = Member{ID: m.GetId(), Name: m.GetName(), PeerAddr: m.GetPeerAddr(), ClientAddr: m.GetClientAddr(), IsLearner: m.GetIsLearner(),
+			IsLeader: m.GetIsLeader()}
 	}
 	return out
 }

@@ -47,27 +47,12 @@ func TestStatusOfEveryNodeNamesOneLeader(t *testing.T) {
 	}
 }
 
-// The membership calls are not implemented by the server yet: the SDK says so with a
-// sentinel, the same way against the real server as against any other.
-func TestClusterCallsTheServerLacksAreErrUnsupported(t *testing.T) {
+// An unknown member is NotFound through the SDK, against the real server.
+func TestMemberRemoveOfAnUnknownMemberIsNotFound(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
 	c := newClient(t, cl.Endpoints(), nil)
-	ctx := ctxT(t)
-	calls := map[string]func() error{
-		"MemberList":    func() error { _, err := c.MemberList(ctx); return err },
-		"MemberAdd":     func() error { _, err := c.MemberAdd(ctx, "n4", "127.0.0.1:7204", ""); return err },
-		"MemberPromote": func() error { _, err := c.MemberPromote(ctx, 4); return err },
-		"MemberRemove":  func() error { _, err := c.MemberRemove(ctx, 4); return err },
-	}
-	for name, fn := range calls {
-		err := fn()
-		if st, ok := status.FromError(err); ok && st.Code() == codes.OK {
-			t.Logf("%s is implemented now; the fake-server tests below still cover the mapping", name)
-			continue
-		}
-		if !errors.Is(err, client.ErrUnsupported) {
-			t.Errorf("%s: want ErrUnsupported, got %v", name, err)
-		}
+	if _, err := c.MemberRemove(ctxT(t), 4); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("MemberRemove of an unknown member: %v, want ErrNotFound", err)
 	}
 }
 

@@ -50,6 +50,9 @@ type FSM struct {
 	// acl holds the ACL rules, read-only once set; aclSet says whether rules were ever set (acl.go).
 	acl    []*leasepb.AclRule
 	aclSet bool
+	// members is the member table by raft id, removed the ids ever removed (members.go).
+	members map[uint64]*leasepb.Member
+	removed map[uint64]bool
 }
 
 // New returns an empty state machine.
@@ -61,6 +64,8 @@ func New() *FSM {
 		ends:       newEndLog(),
 		byRequest:  make(map[requestKey]*lease),
 		semaphores: make(map[string]*semaphore),
+		members:    make(map[uint64]*leasepb.Member),
+		removed:    make(map[uint64]bool),
 	}
 }
 

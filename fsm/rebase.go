@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/leased/leased/api/leasepb"
+)
 
 // Rebase prepares a state restored from a backup to found a new cluster whose log starts after floor
 // (decision 12: tokens never go backwards, even across a restore). The applied index becomes floor, so
@@ -14,10 +18,19 @@ import "fmt"
 // (index-based, and below floor) stay as they are; the lessor counts a lock-delay's full length from
 // when it starts, never less.
 //
+// The member table becomes members (the new cluster's founding voters; decision 11) and no id counts as
+// removed: the old cluster's members and their addresses belong to the old cluster.
+//
 // floor must be at least the applied index; the state is unchanged on error.
-func (f *FSM) Rebase(floor uint64) error {
+func (f *FSM) Rebase(floor uint64, members []*leasepb.Member) error {
 	if floor < f.applied {
 		return fmt.Errorf("%w: floor %d is below the applied index %d", ErrIndexNotIncreasing, floor, f.applied)
+	}
+	f.members, f.removed = make(map[uint64]*leasepb.Member, len(members)), make(map[uint64]bool)
+	for _, m := range members {
+		c := cleanMember(m)
+		c.IsLearner = m.GetIsLearner()
+		f.members[m.GetId()] = c
 	}
 	f.byResource.Ascend(func(e entry) bool {
 		e.lease.set(flagCheckpointed, false)

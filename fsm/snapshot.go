@@ -52,6 +52,7 @@ func (f *FSM) Snapshot() ([]byte, error) {
 	if f.aclSet {
 		body.Acl = &wirepb.AclState{Rules: f.acl}
 	}
+	body.Members, body.RemovedMembers = f.Members(), f.removedIDs()
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
@@ -150,6 +151,9 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 			return nil, fmt.Errorf("%w: acl: %v", ErrBadSnapshot, err)
 		}
 		f.acl, f.aclSet = cloneRules(body.Acl.GetRules()), true
+	}
+	if err := f.restoreMembers(body.Members, body.RemovedMembers); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

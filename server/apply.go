@@ -7,7 +7,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
@@ -125,56 +124,5 @@ func roleName(st raft.StateType) string {
 		return "candidate"
 	default:
 		return "follower"
-	}
-}
-
-func (n *node) applyConfChange(e *raftpb.Entry) error {
-	var cc raftpb.ConfChangeI
-	if e.GetType() == raftpb.EntryType_EntryConfChange {
-		v1 := new(raftpb.ConfChange)
-		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
-			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
-		}
-		cc = v1
-	} else {
-		v2 := new(raftpb.ConfChangeV2)
-		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
-			return fmt.Errorf("decode conf change %d: %w", e.GetIndex(), err)
-		}
-		cc = v2
-	}
-	n.confState = n.raft.ApplyConfChange(cc)
-	for _, change := range cc.AsV2().GetChanges() {
-		n.applyMemberChange(change, cc.AsV2().GetContext())
-	}
-	n.fsmMu.Lock()
-	err := n.sm.Advance(e.GetIndex())
-	n.fsmMu.Unlock()
-	return err
-}
-
-// applyMemberChange keeps the member table and the transport's peers in step with the raft configuration.
-func (n *node) applyMemberChange(change *raftpb.ConfChangeSingle, context []byte) {
-	id := change.GetNodeId()
-	n.membersMu.Lock()
-	defer n.membersMu.Unlock()
-	if change.GetType() == raftpb.ConfChangeType_ConfChangeRemoveNode {
-		delete(n.members, id)
-		if id != n.id {
-			n.transport.RemovePeer(id)
-			n.metrics.removePeer(id)
-		}
-		return
-	}
-	m := new(leasepb.Member)
-	if err := proto.Unmarshal(context, m); err != nil || m.GetId() != id {
-		n.log.Warn("conf change without member details", "id", leasepb.FormatID(id), "err", err)
-		m = &leasepb.Member{Id: id}
-	}
-	m.IsLearner = change.GetType() == raftpb.ConfChangeType_ConfChangeAddLearnerNode
-	n.members[id] = m
-	if id != n.id && m.GetPeerAddr() != "" {
-		n.transport.AddPeer(id, m.GetPeerAddr())
-		n.metrics.addPeer(id)
 	}
 }

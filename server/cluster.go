@@ -8,8 +8,8 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// clusterService is the gRPC Cluster service. Membership changes arrive in a later issue and answer
-// Unimplemented until then; Snapshot is in snapshot.go.
+// clusterService is the gRPC Cluster service: status, membership (membership.go) and snapshots
+// (snapshot.go).
 type clusterService struct {
 	leasepb.UnimplementedClusterServer
 	n         *node
@@ -30,8 +30,8 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		AppliedIndex: n.applied.Load(),
 		DbSizeBytes:  n.storage.Size(),
 		Version:      n.cfg.Version,
-		ClientAddr:   n.cfg.ClientAddr,
-		PeerAddr:     n.cfg.PeerAddr,
+		ClientAddr:   n.clientAddr,
+		PeerAddr:     n.peerAddr,
 		LiveLeases:   uint64(n.liveLeases()),
 	}, nil
 }
@@ -57,46 +57,39 @@ func roleOf(st raft.StateType, learner bool) leasepb.Role {
 	}
 }
 
-func (s *clusterService) MemberList(context.Context, *leasepb.MemberListRequest) (*leasepb.MemberListResponse, error) {
-	return nil, s.n.status(ErrUnimplemented)
-}
-
-func (s *clusterService) MemberAdd(context.Context, *leasepb.MemberAddRequest) (*leasepb.MemberAddResponse, error) {
-	return nil, s.n.status(ErrUnimplemented)
-}
-
-func (s *clusterService) MemberPromote(context.Context, *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
-	return nil, s.n.status(ErrUnimplemented)
-}
-
-func (s *clusterService) MemberRemove(context.Context, *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
-	return nil, s.n.status(ErrUnimplemented)
-}
-
-// member returns a copy of a member's record, or nil.
-func (n *node) member(id uint64) *leasepb.Member {
-	n.membersMu.RLock()
-	defer n.membersMu.RUnlock()
-	if m, ok := n.members[id]; ok {
-		return &leasepb.Member{Id: m.Id, Name: m.Name, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, IsLearner: m.IsLearner}
+// MemberList answers the member table: linearizably (after a ReadIndex round) unless serializable.
+func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberListRequest) (*leasepb.MemberListResponse, error) {
+	n := s.n
+	if !req.GetSerializable() {
+		if err := n.linearizable(ctx); err != nil {
+			return nil, n.status(err)
+		}
 	}
-	return nil
+	return &leasepb.MemberListResponse{Header: n.header(), Members: n.memberTable()}, nil
 }
 
-func (n *node) clientAddrOf(id uint64) string {
-	if id == raft.None {
-		return ""
+// MemberAdd adds a learner; the leader promotes it once it has caught up (promote.go).
+func (s *clusterService) MemberAdd(ctx context.Context, req *leasepb.MemberAddRequest) (*leasepb.MemberAddResponse, error) {
+	n := s.n
+	m, err := n.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
+	if err != nil {
+		return nil, n.status(err)
 	}
-	if id == n.id {
-		return n.cfg.ClientAddr
-	}
-	return n.member(id).GetClientAddr()
+	return &leasepb.MemberAddResponse{Header: n.header(), Member: m, Members: n.memberTable()}, nil
 }
 
-func (n *node) setClientAddr(id uint64, addr string) {
-	n.membersMu.Lock()
-	defer n.membersMu.Unlock()
-	if m, ok := n.members[id]; ok {
-		m.ClientAddr = addr
+func (s *clusterService) MemberPromote(ctx context.Context, req *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
+	n := s.n
+	if err := n.promoteMember(ctx, req.GetId()); err != nil {
+		return nil, n.status(err)
 	}
+	return &leasepb.MemberPromoteResponse{Header: n.header(), Members: n.memberTable()}, nil
+}
+
+func (s *clusterService) MemberRemove(ctx context.Context, req *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
+	n := s.n
+	if err := n.removeMember(ctx, req.GetId()); err != nil {
+		return nil, n.status(err)
+	}
+	return &leasepb.MemberRemoveResponse{Header: n.header(), Members: n.memberTable()}, nil
 }

@@ -26,9 +26,32 @@ type Config struct {
 	// HTTPAddr, when set, serves the Leases service as HTTP/JSON (docs/http.md), with ClientTLS and
 	// ClientCertAuth as on ClientAddr. Empty turns it off.
 	HTTPAddr string
+	// AdvertiseClientAddr and AdvertisePeerAddr are the addresses other nodes and clients reach this node
+	// at (in the member table, leader hints and Status). Empty means the listen address, which must then
+	// name a host: a node listening on 0.0.0.0 or [::] must be told what to advertise.
+	AdvertiseClientAddr string
+	AdvertisePeerAddr   string
 	// InitialCluster lists every founding member (name -> peer address). It fixes the cluster id, so every
-	// founding node must be given the same list.
+	// founding node must be given the same list. It is read only on a node's first start: from then on the
+	// member table in the replicated state is the authority (decision 11). With InitialClusterState
+	// "existing" it instead lists (some of) the current members, whom the new node asks for the cluster.
 	InitialCluster map[string]string
+	// InitialClusterState is "new" (found a cluster from InitialCluster; the default when empty) or
+	// "existing" (join a running cluster that already added this node with MemberAdd). Only a node's first
+	// start reads it.
+	InitialClusterState string
+	// GossipAddr, when set, runs memberlist gossip on it (server/gossip.go): nodes gossip their name, ids,
+	// advertised addresses, version and whether they know a leader. AdvertiseGossipAddr is where the others
+	// reach it (default GossipAddr, which must then name a host). Join lists gossip addresses (host:port)
+	// to join; a new member with InitialClusterState "existing" finds the cluster through them, with no
+	// InitialCluster needed. GossipKey (16, 24 or 32 bytes; ParseGossipKey) encrypts gossip. Gossip never
+	// changes who votes (decision 7).
+	GossipAddr          string
+	AdvertiseGossipAddr string
+	Join                []string
+	GossipKey           []byte
+	// JoinTimeout bounds how long a joining node's first start waits for a member to answer. 0: 1 minute.
+	JoinTimeout time.Duration
 
 	// TickInterval is the raft tick; ElectionTicks and HeartbeatTicks are counted in ticks.
 	TickInterval   time.Duration
@@ -179,6 +202,7 @@ func DefaultConfig() Config {
 		WatchHistory:       100_000,
 		WatchHistoryBytes:  64 << 20,
 		ProposalTimeout:    5 * time.Second,
+		JoinTimeout:        time.Minute,
 		DiskStallTimeout:   10 * time.Second,
 		KeepAliveTime:      10 * time.Second,
 		KeepAliveTimeout:   5 * time.Second,
@@ -198,6 +222,46 @@ func TestConfig() Config {
 	c.CheckpointInterval = 200 * time.Millisecond
 	c.ProposalTimeout = 3 * time.Second
 	return c
+}
+
+// The values of Config.InitialClusterState.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
+// unspecifiedHost reports whether addr's host is empty, 0.0.0.0 or :: (every interface), which nobody can
+// dial. An address that does not parse is left to the listener to refuse.
+func unspecifiedHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+func validAdvertise(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && port != "" && port != "0" && !unspecifiedHost(addr)
+}
+
+// advertised returns the advertise address, or the listen address when none is given.
+func advertised(advertise, listen string) string {
+	if advertise != "" {
+		return advertise
+	}
+	return listen
+}
+
+func (c Config) joinTimeout() time.Duration {
+	if c.JoinTimeout == 0 {
+		return time.Minute
+	}
+	return c.JoinTimeout
 }
 
 // ElectionTimeout is the time without a leader after which a follower campaigns.
@@ -256,8 +320,27 @@ func (c Config) Validate() error {
 	check(c.DataDir != "", "data dir is required")
 	check(c.ClientAddr != "", "client address is required")
 	check(c.PeerAddr != "", "peer address is required")
+	check(c.AdvertiseClientAddr != "" || !unspecifiedHost(c.ClientAddr), "client address %s listens on every interface, "+
+		"which clients cannot dial: give an advertise client address", c.ClientAddr)
+	check(c.AdvertisePeerAddr != "" || !unspecifiedHost(c.PeerAddr), "peer address %s listens on every interface, "+
+		"which peers cannot dial: give an advertise peer address", c.PeerAddr)
+	check(c.GossipAddr == "" || c.AdvertiseGossipAddr != "" || !unspecifiedHost(c.GossipAddr), "gossip address %s listens on every interface, "+
+		"which other nodes cannot reach: give an advertise gossip address", c.GossipAddr)
+	check(len(c.Join) == 0 || c.GossipAddr != "", "joining gossip members needs a gossip address of this node")
+	for _, j := range c.Join {
+		check(validAdvertise(j), "join address %q must be host:port", j)
+	}
+	check(len(c.GossipKey) == 0 || len(c.GossipKey) == 16 || len(c.GossipKey) == 24 || len(c.GossipKey) == 32,
+		"gossip key is %d bytes; it must be 16, 24 or 32", len(c.GossipKey))
+	for _, a := range []string{c.AdvertiseClientAddr, c.AdvertisePeerAddr, c.AdvertiseGossipAddr} {
+		check(a == "" || validAdvertise(a), "advertise address %q must be host:port with a host that is not 0.0.0.0 or [::]", a)
+	}
 	_, inCluster := c.InitialCluster[c.Name]
-	check(len(c.InitialCluster) == 0 || inCluster, "initial cluster does not name this node (%q)", c.Name)
+	check(len(c.InitialCluster) == 0 || inCluster || c.InitialClusterState == ClusterStateExisting,
+		"initial cluster does not name this node (%q)", c.Name)
+	check(c.InitialClusterState == "" || c.InitialClusterState == ClusterStateNew || c.InitialClusterState == ClusterStateExisting,
+		"initial cluster state %q must be %q or %q", c.InitialClusterState, ClusterStateNew, ClusterStateExisting)
+	check(c.JoinTimeout >= 0, "join timeout must not be negative")
 	check(c.TickInterval > 0, "tick interval must be positive")
 	check(c.HeartbeatTicks > 0 && c.ElectionTicks > 2*c.HeartbeatTicks, "election ticks (%d) must exceed twice the heartbeat ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	check(c.SnapshotEntries > 0, "snapshot entries must be positive")

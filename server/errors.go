@@ -29,6 +29,16 @@ var (
 	ErrHolderLimit   = errors.New("holder lease limit reached")
 	ErrCompacted     = errors.New("watch history compacted")
 	ErrUnimplemented = errors.New("not implemented yet")
+	// ErrRemoved is the fatal error of a node that was removed from the cluster: it stops serving, and its
+	// data dir refuses to start again (New).
+	ErrRemoved = errors.New("this node was removed from the cluster")
+	// ErrMemberNotFound: no member has the given id (or name).
+	ErrMemberNotFound = errors.New("no such member")
+	// ErrMemberExists: a member with the given name, id or address is already in the cluster.
+	ErrMemberExists = errors.New("member already exists")
+	// ErrMembershipRefused: the membership change is not possible now (a learner not caught up, the last
+	// voter, a change already in progress, a quorum the change would lose, ...).
+	ErrMembershipRefused = errors.New("membership change refused")
 	// ErrOutcomeUnknown marks a write that was proposed (or handed to the leader) but whose entry this node
 	// cannot see apply: the write may or may not take effect. It travels with ErrNotLeader, ErrNoLeader or
 	// ErrStopped (an Unavailable answer) and sets LeaderHint.outcome_unknown.
@@ -152,6 +162,12 @@ func toStatus(err error, hint leaderHint) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, ErrMemberNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrMemberExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, ErrMembershipRefused), errors.Is(err, ErrRemoved):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ErrUnimplemented):
 		return status.Error(codes.Unimplemented, err.Error())
 	default:

@@ -110,7 +110,6 @@ func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb
 		// The peer call failed in transit: the leader may have run the write, so its outcome is unknown.
 		return nil, n.status(unknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
 	}
-	n.learnLeaderAddr(resp)
 	return resp, nil
 }
 
@@ -122,14 +121,6 @@ func hasLeaderHint(st *status.Status) bool {
 		}
 	}
 	return false
-}
-
-// learnLeaderAddr remembers the leader's client address from a forwarded answer, for leader hints.
-func (n *node) learnLeaderAddr(resp *wirepb.ForwardResponse) {
-	h := headerOf(resp)
-	if h.GetLeaderId() != 0 && h.GetLeaderAddr() != "" {
-		n.setClientAddr(h.GetLeaderId(), h.GetLeaderAddr())
-	}
 }
 
 // headerOf is the response header of a write's answer.

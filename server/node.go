@@ -77,11 +77,25 @@ type node struct {
 	role       atomic.Int32
 	confState  *raftpb.ConfState
 	snapIndex  uint64
+	// confSnapshotDue: a conf change applied since the last snapshot. The next Ready takes one, so that
+	// the snapshot raft sends a new member names it in its ConfState (raft refuses a snapshot that does
+	// not) and carries the member table it joined.
+	confSnapshotDue bool
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 
-	membersMu sync.RWMutex
-	members   map[uint64]*leasepb.Member
+	// clientAddr and peerAddr are this node's advertised addresses.
+	clientAddr, peerAddr string
+	// peers are the transport's peers and their addresses (Ready loop only; members.go).
+	peers map[uint64]string
+	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
+	clientAddrs atomic.Pointer[map[uint64]string]
+	// confSem admits one membership change at a time (membership.go).
+	confSem chan struct{}
+	// gossip is nil without Config.GossipAddr (gossip.go).
+	gossip *gossip
+	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
+	markRemoved func(why string) error
 
 	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3).
 	lastTick time.Time
@@ -283,6 +297,10 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.fsmMu.Lock()
 	n.sm = sm
 	n.fsmMu.Unlock()
+	n.syncPeers() // the member table came with the snapshot
+	if sm.WasRemoved(n.id) {
+		return n.removed(snap.GetMetadata().GetIndex())
+	}
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.applied.Store(n.snapIndex)
@@ -300,9 +318,10 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 // maybeSnapshot snapshots the state machine and compacts the log every SnapshotEntries entries.
 func (n *node) maybeSnapshot() error {
 	applied := n.applied.Load()
-	if applied-n.snapIndex < n.cfg.SnapshotEntries {
+	if applied-n.snapIndex < n.cfg.SnapshotEntries && !n.confSnapshotDue {
 		return nil
 	}
+	n.confSnapshotDue = false
 	if err := n.flushHardState(); err != nil {
 		return err
 	}

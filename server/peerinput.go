@@ -163,23 +163,26 @@ func (n *node) peerView() peerView {
 	}
 }
 
-// isMember reports whether id is in the member table.
+// isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
+// its first configuration).
 func (n *node) isMember(id uint64) bool {
-	n.membersMu.RLock()
-	defer n.membersMu.RUnlock()
-	_, ok := n.members[id]
-	return ok
+	n.fsmMu.RLock()
+	defer n.fsmMu.RUnlock()
+	return n.sm.IsMember(id)
 }
 
 // memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
-// peer certificate is.
+// peer certificate is. A removed member's certificate names no member.
 func (n *node) memberByName(name string) (uint64, bool) {
-	n.membersMu.RLock()
-	defer n.membersMu.RUnlock()
-	for id, m := range n.members {
-		if m.GetName() == name {
-			return id, true
-		}
+	n.fsmMu.RLock()
+	defer n.fsmMu.RUnlock()
+	if m := n.sm.MemberByName(name); m != nil && !n.sm.WasRemoved(m.GetId()) {
+		return m.GetId(), true
+	}
+	// Before the node applied its first configuration (a joining node), any name of the CA's: its id as
+	// the cluster derives it.
+	if len(n.sm.Members()) == 0 {
+		return memberID(n.clusterID, name), true
 	}
 	return 0, false
 }

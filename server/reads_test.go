@@ -131,7 +131,7 @@ func TestStatusDescribesEachNode(t *testing.T) {
 	if leaders != 1 {
 		t.Fatalf("%d leaders", leaders)
 	}
-	if _, err := leasepb.NewClusterClient(c.Conn(0)).MemberAdd(ctx, &leasepb.MemberAddRequest{}); code(err) != codes.Unimplemented {
-		t.Fatalf("member add: %v", err)
+	if _, err := leasepb.NewClusterClient(c.Conn(0)).MemberAdd(ctx, &leasepb.MemberAddRequest{}); code(err) != codes.InvalidArgument {
+		t.Fatalf("member add without a name: %v, want InvalidArgument", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 )
@@ -90,20 +91,23 @@ func RestoreDataDir(cfg RestoreConfig) (RestoreInfo, error) {
 		return RestoreInfo{}, fmt.Errorf("%w: token floor %d must be between the backup's applied index %d and %d",
 			ErrInvalid, info.TokenFloor, info.AppliedIndex, uint64(MaxTokenFloor))
 	}
-	if err := sm.Rebase(info.TokenFloor); err != nil {
+	info.ClusterID = clusterID(cfg.InitialCluster)
+	info.NodeID = memberID(info.ClusterID, cfg.Name)
+	voters := make([]uint64, 0, len(cfg.InitialCluster))
+	members := make([]*leasepb.Member, 0, len(cfg.InitialCluster))
+	for name, peer := range cfg.InitialCluster {
+		id := memberID(info.ClusterID, name)
+		voters = append(voters, id)
+		members = append(members, &leasepb.Member{Id: id, Name: name, PeerAddr: peer})
+	}
+	slices.Sort(voters)
+	if err := sm.Rebase(info.TokenFloor, members); err != nil {
 		return RestoreInfo{}, err
 	}
 	data, err := sm.Snapshot()
 	if err != nil {
 		return RestoreInfo{}, err
 	}
-	info.ClusterID = clusterID(cfg.InitialCluster)
-	info.NodeID = memberID(info.ClusterID, cfg.Name)
-	voters := make([]uint64, 0, len(cfg.InitialCluster))
-	for name := range cfg.InitialCluster {
-		voters = append(voters, memberID(info.ClusterID, name))
-	}
-	slices.Sort(voters)
 	snap := &raftpb.Snapshot{
 		Metadata: &raftpb.SnapshotMetadata{
 			Index: new(info.TokenFloor), Term: new(uint64(restoredTerm)),

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/transport"
@@ -36,6 +37,7 @@ type Server struct {
 	log       *slog.Logger
 	node      *node
 	transport *transport.Transport
+	gossip    *gossip // nil without Config.GossipAddr
 	clientSrv *grpc.Server
 	peerSrv   *grpc.Server
 	clientLis net.Listener
@@ -59,6 +61,11 @@ type Listeners struct {
 }
 
 // New opens the data dir, restores state and prepares the services. It starts nothing.
+//
+// Who the node is comes from the data dir once it exists: its cluster and raft id are recorded there, and
+// the member table is in its log, so InitialCluster and InitialClusterState only matter on the first
+// start (decision 11). A first start founds a cluster from InitialCluster, or, with state "existing",
+// asks the members listed there for the cluster it was added to (discover.go).
 func New(cfg Config, lis Listeners) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -69,19 +76,56 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.InitialCluster) == 0 {
-		return nil, errors.New("initial cluster is required: it gives the cluster id and every peer's address")
+	if err := checkNotRemoved(cfg.DataDir, cfg.Name); err != nil {
+		return nil, err
 	}
-	id := raftlog.Identity{ClusterID: clusterID(cfg.InitialCluster)}
-	id.NodeID = memberID(id.ClusterID, cfg.Name)
-	if err := checkDataDir(cfg.DataDir, id); err != nil {
+	var g *gossip
+	if cfg.GossipAddr != "" {
+		var err error
+		if g, err = startGossip(cfg, cfg.Logger.With("node", cfg.Name), localMeta(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	s, err := open(cfg, lis, g)
+	if err != nil {
+		if g != nil {
+			err = errors.Join(err, g.close())
+		}
+		return nil, err
+	}
+	s.gossip, s.node.gossip = g, g
+	return s, nil
+}
+
+// localMeta is what a node gossips before it knows its ids.
+func localMeta(cfg Config) *wirepb.GossipMeta {
+	return &wirepb.GossipMeta{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		PeerAddr: advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr), GossipAddr: advertised(cfg.AdvertiseGossipAddr, cfg.GossipAddr),
+		Version: cfg.Version}
+}
+
+// open finds out who the node is, opens its data dir and builds the server (New without gossip).
+func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
+	id, joined, err := identify(cfg, g)
+	if err != nil {
 		return nil, err
 	}
 	storage, err := raftlog.Open(cfg.DataDir, id)
 	if err != nil {
 		return nil, err
 	}
-	s, err := build(cfg, id, storage, lis)
+	var seed []*leasepb.Member
+	if joined != nil {
+		seed = joined.GetMembers()
+	} else if cfg.InitialClusterState == ClusterStateExisting && logEmpty(storage) {
+		// A joining node stopped before the leader sent it anything: ask again for its peers.
+		if joined, err = discover(cfg, g); err != nil {
+			_ = storage.Close()
+			return nil, fmt.Errorf("join the cluster: %w", err)
+		}
+		seed = joined.GetMembers()
+	}
+	s, err := build(cfg, id, storage, lis, seed)
 	if err != nil {
 		_ = storage.Close()
 		closeListeners(lis)
@@ -90,20 +134,41 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 	return s, nil
 }
 
-// checkDataDir refuses a data dir that belongs to another cluster or node, with a message that says so.
-func checkDataDir(dir string, want raftlog.Identity) error {
-	have, ok, err := raftlog.ReadIdentity(dir)
-	if err != nil || !ok {
-		return err
+// identify returns the node's cluster and raft id: recorded in the data dir, or, on a first start, derived
+// from InitialCluster (a new cluster) or learned from the cluster it joins (with that cluster's answer).
+func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
+	have, ok, err := raftlog.ReadIdentity(cfg.DataDir)
+	if err != nil {
+		return raftlog.Identity{}, nil, err
 	}
-	if have != want {
-		return fmt.Errorf("data dir %s belongs to %v, but this node is %v (another --name or --initial-cluster?): "+
-			"use the original flags, or a new data dir for a new member", dir, have, want)
+	if ok {
+		if want := memberID(have.ClusterID, cfg.Name); want != have.NodeID {
+			return raftlog.Identity{}, nil, fmt.Errorf("data dir %s belongs to %v, but a node named %q in that cluster would be %016x "+
+				"(another --name?): use the original name, or a new data dir for a new member", cfg.DataDir, have, cfg.Name, want)
+		}
+		return have, nil, nil
 	}
-	return nil
+	if cfg.InitialClusterState == ClusterStateExisting {
+		resp, err := discover(cfg, g)
+		if err != nil {
+			return raftlog.Identity{}, nil, fmt.Errorf("join the cluster: %w", err)
+		}
+		return raftlog.Identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetMember().GetId()}, resp, nil
+	}
+	if len(cfg.InitialCluster) == 0 {
+		return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
+	}
+	cid := clusterID(cfg.InitialCluster)
+	return raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}, nil, nil
 }
 
-func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listeners) (*Server, error) {
+// logEmpty reports whether a raft log holds nothing yet (no entry, no snapshot).
+func logEmpty(st interface{ LastIndex() (uint64, error) }) bool {
+	last, err := st.LastIndex()
+	return err == nil && last == 0
+}
+
+func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listeners, seed []*leasepb.Member) (*Server, error) {
 	// The client port's gRPC metrics per method and code (grpc_server_*), with the handling-time
 	// histogram; registered first, so that a Registerer that has them already fails before anything starts.
 	rpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
@@ -120,7 +185,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
@@ -128,7 +193,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 			BackoffMax: max(cfg.ElectionTimeout()/2, transport.DefaultBackoffMin),
 		})
 		return tr, err
-	})
+	}, seed)
 	if err != nil {
 		if tr != nil {
 			err = errors.Join(err, tr.Close())
@@ -186,7 +251,9 @@ type nodeStorage interface {
 // (the transport delivers to it) — restoring the state machine from the log's snapshot. It opens no
 // listener and starts nothing: New adds the gRPC services on top; simulations run the node as it is,
 // with an in-memory log and network. cfg's addresses are only reported, never listened on.
-func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTransport func(*node) (peerTransport, error)) (*Server, error) {
+//
+// seed are members to reach before the log says who the members are (a joining node's first start).
+func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTransport func(*node) (peerTransport, error), seed []*leasepb.Member) (*Server, error) {
 	cfg.Limits = cfg.limits() // what the edge enforces: MinTTL 0 is the TTL floor
 	snap, err := storage.Snapshot()
 	if err != nil {
@@ -209,7 +276,10 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
-		members:     make(map[uint64]*leasepb.Member),
+		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		peers:       make(map[uint64]string),
+		confSem:     make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),
@@ -217,6 +287,10 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	}
 	if p, ok := storage.(interface{ Path() string }); ok {
 		n.logPath = p.Path()
+		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
+	}
+	if sm.WasRemoved(id.NodeID) {
+		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	n.applied.Store(snapIndex)
 	n.logIndex = storage
@@ -229,11 +303,15 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
-	peers, err := n.initialMembers()
-	if err == nil {
-		n.raft, err = startRaft(n, storage, snapIndex, peers)
+	n.syncPeers()     // the table restored from the snapshot
+	n.seedPeers(seed) // a joining node's first contacts
+	var peers []raft.Peer
+	if cfg.InitialClusterState != ClusterStateExisting {
+		if peers, err = n.initialMembers(); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
+	if n.raft, err = startRaft(n, storage, snapIndex, peers); err != nil {
 		return nil, err
 	}
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
@@ -275,30 +353,30 @@ func closeListeners(lis Listeners) {
 	}
 }
 
-// initialMembers registers the founding members with the transport and returns them as raft peers.
-// The member table is rebuilt from the configuration at every start: membership changes, which would
-// need it persisted, arrive in a later issue.
+// initialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
+// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
+// Their context is each member's record as --initial-cluster gives it (name and peer address): every
+// founding node must write identical entries, so the client addresses, which only each node knows of
+// itself, are announced into the table afterwards (announceLoop).
 //
 // The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
 // raft's log matching requires them to be identical on every node (same index and term, same bytes).
 func (n *node) initialMembers() ([]raft.Peer, error) {
 	var peers []raft.Peer
+	var seed []*leasepb.Member
 	for name, addr := range n.cfg.InitialCluster {
 		m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: addr}
-		if name == n.cfg.Name {
-			m.ClientAddr = n.cfg.ClientAddr
-		} else {
-			n.transport.AddPeer(m.Id, addr)
-			n.metrics.addPeer(m.Id)
-		}
-		n.members[m.Id] = m
-		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(&leasepb.Member{Id: m.Id, Name: name, PeerAddr: addr})
+		seed = append(seed, m)
+		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
 			return nil, fmt.Errorf("encode member %s: %w", name, err)
 		}
 		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
 	}
 	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
+	if logEmpty(n.logIndex) {
+		n.seedPeers(seed)
+	}
 	return peers, nil
 }
 
@@ -330,7 +408,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 	if err != nil {
 		return nil, fmt.Errorf("read initial state: %w", err)
 	}
-	if last == 0 && raft.IsEmptyHardState(hs) {
+	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
 		return raft.StartNode(c, peers), nil
 	}
 	return raft.RestartNode(c), nil
@@ -343,6 +421,12 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.watchDisk(s.stop) })
 	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
+	s.spawn(func() { s.node.autoPromote(s.stop) })
+	s.spawn(func() { s.node.announceLoop(s.stop) })
+	s.spawn(func() { s.node.removalLoop(s.stop) })
+	if s.gossip != nil {
+		s.spawn(func() { s.node.gossipLoop(s.stop) })
+	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
@@ -356,7 +440,7 @@ func (s *Server) Start() {
 			"forge raft messages; use peer TLS (docs/security.md)", "peer_addr", s.cfg.PeerAddr)
 	}
 	s.log.Info("node started", "id", leasepb.FormatID(s.node.id), "cluster", leasepb.FormatID(s.node.clusterID),
-		"client_addr", s.cfg.ClientAddr, "peer_addr", s.cfg.PeerAddr, "http_addr", s.cfg.HTTPAddr)
+		"client_addr", s.node.clientAddr, "peer_addr", s.node.peerAddr, "http_addr", s.cfg.HTTPAddr)
 }
 
 func (s *Server) spawn(fn func()) {
@@ -418,11 +502,14 @@ func (s *Server) shutdown() error {
 		s.peerSrv.Stop()
 	}
 	s.wg.Wait()
-	var err error
+	var err, gerr error
+	if s.gossip != nil {
+		gerr = s.gossip.close() // leaves the pool: the others forget this node at once
+	}
 	if s.transport != nil {
 		err = s.transport.Close()
 	}
-	return errors.Join(err, s.node.storage.Close())
+	return errors.Join(err, gerr, s.node.storage.Close())
 }
 
 // stopGRPC drains in-flight calls for a while, then cuts long-lived streams (KeepAlive never ends by itself).

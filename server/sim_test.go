@@ -125,12 +125,16 @@ func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*
 	return e.n.serveForward(ctx, req)
 }
 
+func (e simEndpoint) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	return e.n.serveJoin(ctx, req)
+}
+
 // start builds node i on its log (empty, or what it had persisted when it stopped) and starts it.
 func (c *simCluster) start(i int) {
 	c.t.Helper()
 	s, err := newServer(c.cfgs[i], c.ids[i], c.logs[i], func(n *node) (peerTransport, error) {
 		return c.net.Transport(n.id), nil
-	})
+	}, nil)
 	if err != nil {
 		c.t.Fatalf("start %s: %v", c.cfgs[i].Name, err)
 	}
@@ -367,7 +371,17 @@ func (c *simCluster) replayLog(i int, upTo uint64) (map[uint64]grantRecord, []by
 	highest := map[string]uint64{}
 	for _, e := range ents {
 		idx := e.GetIndex()
-		if e.GetType() != raftpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+		if e.GetType() != raftpb.EntryType_EntryNormal {
+			cc, err := decodeConfChange(e)
+			if err == nil {
+				err = sm.ApplyMembers(idx, memberChanges(cc.AsV2()))
+			}
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			continue
+		}
+		if len(e.GetData()) == 0 {
 			if err := sm.Advance(idx); err != nil {
 				c.t.Fatal(err)
 			}

@@ -275,9 +275,12 @@ type Member struct {
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// peer_addr receives raft traffic; client_addr serves the Leases and Cluster services.
-	PeerAddr      string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	ClientAddr    string `protobuf:"bytes,4,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
-	IsLearner     bool   `protobuf:"varint,5,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	PeerAddr   string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	ClientAddr string `protobuf:"bytes,4,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	IsLearner  bool   `protobuf:"varint,5,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	// is_leader is set in answers for the member the answering node knows as the leader; it is never part
+	// of the replicated member table or of a ConfChange context.
+	IsLeader      bool `protobuf:"varint,40,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +346,13 @@ func (x *Member) GetClientAddr() string {
 func (x *Member) GetIsLearner() bool {
 	if x != nil {
 		return x.IsLearner
+	}
+	return false
+}
+
+func (x *Member) GetIsLeader() bool {
+	if x != nil {
+		return x.IsLeader
 	}
 	return false
 }
@@ -1156,7 +1166,7 @@ const file_leased_v1_cluster_proto_rawDesc = "" +
 	"clientAddr\x12\x1b\n" +
 	"\tpeer_addr\x18\f \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vlive_leases\x18\r \x01(\x04R\n" +
-	"liveLeases\"\x89\x01\n" +
+	"liveLeases\"\xa6\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -1164,7 +1174,8 @@ const file_leased_v1_cluster_proto_rawDesc = "" +
 	"\vclient_addr\x18\x04 \x01(\tR\n" +
 	"clientAddr\x12\x1d\n" +
 	"\n" +
-	"is_learner\x18\x05 \x01(\bR\tisLearner\"7\n" +
+	"is_learner\x18\x05 \x01(\bR\tisLearner\x12\x1b\n" +
+	"\tis_leader\x18( \x01(\bR\bisLeader\"7\n" +
 	"\x11MemberListRequest\x12\"\n" +
 	"\fserializable\x18\x01 \x01(\bR\fserializable\"t\n" +
 	"\x12MemberListResponse\x121\n" +

@@ -901,9 +901,14 @@ type SnapshotBody struct {
 	// applied_index plays this role.
 	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
 	// acl is the cluster's ACL; absent when no rules were ever set.
-	Acl           *AclState `protobuf:"bytes,20,opt,name=acl,proto3" json:"acl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Acl *AclState `protobuf:"bytes,20,opt,name=acl,proto3" json:"acl,omitempty"`
+	// members is the member table (the Raft configuration's members with their names and addresses), sorted
+	// by id. It is applied from conf-change entries, never from flags after a node's first start.
+	Members []*leasepb.Member `protobuf:"bytes,40,rep,name=members,proto3" json:"members,omitempty"`
+	// removed_members are the raft ids ever removed, sorted: a removed id never joins again.
+	RemovedMembers []uint64 `protobuf:"varint,41,rep,packed,name=removed_members,json=removedMembers,proto3" json:"removed_members,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -981,6 +986,20 @@ func (x *SnapshotBody) GetForgottenThrough() uint64 {
 func (x *SnapshotBody) GetAcl() *AclState {
 	if x != nil {
 		return x.Acl
+	}
+	return nil
+}
+
+func (x *SnapshotBody) GetMembers() []*leasepb.Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotBody) GetRemovedMembers() []uint64 {
+	if x != nil {
+		return x.RemovedMembers
 	}
 	return nil
 }
@@ -1299,7 +1318,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\x87\x03\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xdd\x03\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
@@ -1308,7 +1327,9 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"lockDelays\x126\n" +
 	"\x04ends\x18\x05 \x03(\v2\".leased.internal.v1.LeaseEndRecordR\x04ends\x120\n" +
 	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01\x12.\n" +
-	"\x03acl\x18\x14 \x01(\v2\x1c.leased.internal.v1.AclStateR\x03aclB\x14\n" +
+	"\x03acl\x18\x14 \x01(\v2\x1c.leased.internal.v1.AclStateR\x03acl\x12+\n" +
+	"\amembers\x18( \x03(\v2\x11.leased.v1.MemberR\amembers\x12'\n" +
+	"\x0fremoved_members\x18) \x03(\x04R\x0eremovedMembersB\x14\n" +
 	"\x12_forgotten_through\"\x80\x01\n" +
 	"\x0eLeaseEndRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
@@ -1356,8 +1377,9 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*AclState)(nil),         // 13: leased.internal.v1.AclState
 	(*ProclaimCmd)(nil),      // 14: leased.internal.v1.ProclaimCmd
 	(*leasepb.LeaseRef)(nil), // 15: leased.v1.LeaseRef
-	(leasepb.EventType)(0),   // 16: leased.v1.EventType
-	(*leasepb.AclRule)(nil),  // 17: leased.v1.AclRule
+	(*leasepb.Member)(nil),   // 16: leased.v1.Member
+	(leasepb.EventType)(0),   // 17: leased.v1.EventType
+	(*leasepb.AclRule)(nil),  // 18: leased.v1.AclRule
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1376,14 +1398,15 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	9,  // 13: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
 	11, // 14: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
 	13, // 15: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
-	16, // 16: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	17, // 17: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
-	17, // 18: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 16: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
+	17, // 17: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	18, // 18: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
+	18, // 19: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }

@@ -423,11 +423,254 @@ func (*ForwardResponse_KeepAlive) isForwardResponse_Response() {}
 
 func (*ForwardResponse_Proclaim) isForwardResponse_Response() {}
 
+// JoinRequest names the asking member.
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the asking member, as given to MemberAdd (or in --initial-cluster for a founding member).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// client_addr is the member's advertised client address; when it differs from the member table's, the
+	// leader records it (a ConfChangeUpdateNode entry). Empty changes nothing.
+	ClientAddr string `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// relayed is set by a follower that relays the request to the leader; a relayed request is never
+	// relayed again.
+	Relayed       bool `protobuf:"varint,3,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *JoinRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetRelayed() bool {
+	if x != nil {
+		return x.Relayed
+	}
+	return false
+}
+
+// JoinResponse describes the cluster to the asking member.
+type JoinResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId uint64                 `protobuf:"varint,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// member is the asker's record in the member table (unset when removed).
+	Member *leasepb.Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// members is the whole member table, for the asker's first peer addresses.
+	Members []*leasepb.Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// removed: a member of this name was removed from the cluster; its data dir must not serve again.
+	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JoinResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetMember() *leasepb.Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetMembers() []*leasepb.Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+// GossipMeta is what a node gossips about itself (memberlist node metadata, at most 512 bytes). Gossip only
+// discovers: it never adds or removes a voter (decision 7).
+type GossipMeta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// id and cluster_id are 0 until the node knows them (a joining node's first seconds).
+	Id        uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	ClusterId uint64 `protobuf:"varint,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The node's advertised addresses.
+	ClientAddr string `protobuf:"bytes,4,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	PeerAddr   string `protobuf:"bytes,5,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	GossipAddr string `protobuf:"bytes,6,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	Version    string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// has_leader: the node knows a leader (its /readyz would answer 200).
+	HasLeader     bool `protobuf:"varint,8,opt,name=has_leader,json=hasLeader,proto3" json:"has_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipMeta) Reset() {
+	*x = GossipMeta{}
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipMeta) ProtoMessage() {}
+
+func (x *GossipMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipMeta.ProtoReflect.Descriptor instead.
+func (*GossipMeta) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GossipMeta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GossipMeta) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *GossipMeta) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GossipMeta) GetHasLeader() bool {
+	if x != nil {
+		return x.HasLeader
+	}
+	return false
+}
+
 var File_leased_internal_v1_raft_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x1dleased/internal/v1/raft.proto\x12\x12leased.internal.v1\x1a\x16leased/v1/leases.proto\"j\n" +
+	"\x1dleased/internal/v1/raft.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"j\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x12\n" +
@@ -455,10 +698,36 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAlive\x129\n" +
 	"\bproclaim\x18< \x01(\v2\x1b.leased.v1.ProclaimResponseH\x00R\bproclaimB\n" +
 	"\n" +
-	"\bresponse2\xa8\x01\n" +
+	"\bresponse\"\\\n" +
+	"\vJoinRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vclient_addr\x18\x02 \x01(\tR\n" +
+	"clientAddr\x12\x18\n" +
+	"\arelayed\x18\x03 \x01(\bR\arelayed\"\x9f\x01\n" +
+	"\fJoinResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12)\n" +
+	"\x06member\x18\x02 \x01(\v2\x11.leased.v1.MemberR\x06member\x12+\n" +
+	"\amembers\x18\x03 \x03(\v2\x11.leased.v1.MemberR\amembers\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"\xe7\x01\n" +
+	"\n" +
+	"GossipMeta\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\x04R\tclusterId\x12\x1f\n" +
+	"\vclient_addr\x18\x04 \x01(\tR\n" +
+	"clientAddr\x12\x1b\n" +
+	"\tpeer_addr\x18\x05 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vgossip_addr\x18\x06 \x01(\tR\n" +
+	"gossipAddr\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"has_leader\x18\b \x01(\bR\thasLeader2\xf3\x01\n" +
 	"\x04Raft\x12L\n" +
 	"\x06Stream\x12\x1d.leased.internal.v1.RaftBatch\x1a!.leased.internal.v1.RaftStreamEnd(\x01\x12R\n" +
-	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponseB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"\aForward\x12\".leased.internal.v1.ForwardRequest\x1a#.leased.internal.v1.ForwardResponse\x12I\n" +
+	"\x04Join\x12\x1f.leased.internal.v1.JoinRequest\x1a .leased.internal.v1.JoinResponseB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_raft_proto_rawDescOnce sync.Once
@@ -472,43 +741,51 @@ func file_leased_internal_v1_raft_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_raft_proto_rawDescData
 }
 
-var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_leased_internal_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_leased_internal_v1_raft_proto_goTypes = []any{
 	(*RaftBatch)(nil),                 // 0: leased.internal.v1.RaftBatch
 	(*RaftStreamEnd)(nil),             // 1: leased.internal.v1.RaftStreamEnd
 	(*ForwardRequest)(nil),            // 2: leased.internal.v1.ForwardRequest
 	(*ForwardResponse)(nil),           // 3: leased.internal.v1.ForwardResponse
-	(*leasepb.AcquireRequest)(nil),    // 4: leased.v1.AcquireRequest
-	(*leasepb.RenewRequest)(nil),      // 5: leased.v1.RenewRequest
-	(*leasepb.ReleaseRequest)(nil),    // 6: leased.v1.ReleaseRequest
-	(*leasepb.KeepAliveRequest)(nil),  // 7: leased.v1.KeepAliveRequest
-	(*leasepb.ProclaimRequest)(nil),   // 8: leased.v1.ProclaimRequest
-	(*leasepb.AcquireResponse)(nil),   // 9: leased.v1.AcquireResponse
-	(*leasepb.RenewResponse)(nil),     // 10: leased.v1.RenewResponse
-	(*leasepb.ReleaseResponse)(nil),   // 11: leased.v1.ReleaseResponse
-	(*leasepb.KeepAliveResponse)(nil), // 12: leased.v1.KeepAliveResponse
-	(*leasepb.ProclaimResponse)(nil),  // 13: leased.v1.ProclaimResponse
+	(*JoinRequest)(nil),               // 4: leased.internal.v1.JoinRequest
+	(*JoinResponse)(nil),              // 5: leased.internal.v1.JoinResponse
+	(*GossipMeta)(nil),                // 6: leased.internal.v1.GossipMeta
+	(*leasepb.AcquireRequest)(nil),    // 7: leased.v1.AcquireRequest
+	(*leasepb.RenewRequest)(nil),      // 8: leased.v1.RenewRequest
+	(*leasepb.ReleaseRequest)(nil),    // 9: leased.v1.ReleaseRequest
+	(*leasepb.KeepAliveRequest)(nil),  // 10: leased.v1.KeepAliveRequest
+	(*leasepb.ProclaimRequest)(nil),   // 11: leased.v1.ProclaimRequest
+	(*leasepb.AcquireResponse)(nil),   // 12: leased.v1.AcquireResponse
+	(*leasepb.RenewResponse)(nil),     // 13: leased.v1.RenewResponse
+	(*leasepb.ReleaseResponse)(nil),   // 14: leased.v1.ReleaseResponse
+	(*leasepb.KeepAliveResponse)(nil), // 15: leased.v1.KeepAliveResponse
+	(*leasepb.ProclaimResponse)(nil),  // 16: leased.v1.ProclaimResponse
+	(*leasepb.Member)(nil),            // 17: leased.v1.Member
 }
 var file_leased_internal_v1_raft_proto_depIdxs = []int32{
-	4,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
-	5,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
-	6,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
-	7,  // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
-	8,  // 4: leased.internal.v1.ForwardRequest.proclaim:type_name -> leased.v1.ProclaimRequest
-	9,  // 5: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
-	10, // 6: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
-	11, // 7: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
-	12, // 8: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
-	13, // 9: leased.internal.v1.ForwardResponse.proclaim:type_name -> leased.v1.ProclaimResponse
-	0,  // 10: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
-	2,  // 11: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
-	1,  // 12: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
-	3,  // 13: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 0: leased.internal.v1.ForwardRequest.acquire:type_name -> leased.v1.AcquireRequest
+	8,  // 1: leased.internal.v1.ForwardRequest.renew:type_name -> leased.v1.RenewRequest
+	9,  // 2: leased.internal.v1.ForwardRequest.release:type_name -> leased.v1.ReleaseRequest
+	10, // 3: leased.internal.v1.ForwardRequest.keep_alive:type_name -> leased.v1.KeepAliveRequest
+	11, // 4: leased.internal.v1.ForwardRequest.proclaim:type_name -> leased.v1.ProclaimRequest
+	12, // 5: leased.internal.v1.ForwardResponse.acquire:type_name -> leased.v1.AcquireResponse
+	13, // 6: leased.internal.v1.ForwardResponse.renew:type_name -> leased.v1.RenewResponse
+	14, // 7: leased.internal.v1.ForwardResponse.release:type_name -> leased.v1.ReleaseResponse
+	15, // 8: leased.internal.v1.ForwardResponse.keep_alive:type_name -> leased.v1.KeepAliveResponse
+	16, // 9: leased.internal.v1.ForwardResponse.proclaim:type_name -> leased.v1.ProclaimResponse
+	17, // 10: leased.internal.v1.JoinResponse.member:type_name -> leased.v1.Member
+	17, // 11: leased.internal.v1.JoinResponse.members:type_name -> leased.v1.Member
+	0,  // 12: leased.internal.v1.Raft.Stream:input_type -> leased.internal.v1.RaftBatch
+	2,  // 13: leased.internal.v1.Raft.Forward:input_type -> leased.internal.v1.ForwardRequest
+	4,  // 14: leased.internal.v1.Raft.Join:input_type -> leased.internal.v1.JoinRequest
+	1,  // 15: leased.internal.v1.Raft.Stream:output_type -> leased.internal.v1.RaftStreamEnd
+	3,  // 16: leased.internal.v1.Raft.Forward:output_type -> leased.internal.v1.ForwardResponse
+	5,  // 17: leased.internal.v1.Raft.Join:output_type -> leased.internal.v1.JoinResponse
+	15, // [15:18] is the sub-list for method output_type
+	12, // [12:15] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_raft_proto_init() }
@@ -536,7 +813,7 @@ func file_leased_internal_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_raft_proto_rawDesc), len(file_leased_internal_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

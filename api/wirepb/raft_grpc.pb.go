@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Raft_Stream_FullMethodName  = "/leased.internal.v1.Raft/Stream"
 	Raft_Forward_FullMethodName = "/leased.internal.v1.Raft/Forward"
+	Raft_Join_FullMethodName    = "/leased.internal.v1.Raft/Join"
 )
 
 // RaftClient is the client API for Raft service.
@@ -37,6 +38,11 @@ type RaftClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftStreamEnd], error)
 	// Forward runs a client request on the leader on behalf of a follower (one hop; never re-forwarded).
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// Join asks the leader (a follower relays it once) about a member by name: it answers a node that
+	// does not know its cluster id yet (a new member's first start), announces the member's client address
+	// into the member table, and tells a removed node that it was removed. It carries no cluster id check:
+	// the asker may not know the cluster id yet.
+	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 }
 
 type raftClient struct {
@@ -70,6 +76,16 @@ func (c *raftClient) Forward(ctx context.Context, in *ForwardRequest, opts ...gr
 	return out, nil
 }
 
+func (c *raftClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinResponse)
+	err := c.cc.Invoke(ctx, Raft_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -81,6 +97,11 @@ type RaftServer interface {
 	Stream(grpc.ClientStreamingServer[RaftBatch, RaftStreamEnd]) error
 	// Forward runs a client request on the leader on behalf of a follower (one hop; never re-forwarded).
 	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// Join asks the leader (a follower relays it once) about a member by name: it answers a node that
+	// does not know its cluster id yet (a new member's first start), announces the member's client address
+	// into the member table, and tells a removed node that it was removed. It carries no cluster id check:
+	// the asker may not know the cluster id yet.
+	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -96,6 +117,9 @@ func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[RaftBatch, Raft
 }
 func (UnimplementedRaftServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedRaftServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -143,6 +167,24 @@ func _Raft_Forward_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raft_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Join(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Join_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -153,6 +195,10 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Forward",
 			Handler:    _Raft_Forward_Handler,
+		},
+		{
+			MethodName: "Join",
+			Handler:    _Raft_Join_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

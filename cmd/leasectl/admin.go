@@ -20,13 +20,14 @@ func (a *app) memberCommand() *cobra.Command {
 		Use:   "member",
 		Short: "List and change the cluster's Raft members",
 		Long: `member lists the Raft configuration and changes it: new nodes join as learners (add) and become voters
-once caught up (promote); remove takes a node out. These are explicit operator actions; gossip never changes
-who votes. (The server answers these once membership changes are implemented; until then they exit 1 with
-the server's answer.)`,
+once caught up (the leader promotes a learner by itself once it has kept up for a few election timeouts;
+promote does it by hand); remove takes a node out (a removed node stops, and its data dir never serves
+again). One change at a time. These are explicit operator actions; nothing else changes who votes.
+promote and remove take a member's NAME or its ID as member list prints it.`,
 		Example: `  leasectl member list
   leasectl member add n4 --peer-addr 10.0.0.4:7201 --client-addr 10.0.0.4:7101
-  leasectl member promote 4
-  leasectl member remove 4`,
+  leasectl member promote n4
+  leasectl member remove n4`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef(cmd, "unknown member command %q (want list, add, promote or remove)", args[0])
@@ -82,7 +83,14 @@ the server's answer.)`,
 				if err != nil {
 					return fmt.Errorf("member add: %w", err)
 				}
-				return a.printMembers(members)
+				if err := a.printMembers(members); err != nil {
+					return err
+				}
+				if !a.jsonOut() {
+					a.warnf("start %s with --initial-cluster-state existing and --initial-cluster listing current members (NAME=PEER-ADDR,...); "+
+						"it joins as a learner and is promoted once caught up", args[0])
+				}
+				return nil
 			})
 		}),
 	}
@@ -92,21 +100,21 @@ the server's answer.)`,
 
 	idCommand := func(use, short, example string, rpc func(*client.Client, context.Context, uint64) ([]client.Member, error)) *cobra.Command {
 		return &cobra.Command{
-			Use: use + " ID", Short: short, Example: example,
+			Use: use + " NAME|ID", Short: short, Example: example,
 			Args: func(cmd *cobra.Command, args []string) error {
-				if len(args) != 1 {
-					return usagef(cmd, "expected one member ID")
-				}
-				if id, err := leasepb.ParseID(args[0]); err != nil || id == 0 {
-					return usagef(cmd, "member ID must be a non-zero hex id as member list prints it, got %q", args[0])
+				if len(args) != 1 || args[0] == "" {
+					return usagef(cmd, "expected one member NAME or ID")
 				}
 				return nil
 			},
 			RunE: a.body(func(cmd *cobra.Command, args []string) error {
-				id, _ := leasepb.ParseID(args[0])
 				ctx, cancel := a.requestContext(cmd.Context())
 				defer cancel()
 				return a.withClient("", func(c *client.Client) error {
+					id, err := resolveMember(ctx, c, args[0])
+					if err != nil {
+						return fmt.Errorf("member %s: %w", use, err)
+					}
 					members, err := rpc(c, ctx, id)
 					if err != nil {
 						return fmt.Errorf("member %s %s: %w", use, leasepb.FormatID(id), err)
@@ -116,8 +124,8 @@ the server's answer.)`,
 			}),
 		}
 	}
-	promote := idCommand("promote", "Make a caught-up learner a voter", `  leasectl member promote 4`, (*client.Client).MemberPromote)
-	remove := idCommand("remove", "Remove a member from the Raft configuration", `  leasectl member remove 4`, (*client.Client).MemberRemove)
+	promote := idCommand("promote", "Make a caught-up learner a voter", `  leasectl member promote n4`, (*client.Client).MemberPromote)
+	remove := idCommand("remove", "Remove a member from the Raft configuration (the leader hands over first)", `  leasectl member remove n4`, (*client.Client).MemberRemove)
 	cmd.AddCommand(list, add, promote, remove)
 	return cmd
 }
@@ -129,6 +137,23 @@ func nameArg(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// resolveMember finds a member by name, or else by its hex id as member list prints it.
+func resolveMember(ctx context.Context, c *client.Client, arg string) (uint64, error) {
+	members, err := c.MemberList(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range members {
+		if m.Name == arg {
+			return m.ID, nil
+		}
+	}
+	if id, err := leasepb.ParseID(arg); err == nil && id != 0 {
+		return id, nil // an id the server knows, or NotFound from it
+	}
+	return 0, fmt.Errorf("%w: no member named %q (and it is no hex id)", client.ErrNotFound, arg)
+}
+
 // memberJSON is the shape of the member commands' JSON output, one line per member.
 type memberJSON struct {
 	ID         string `json:"id"` // leasepb.FormatID: ids use all 64 bits, more than a JSON number keeps
@@ -136,21 +161,22 @@ type memberJSON struct {
 	PeerAddr   string `json:"peer_addr"`
 	ClientAddr string `json:"client_addr"`
 	IsLearner  bool   `json:"is_learner"`
+	IsLeader   bool   `json:"is_leader"`
 }
 
 func (a *app) printMembers(ms []client.Member) error {
 	if a.jsonOut() {
 		for _, m := range ms {
 			if err := a.emitJSON(memberJSON{ID: leasepb.FormatID(m.ID), Name: m.Name, PeerAddr: m.PeerAddr,
-				ClientAddr: m.ClientAddr, IsLearner: m.IsLearner}); err != nil {
+				ClientAddr: m.ClientAddr, IsLearner: m.IsLearner, IsLeader: m.IsLeader}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	t := a.newTable("ID", "NAME", "PEER ADDRESS", "CLIENT ADDRESS", "LEARNER")
+	t := a.newTable("ID", "NAME", "PEER ADDRESS", "CLIENT ADDRESS", "LEARNER", "LEADER")
 	for _, m := range ms {
-		t.row(leasepb.FormatID(m.ID), m.Name, m.PeerAddr, orDash(m.ClientAddr), strconv.FormatBool(m.IsLearner))
+		t.row(leasepb.FormatID(m.ID), m.Name, m.PeerAddr, orDash(m.ClientAddr), strconv.FormatBool(m.IsLearner), strconv.FormatBool(m.IsLeader))
 	}
 	return t.flush()
 }

@@ -39,9 +39,9 @@ func TestCluster(t *testing.T) {
 		{"RunKillsAfterGrace", testRunGraceKill},
 		{"ElectAndLeader", testElect},
 		{"LeaderWatch", testLeaderWatch},
-		{"ClusterServiceUnimplemented", testUnimplemented},
 		{"RequestIDReuseIsRefused", testRequestIDReuse},
 		{"SnapshotSaveStatusRestore", testSnapshot},
+		{"Members", testMembers},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
@@ -132,7 +132,7 @@ func testInProcess(t *testing.T, eps []string) {
 	want(t, inProcess("--endpoints", ep, "acquire", "inproc/a", "--ttl", "10s", "--holder", "other"), 3)
 	want(t, inProcess("--endpoints", ep, "release", "inproc/a", "--token", strconv.FormatUint(lease.Token, 10)), 0)
 	want(t, inProcess("--endpoints", ep, "get", "inproc/a"), 4)
-	want(t, inProcess("--endpoints", ep, "member", "list"), 1)
+	want(t, inProcess("--endpoints", ep, "member", "list"), 0)
 }
 
 func testList(t *testing.T, eps []string) {
@@ -454,17 +454,57 @@ wait $pid`
 	want(t, ctl(t, eps, "leader", "elect/svc"), 4)
 }
 
-func testUnimplemented(t *testing.T, eps []string) {
-	for _, args := range [][]string{
-		{"member", "list"},
-		{"member", "add", "n4", "--peer-addr", "127.0.0.1:7204"},
-		{"member", "promote", "4"},
-		{"member", "remove", "4"},
-	} {
-		r := want(t, ctl(t, eps, args...), 1)
-		if !strings.Contains(r.stderr, "does not support this yet") {
-			t.Errorf("%v: %v", args, r)
+// memberLine is one line of member list -o json.
+type memberLine struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr"`
+	IsLearner  bool   `json:"is_learner"`
+	IsLeader   bool   `json:"is_leader"`
+}
+
+func memberLines(t *testing.T, eps []string) map[string]memberLine {
+	t.Helper()
+	out := map[string]memberLine{}
+	for _, line := range strings.Split(strings.TrimSpace(want(t, ctl(t, eps, "-o", "json", "member", "list"), 0).stdout), "\n") {
+		m := mustJSON[memberLine](t, line)
+		out[m.Name] = m
+	}
+	return out
+}
+
+// testMembers: member list -o json names every member with its addresses and the leader; add, promote
+// and remove answer with the documented exit codes.
+func testMembers(t *testing.T, eps []string) {
+	ms := memberLines(t, eps)
+	leaders := 0
+	for _, name := range []string{"n1", "n2", "n3"} {
+		m, ok := ms[name]
+		if !ok || len(m.ID) != 16 || m.PeerAddr == "" || m.IsLearner {
+			t.Fatalf("member %s: %+v (all: %v)", name, m, ms)
 		}
+		if m.IsLeader {
+			leaders++
+		}
+	}
+	if leaders != 1 || len(ms) != 3 {
+		t.Fatalf("want 3 members and 1 leader: %v", ms)
+	}
+	r := want(t, ctl(t, eps, "member", "add", "n4", "--peer-addr", "127.0.0.1:7204"), 0)
+	if !strings.Contains(r.stdout, "n4") || !strings.Contains(r.stderr, "--initial-cluster-state existing") {
+		t.Errorf("member add: %v", r)
+	}
+	if m := memberLines(t, eps)["n4"]; !m.IsLearner || m.PeerAddr != "127.0.0.1:7204" {
+		t.Fatalf("n4 after add: %+v", m)
+	}
+	want(t, ctl(t, eps, "member", "add", "n4", "--peer-addr", "127.0.0.1:7205"), 1) // AlreadyExists
+	want(t, ctl(t, eps, "member", "add", "n5", "--peer-addr", "0.0.0.0:7205"), 2)   // InvalidArgument
+	want(t, ctl(t, eps, "member", "promote", "n4"), 3)                              // not caught up: FailedPrecondition
+	want(t, ctl(t, eps, "member", "remove", "nosuch"), 4)                           // NotFound
+	want(t, ctl(t, eps, "member", "remove", memberLines(t, eps)["n4"].ID), 0)       // by id
+	if _, ok := memberLines(t, eps)["n4"]; ok {
+		t.Fatal("n4 still listed after remove")
 	}
 }
 

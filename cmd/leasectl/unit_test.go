@@ -55,9 +55,9 @@ func TestUsageErrorsExitTwoBeforeNetwork(t *testing.T) {
 		{"member", "frob"},
 		{"member", "add", "n4"},
 		{"member", "add", "n4", "--peer-addr", "nope"},
-		{"member", "promote", "n4"}, // ids are hex, as member list prints them
-		{"member", "promote", "0"},
-		{"member", "remove", "00000000000000001"},
+		{"member", "promote"}, // a NAME or an ID (names are looked up, so only the count is a usage error)
+		{"member", "promote", "n4", "n5"},
+		{"member", "remove", ""},
 		{"member", "remove"},
 		{"snapshot"},
 		{"snapshot", "save"},

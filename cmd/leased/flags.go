@@ -31,6 +31,8 @@ type options struct {
 	logFormat   string
 	showVersion bool
 	tls         tlsOptions
+	// gossipKeyFile is read by main into cfg.GossipKey.
+	gossipKeyFile string
 }
 
 // usageError is a problem with the command line itself (unknown flag, unparsable value). main exits 2.
@@ -56,13 +58,22 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by usage below
 	c, l := &o.cfg, &o.cfg.Limits
 
-	fs.StringVar(&c.Name, "name", "", "this node's name; must be one of the names in --initial-cluster (required)")
+	fs.StringVar(&c.Name, "name", "", "this node's name; a founding node's must be one of the names in --initial-cluster, a joining node's the name given to leasectl member add (required)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "directory of the raft log; it belongs to one cluster and one node for life (required)")
 	fs.StringVar(&c.ClientAddr, "client-addr", "127.0.0.1:7101", "host:port serving the gRPC Leases and Cluster services to clients")
 	fs.StringVar(&c.PeerAddr, "peer-addr", "127.0.0.1:7201", "host:port serving raft traffic from the other nodes")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "", "host:port serving the Leases service as HTTP/JSON (docs/http.md), with the client port's TLS and client certificate rules; empty (the default) turns it off")
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz, /metrics); loopback by default, empty disables it")
-	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node (required)")
+	fs.StringVar(&c.AdvertiseClientAddr, "advertise-client-addr", "", "host:port clients reach this node's client address at (member table, leader hints, status); default --client-addr, which must then not be 0.0.0.0 or [::]")
+	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", "", "host:port other nodes reach this node's peer address at; default --peer-addr, which must then not be 0.0.0.0 or [::]")
+	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node. "+
+		"With --initial-cluster-state existing: some current members, asked for the cluster. Read on the first start only: after it, the member table in the data dir is the authority (required on a first start)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "host:port for memberlist gossip (node discovery and metadata; it never changes who votes); empty disables gossip")
+	fs.StringVar(&c.AdvertiseGossipAddr, "advertise-gossip-addr", "", "host:port other nodes reach this node's gossip address at; default --gossip-addr, which must then not be 0.0.0.0 or [::]")
+	fs.Var(listFlag{&c.Join}, "join", "gossip `addresses` host:port,... of members to join; with --initial-cluster-state existing, a new member finds the cluster through them (no --initial-cluster needed)")
+	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the base64 of a 16, 24 or 32 byte key that encrypts gossip (the same on every node)")
+	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout, "how long a joining node's first start waits for a member to answer")
+	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 	fs.Var(&aclFileFlag{rules: &c.InitialACL}, "initial-acl-file", "YAML `file` of the ACL rules a new cluster starts with (docs/security.md); used only while the cluster has no rules, ignored once any are set")
 
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
@@ -141,7 +152,10 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, `leased is one node of a leased cluster: a lease and fencing-token server on Raft.
 
 Usage:
-  leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]
+  leased --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [flags]     found a cluster
+  leased --name NAME --data-dir DIR --initial-cluster-state existing \
+         (--initial-cluster NAME=HOST:PORT,... | --gossip-addr HOST:PORT --join HOST:PORT,...) [flags]
+                                                    join one after leasectl member add NAME
   leased health [--admin-addr HOST:PORT] [--live] [--timeout D]   (see leased health --help)
 
 Every flag but --version can also be set with an environment variable: LEASED_ and the flag's name in
@@ -242,6 +256,48 @@ func checkHostPort(addr string) error {
 		return fmt.Errorf("address %q: port must be 1..65535", addr)
 	}
 	return nil
+}
+
+// listFlag parses a comma-separated list of host:port addresses (--join).
+type listFlag struct{ p *[]string }
+
+func (f listFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		if err := checkHostPort(a); err != nil {
+			return err
+		}
+		out = append(out, a)
+	}
+	*f.p = out
+	return nil
+}
+
+// stateFlag parses --initial-cluster-state.
+type stateFlag struct{ p *string }
+
+func (f stateFlag) String() string {
+	if f.p == nil || *f.p == "" {
+		return server.ClusterStateNew
+	}
+	return *f.p
+}
+
+func (f stateFlag) Set(s string) error {
+	switch s {
+	case server.ClusterStateNew, server.ClusterStateExisting:
+		*f.p = s
+		return nil
+	}
+	return errors.New("want new or existing")
 }
 
 // levelFlag parses --log-level.

@@ -57,6 +57,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--max-watchers=31", "--max-watchers-per-conn=32", "--max-waiters=33", "--max-waiters-per-resource=34",
 		"--max-streams-per-conn=35", "--max-leases=36", "--quota-bytes=37", "--watch-history-bytes=38",
 		"--log-level=debug", "--log-format=json",
+		"--advertise-client-addr=a:1", "--advertise-peer-addr=a:2", "--gossip-addr=h:4", "--advertise-gossip-addr=a:4",
+		"--join=g1:4, g2:4", "--initial-cluster-state=existing", "--join-timeout=28s", "--gossip-key-file=/k",
 	}
 	o, err := parse(t, args, nil)
 	if err != nil {
@@ -70,6 +72,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
 	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
 	want.WatchHistoryBytes = 38
+	want.AdvertiseClientAddr, want.AdvertisePeerAddr, want.GossipAddr, want.AdvertiseGossipAddr = "a:1", "a:2", "h:4", "a:4"
+	want.Join, want.InitialClusterState, want.JoinTimeout = []string{"g1:4", "g2:4"}, server.ClusterStateExisting, 28*time.Second
 	want.Limits = server.Limits{
 		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
 		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,
@@ -81,7 +85,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	if !reflect.DeepEqual(o.cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
 	}
-	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" {
+	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" || o.gossipKeyFile != "/k" {
 		t.Errorf("admin %q, level %v, format %q", o.adminAddr, o.logLevel, o.logFormat)
 	}
 }
@@ -145,6 +149,8 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{"cluster duplicate name", []string{"--initial-cluster=n1=h:1,n1=h:2"}, nil, "n1 appears twice"},
 		{"cluster duplicate address", []string{"--initial-cluster=n1=h:1,n2=h:1"}, nil, "same address h:1"},
 		{"cluster in env", nil, env("LEASED_INITIAL_CLUSTER", "n1=h:1,n1=h:2"), "LEASED_INITIAL_CLUSTER"},
+		{"bad cluster state", []string{"--initial-cluster-state=joining"}, nil, "want new or existing"},
+		{"join without port", []string{"--join=n1"}, nil, "want host:port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(t, tc.args, tc.getenv)

@@ -67,6 +67,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "leased %s\n", build)
 		return nil
 	}
+	if o.gossipKeyFile != "" {
+		text, err := os.ReadFile(o.gossipKeyFile)
+		if err != nil {
+			return fmt.Errorf("gossip key: %w", err)
+		}
+		if o.cfg.GossipKey, err = server.ParseGossipKey(text); err != nil {
+			return fmt.Errorf("gossip key %s: %w", o.gossipKeyFile, err)
+		}
+	}
 	version := build.Version
 	log := newLogger(o, stderr)
 	reg := prometheus.NewRegistry()

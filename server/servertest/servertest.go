@@ -252,6 +252,14 @@ func (c *Cluster) WaitSettled() {
 		}
 		time.Sleep(10 * time.Millisecond) // poll: the leader is still committing its first entry
 	}
+	// Every member announces its client address into the member table after it starts (a conf change):
+	// wait for those entries, so that tests measuring the log see it quiet.
+	for !c.announced(ctx, li) {
+		if ctx.Err() != nil {
+			c.t.Fatal("the members did not announce their client addresses within 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // poll: the announcements are still being applied
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !c.caughtUp(leader.AppliedIndex()) {
 		if time.Now().After(deadline) {
@@ -259,6 +267,30 @@ func (c *Cluster) WaitSettled() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// announced reports whether node i's member table has a client address for every running node.
+func (c *Cluster) announced(ctx context.Context, i int) bool {
+	conn := c.Conn(i)
+	if conn == nil {
+		return false
+	}
+	resp, err := leasepb.NewClusterClient(conn).MemberList(ctx, &leasepb.MemberListRequest{Serializable: true})
+	if err != nil {
+		return false
+	}
+	have := map[string]bool{}
+	for _, m := range resp.GetMembers() {
+		have[m.GetName()] = m.GetClientAddr() != ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for j, s := range c.nodes {
+		if s != nil && !have[c.cfgs[j].Name] {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Cluster) caughtUp(want uint64) bool {

@@ -40,6 +40,9 @@ type Raft interface {
 // ForwardFunc runs a follower's forwarded client request on this node; see Config.Forward.
 type ForwardFunc func(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error)
 
+// JoinFunc answers a member asking about itself; see Config.Join.
+type JoinFunc func(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error)
+
 // Config configures a Transport. Zero durations and sizes take the defaults listed on each field.
 type Config struct {
 	// ClusterID is stamped on every outgoing batch; inbound batches and Forward requests that carry a
@@ -52,6 +55,9 @@ type Config struct {
 	// Forward serves the Raft.Forward RPC. Nil answers Unimplemented. Requests whose cluster id is not
 	// ClusterID are rejected before Forward is called.
 	Forward ForwardFunc
+	// Join serves the Raft.Join RPC. Nil answers Unimplemented. It carries no cluster id (a new member
+	// asks before it knows it), so it is not checked.
+	Join JoinFunc
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
 	// DialOptions are appended to the transport's own options (message size limits and a reconnect

@@ -200,3 +200,11 @@ func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wir
 	}
 	return t.cfg.Forward(ctx, req)
 }
+
+// Join hands the request to Config.Join.
+func (s *service) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	if s.t.cfg.Join == nil {
+		return nil, status.Error(codes.Unimplemented, "this node does not answer joining members")
+	}
+	return s.t.cfg.Join(ctx, req)
+}

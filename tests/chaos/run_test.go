@@ -55,6 +55,9 @@ type runConfig struct {
 	// TLS runs the cluster with TLS on the client and peer ports (tls_test.go; LEASED_CHAOS_TLS=1, make
 	// chaos TLS=1).
 	TLS bool
+	// Membership adds the membership nemesis (replace a follower: remove, wipe, add fresh, promote) to the
+	// schedule: LEASED_CHAOS_MEMBERSHIP=1 (membership_test.go).
+	Membership bool
 }
 
 // run is one chaos run: a cluster, the workload, the nemeses, and what they recorded.
@@ -80,6 +83,10 @@ type run struct {
 	gaps           []uint64
 	// watchRedelivered counts events a Watch stream delivered below the index it was asked to start from.
 	watchRedelivered int
+
+	// removed are the node indexes the membership nemesis removed and has not added back yet (nemesis
+	// goroutine only).
+	removed map[int]bool
 
 	// monitor
 	leaderChanges int
@@ -560,7 +567,7 @@ func (r *run) nemesis(ctx context.Context) {
 	defer r.cnet.heal()
 	var pauses sync.WaitGroup
 	defer pauses.Wait()
-	npause := 0
+	npause, nreplace := 0, 0
 	for ctx.Err() == nil {
 		sleepCtx(ctx, time.Duration(300+rng.IntN(1200))*time.Millisecond)
 		if ctx.Err() != nil {
@@ -569,6 +576,10 @@ func (r *run) nemesis(ctx context.Context) {
 		ld, _ := r.c.Leader(ctx)
 		if r.cfg.Schedule == "freeze" || (r.cfg.Gray && rng.IntN(2) == 0) {
 			r.grayNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.Membership && rng.IntN(4) == 0 {
+			r.membershipNemesis(rng, ld, &nreplace)
 			continue
 		}
 		pick := func(leader bool) int { // the leader, or a node that is not the leader

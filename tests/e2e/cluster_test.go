@@ -28,7 +28,13 @@ type cluster struct {
 // every node's log if it did.
 func newCluster(t *testing.T, size int, extra ...string) *cluster {
 	t.Helper()
-	c := prepareCluster(t, size, extra...)
+	return newClusterWith(t, proc.Config{Size: size, Args: extra})
+}
+
+// newClusterWith is newCluster with more of proc.Config (Bin, Dir and Admin are set here).
+func newClusterWith(t *testing.T, cfg proc.Config) *cluster {
+	t.Helper()
+	c := prepareClusterWith(t, cfg)
 	for i := range c.Nodes {
 		c.Start(i)
 	}
@@ -38,6 +44,11 @@ func newCluster(t *testing.T, size int, extra ...string) *cluster {
 
 // prepareCluster is newCluster without starting anything: the nodes' addresses and data dirs are chosen.
 func prepareCluster(t *testing.T, size int, extra ...string) *cluster {
+	t.Helper()
+	return prepareClusterWith(t, proc.Config{Size: size, Args: extra})
+}
+
+func prepareClusterWith(t *testing.T, cfg proc.Config) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
@@ -54,7 +65,8 @@ func prepareCluster(t *testing.T, size int, extra ...string) *cluster {
 			}
 		}
 	})
-	c.Cluster = proc.New(t, proc.Config{Bin: leasedBin, Dir: dir, Size: size, Admin: true, Args: extra})
+	cfg.Bin, cfg.Dir, cfg.Admin = leasedBin, dir, true
+	c.Cluster = proc.New(t, cfg)
 	return c
 }
 

@@ -23,6 +23,7 @@ type Endpoint interface {
 	ReportUnreachable(id uint64)
 	ReportSnapshot(id uint64, st raft.SnapshotStatus)
 	Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error)
+	Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error)
 }
 
 // Faults are applied to every message on a link that is not cut.
@@ -309,7 +310,7 @@ func (t *Transport) AddPeer(uint64, string) {}
 func (t *Transport) RemovePeer(uint64) {}
 
 // PeerClient returns a client whose Forward runs on peer id's endpoint, if the links both ways are up
-// when it is called (else codes.Unavailable, as a broken connection). Only Forward is implemented.
+// when it is called (else codes.Unavailable, as a broken connection). Only Forward and Join are implemented.
 func (t *Transport) PeerClient(id uint64) (wirepb.RaftClient, bool) {
 	if id == t.id || id == raft.None {
 		return nil, false
@@ -339,6 +340,22 @@ func (c forwardClient) Forward(ctx context.Context, req *wirepb.ForwardRequest, 
 	}
 	if resp != nil {
 		resp = proto.Clone(resp).(*wirepb.ForwardResponse)
+	}
+	return resp, err
+}
+
+func (c forwardClient) Join(ctx context.Context, req *wirepb.JoinRequest, _ ...grpc.CallOption) (*wirepb.JoinResponse, error) {
+	net := c.t.net
+	ep := net.endpoint(c.to)
+	if ep == nil || !net.Reachable(c.t.id, c.to) || !net.Reachable(c.to, c.t.id) {
+		return nil, status.Error(codes.Unavailable, "sim: peer unreachable")
+	}
+	resp, err := ep.Join(ctx, proto.Clone(req).(*wirepb.JoinRequest))
+	if !net.Reachable(c.to, c.t.id) {
+		return nil, status.Error(codes.Unavailable, "sim: peer unreachable")
+	}
+	if resp != nil {
+		resp = proto.Clone(resp).(*wirepb.JoinResponse)
 	}
 	return resp, err
 }

@@ -43,6 +43,10 @@ func (r *recorder) Forward(context.Context, *wirepb.ForwardRequest) (*wirepb.For
 	return &wirepb.ForwardResponse{}, nil
 }
 
+func (r *recorder) Join(context.Context, *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	return &wirepb.JoinResponse{}, nil
+}
+
 func msgs(from, to uint64, n int) []*raftpb.Message {
 	out := make([]*raftpb.Message, n)
 	for i := range out {

@@ -119,6 +119,8 @@ type Config struct {
 
 	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
 	Admin bool
+	// Gossip gives every node a gossip address (--gossip-addr); the founding nodes --join each other.
+	Gossip bool
 	// PeerHost, if set, is the host node i's peers dial it at (in --initial-cluster), with its peer port;
 	// by default they dial its peer address.
 	PeerHost func(i int) string
@@ -137,7 +139,15 @@ type Config struct {
 type Node struct {
 	Name, DataDir, LogPath          string
 	ClientAddr, PeerAddr, AdminAddr string // AdminAddr is empty without Config.Admin
+	GossipAddr                      string // empty without Config.Gossip
 	Conn                            *grpc.ClientConn
+	// InitialCluster, when set, replaces the cluster's --initial-cluster for this node (a node added
+	// later lists the current members); Args are flags added to this node's command line only. Set them
+	// before Start.
+	// NoInitialCluster leaves --initial-cluster out (a node that finds the cluster through --join).
+	InitialCluster   string
+	NoInitialCluster bool
+	Args             []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -152,6 +162,7 @@ type Cluster struct {
 	t         testing.TB
 	cfg       Config
 	initial   string
+	used      map[string]bool // every address handed to a node (freshAddrs)
 	closeOnce sync.Once
 }
 
@@ -162,45 +173,31 @@ func New(t testing.TB, cfg Config) *Cluster {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	per := 2
-	if cfg.Admin {
-		per = 3
-	}
-	addrs := FreeAddrs(t, per*cfg.Size)
 	c := &Cluster{t: t, cfg: cfg}
 	t.Cleanup(c.Close)
 	var members []string
 	for i := range cfg.Size {
-		n := &Node{Name: fmt.Sprintf("n%d", i+1), ClientAddr: addrs[per*i], PeerAddr: addrs[per*i+1]}
-		if cfg.Admin {
-			n.AdminAddr = addrs[per*i+2]
-		}
-		n.DataDir = filepath.Join(cfg.Dir, n.Name)
-		n.LogPath = filepath.Join(cfg.Dir, n.Name+".log")
+		n := c.newNode(fmt.Sprintf("n%d", i+1))
 		peer := n.PeerAddr
 		if cfg.PeerHost != nil {
 			_, port, _ := net.SplitHostPort(n.PeerAddr)
 			peer = net.JoinHostPort(cfg.PeerHost(i), port)
 		}
 		members = append(members, n.Name+"="+peer)
-		creds := insecure.NewCredentials()
-		if cfg.ClientTLS != nil {
-			creds = credentials.NewTLS(cfg.ClientTLS)
-		}
-		conn, err := grpc.NewClient(n.ClientAddr,
-			grpc.WithTransportCredentials(creds),
-			// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
-				MinConnectTimeout: time.Second,
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Conn = conn
 		c.Nodes = append(c.Nodes, n)
 	}
 	c.initial = strings.Join(members, ",")
+	if cfg.Gossip {
+		for _, n := range c.Nodes {
+			var others []string
+			for _, o := range c.Nodes {
+				if o != n {
+					others = append(others, o.GossipAddr)
+				}
+			}
+			n.Args = append(n.Args, "--join="+strings.Join(others, ","))
+		}
+	}
 	return c
 }
 
@@ -208,7 +205,81 @@ func New(t testing.TB, cfg Config) *Cluster {
 // it from the goroutine that calls Start.
 func (c *Cluster) SetBinary(bin string) { c.cfg.Bin = bin }
 
-// InitialCluster is the --initial-cluster every node starts with (name=peer-address,...).
+// freshAddrs returns n free addresses that no node of the cluster has been given (FreeAddrs alone only
+// keeps one call's addresses distinct).
+func (c *Cluster) freshAddrs(n int) []string {
+	if c.used == nil {
+		c.used = map[string]bool{}
+	}
+	var out []string
+	for len(out) < n {
+		for _, a := range FreeAddrs(c.t, n-len(out)) {
+			if !c.used[a] && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	for _, a := range out {
+		c.used[a] = true
+	}
+	return out
+}
+
+// newNode allocates a node's ports, data dir and client connection.
+func (c *Cluster) newNode(name string) *Node {
+	c.t.Helper()
+	per := 2
+	if c.cfg.Admin {
+		per++
+	}
+	if c.cfg.Gossip {
+		per++
+	}
+	addrs := c.freshAddrs(per)
+	n := &Node{Name: name, ClientAddr: addrs[0], PeerAddr: addrs[1], DataDir: filepath.Join(c.cfg.Dir, name),
+		LogPath: filepath.Join(c.cfg.Dir, name+".log")}
+	next := 2
+	if c.cfg.Admin {
+		n.AdminAddr, next = addrs[next], next+1
+	}
+	if c.cfg.Gossip {
+		n.GossipAddr = addrs[next]
+	}
+	conn, err := dial(n.ClientAddr, c.cfg.ClientTLS)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.Conn = conn
+	return n
+}
+
+// AddNode prepares one more node called name on fresh ports (not started) and returns its index. To
+// join the running cluster it needs `leasectl member add` (or MemberAdd) first, and InitialCluster and
+// Args such as --initial-cluster-state=existing. It appends to Nodes: call it only from the goroutine
+// that drives the cluster, while no other goroutine reads Nodes.
+func (c *Cluster) AddNode(name string) int {
+	c.t.Helper()
+	n := c.newNode(name)
+	c.Nodes = append(c.Nodes, n)
+	return len(c.Nodes) - 1
+}
+
+// dial connects to a node's client address, with a short reconnect backoff.
+func dial(addr string, clientTLS *tls.Config) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if clientTLS != nil {
+		creds = credentials.NewTLS(clientTLS)
+	}
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(creds),
+		// A restarted node must be found again quickly, not after grpc's default backoff of up to 2 min.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 300 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+}
+
+// InitialCluster is the founding members' --initial-cluster value.
 func (c *Cluster) InitialCluster() string { return c.initial }
 
 // Endpoints returns the nodes' client addresses.
@@ -240,13 +311,25 @@ func (c *Cluster) Start(i int) {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== start %s at %s\n", n.Name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.cfg.Bin, append([]string{
+	initial := c.initial
+	if n.InitialCluster != "" {
+		initial = n.InitialCluster
+	}
+	args := []string{
 		"--name=" + n.Name, "--data-dir=" + n.DataDir,
 		"--client-addr=" + n.ClientAddr, "--peer-addr=" + n.PeerAddr, "--admin-addr=" + n.AdminAddr,
-		"--initial-cluster=" + c.initial,
+	}
+	if !n.NoInitialCluster {
+		args = append(args, "--initial-cluster="+initial)
+	}
+	args = append(append(args,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
-		"--proposal-timeout=2s", "--checkpoint-interval=" + CheckpointInterval.String(), "--log-level=info",
-	}, c.nodeArgs(i)...)...)
+		"--proposal-timeout=2s", "--checkpoint-interval=" + CheckpointInterval.String(), "--log-level=info"),
+		c.nodeArgs(i)...)
+	if n.GossipAddr != "" {
+		args = append(args, "--gossip-addr="+n.GossipAddr)
+	}
+	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {

@@ -1,0 +1,392 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// Membership changes (the Cluster service's MemberAdd, MemberPromote and MemberRemove, the leader's
+// automatic promotion, and a member announcing its client address) run on the leader, one at a time, as
+// single-node ConfChangeV2 entries whose context is the changed member's record. A single-node change never
+// needs joint consensus (raft applies it as a simple change: any majority of the old configuration
+// overlaps any of the new); replacing a node is done as add learner, promote, remove — three such steps.
+//
+// raft silently drops a conf change while another is unapplied (and right after an election), so a change
+// is proposed again until the table shows it; every change is idempotent in raft and in the table, so a
+// duplicate is harmless.
+
+// promoteLag is how far (in entries) a learner's log may trail the leader's last index to count as caught
+// up, for automatic and manual promotion.
+const promoteLag = 100
+
+// changeMembers proposes one conf change and waits until done(table) holds (or ctx ends). It runs on the
+// leader only; a change is refused while a conf change from an earlier leader is still unapplied. check,
+// if set, runs once this change has the semaphore and no other is pending, so that it sees the table
+// every earlier change left (two concurrent adds of one name cannot both pass it).
+func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	select {
+	case n.confSem <- struct{}{}:
+		defer func() { <-n.confSem }()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: another membership change is in progress", ErrMembershipRefused)
+	}
+	if !n.isLeader() {
+		return n.notLeaderErr()
+	}
+	if err := n.waitConfApplied(ctx); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	rec, err := proto.MarshalOptions{Deterministic: true}.Marshal(&leasepb.Member{
+		Id: m.GetId(), Name: m.GetName(), PeerAddr: m.GetPeerAddr(), ClientAddr: m.GetClientAddr()})
+	if err != nil {
+		return fmt.Errorf("encode member: %w", err)
+	}
+	cc := raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.GetId())}}, Context: rec}
+	n.log.Info("proposing membership change", "change", typ.String(), "member", leasepb.FormatID(m.GetId()), "name", m.GetName())
+	for {
+		if err := n.raft.ProposeConfChange(ctx, &cc); err != nil {
+			return unknownOutcome(n.proposeErr(ctx, err))
+		}
+		if applied, err := n.waitTable(ctx, 2*n.cfg.ElectionTimeout(), done); applied || err != nil {
+			return err
+		}
+		if !n.isLeader() {
+			return unknownOutcome(n.notLeaderErr())
+		}
+	}
+}
+
+// waitTable waits up to d for done(table) to hold, re-checking after every applied entry.
+func (n *node) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FSM) bool) (bool, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		var ok bool
+		n.readFSM(func(sm *fsm.FSM) { ok = done(sm) })
+		if ok {
+			return true, nil
+		}
+		err := n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		switch {
+		case errors.Is(err, ErrStopped):
+			return false, unknownOutcome(n.stoppedErr())
+		case ctx.Err() != nil:
+			return false, unknownOutcome(n.proposeErr(ctx, ctx.Err()))
+		case err != nil:
+			return false, nil // d passed: propose again
+		}
+	}
+}
+
+// waitConfApplied waits (briefly) until no conf change is between the applied index and the end of the
+// leader's log, so that raft does not drop the next one, and refuses the change if one stays pending.
+func (n *node) waitConfApplied(ctx context.Context) error {
+	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout())
+	for {
+		pending, err := n.confChangePending()
+		if err != nil || !pending {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: a membership change is still being applied; retry", ErrMembershipRefused)
+		}
+		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout())
+		err = n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		cancel()
+		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
+			return errors.Join(ctx.Err(), err)
+		}
+	}
+}
+
+// confChangePending reports whether the log holds a conf change not applied yet.
+func (n *node) confChangePending() (bool, error) {
+	st, ok := n.logIndex.(raft.Storage)
+	if !ok {
+		return false, nil
+	}
+	applied := n.applied.Load()
+	last, err := st.LastIndex()
+	if err != nil || last <= applied {
+		return false, err
+	}
+	ents, err := st.Entries(applied+1, last+1, math.MaxUint64)
+	if err != nil {
+		if errors.Is(err, raft.ErrCompacted) || errors.Is(err, raft.ErrUnavailable) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryType_EntryNormal {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// addMember adds a learner named name at peerAddr (and clientAddr, which may be empty).
+func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string) (*leasepb.Member, error) {
+	if err := validMemberAddrs(name, peerAddr, clientAddr); err != nil {
+		return nil, err
+	}
+	if !n.isLeader() {
+		return nil, n.notLeaderErr()
+	}
+	m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
+	check := func() (refusal error) {
+		n.readFSM(func(sm *fsm.FSM) { refusal = checkNewMember(sm, m) })
+		return refusal
+	}
+	if err := check(); err != nil { // answer at once, without waiting for the semaphore
+		return nil, err
+	}
+	err := n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(m.Id) != nil })
+	return m, err
+}
+
+func validMemberAddrs(name, peerAddr, clientAddr string) error {
+	if err := validName("name", name, maxMemberName); err != nil {
+		return err
+	}
+	if !validAdvertise(peerAddr) {
+		return invalid("peer_addr", "%q is not a host:port other nodes can dial (not 0.0.0.0, [::] or port 0)", peerAddr)
+	}
+	if clientAddr != "" && !validAdvertise(clientAddr) {
+		return invalid("client_addr", "%q is not a host:port clients can dial (not 0.0.0.0, [::] or port 0)", clientAddr)
+	}
+	return nil
+}
+
+// maxMemberName bounds a member's name (docs/design.md, "Limits").
+const maxMemberName = 64
+
+// checkNewMember refuses a member whose name, id or addresses the cluster already has, or a removed one.
+func checkNewMember(sm *fsm.FSM, m *leasepb.Member) error {
+	if sm.WasRemoved(m.Id) {
+		return fmt.Errorf("%w: a member named %q was removed from this cluster, and a removed member never rejoins: "+
+			"add the replacement under a new name", ErrMembershipRefused, m.Name)
+	}
+	for _, o := range sm.Members() {
+		switch {
+		case o.GetName() == m.Name || o.GetId() == m.Id:
+			return fmt.Errorf("%w: %q (id %s) is already a member", ErrMemberExists, m.Name, leasepb.FormatID(o.GetId()))
+		case sameAddr(o.GetPeerAddr(), m.PeerAddr):
+			return fmt.Errorf("%w: member %q already has peer address %s", ErrMemberExists, o.GetName(), m.PeerAddr)
+		case m.ClientAddr != "" && sameAddr(o.GetClientAddr(), m.ClientAddr):
+			return fmt.Errorf("%w: member %q already has client address %s", ErrMemberExists, o.GetName(), m.ClientAddr)
+		}
+	}
+	return nil
+}
+
+func sameAddr(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ah, ap, err1 := net.SplitHostPort(a)
+	bh, bp, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return a == b
+	}
+	return ap == bp && (ah == bh || (net.ParseIP(ah) != nil && net.ParseIP(ah).Equal(net.ParseIP(bh))))
+}
+
+// promoteMember makes learner id a voter, if it has caught up with the leader's log.
+func (n *node) promoteMember(ctx context.Context, id uint64) error {
+	if !n.isLeader() {
+		return n.notLeaderErr()
+	}
+	m := n.member(id)
+	if m == nil {
+		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+	}
+	check := func() error {
+		m := n.member(id)
+		switch {
+		case m == nil:
+			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		case !m.GetIsLearner():
+			return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
+		}
+		if match, last, ok := n.learnerProgress(id); !ok || !caughtUp(match, last) {
+			return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
+				ErrMembershipRefused, m.GetName(), match, last, promoteLag)
+		}
+		return nil
+	}
+	if err := check(); err != nil { // answer at once, without waiting for the semaphore
+		return err
+	}
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m, check,
+		func(sm *fsm.FSM) bool { return !sm.Member(id).GetIsLearner() })
+}
+
+// caughtUp reports whether a log that the leader knows to reach match is close enough to the leader's last
+// index to vote without slowing commits. A match of 0 means the learner never answered.
+func caughtUp(match, last uint64) bool { return match > 0 && match+promoteLag >= last }
+
+// learnerProgress is how far the leader knows member id's log to reach, and the leader's last index.
+func (n *node) learnerProgress(id uint64) (match, last uint64, ok bool) {
+	st := n.raft.Status()
+	pr, ok := st.Progress[id]
+	self, selfOK := st.Progress[n.id]
+	if !ok || !selfOK || st.RaftState != raft.StateLeader {
+		return 0, 0, false
+	}
+	return pr.Match, self.Match, true
+}
+
+// removeMember takes member id out of the configuration. Removing the leader (this node) first hands
+// leadership to the most caught-up voter and answers Unavailable with the new leader's hint: the client
+// retries there, and the new leader removes this node.
+func (n *node) removeMember(ctx context.Context, id uint64) error {
+	if !n.isLeader() {
+		return n.notLeaderErr()
+	}
+	m := n.member(id)
+	if m == nil {
+		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+	}
+	if err := n.checkRemoval(ctx, m); err != nil {
+		return err
+	}
+	if id == n.id {
+		return n.handOver(ctx)
+	}
+	check := func() error {
+		if m := n.member(id); m == nil {
+			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		}
+		return n.checkRemoval(ctx, m)
+	}
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(id) == nil })
+}
+
+// checkRemoval refuses to remove the last voter, or a voter whose removal leaves too few active voters
+// for a quorum of the new configuration. A leader learns who is active only from their answers (its
+// progress starts inactive at its election), so a shortfall is re-checked for two election timeouts.
+func (n *node) checkRemoval(ctx context.Context, m *leasepb.Member) error {
+	if m.GetIsLearner() {
+		return nil
+	}
+	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout())
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		voters, active := n.votersAfterRemoval(m.GetId())
+		switch {
+		case voters == 0:
+			return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", ErrMembershipRefused, m.GetName())
+		case active >= voters/2+1:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("%w: removing %s leaves %d voters of which only %d are active, short of a quorum",
+				ErrMembershipRefused, m.GetName(), voters, active)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// votersAfterRemoval counts the voters other than id, and those of them the leader heard from recently.
+func (n *node) votersAfterRemoval(id uint64) (voters, active int) {
+	for vid, pr := range n.raft.Status().Progress {
+		if pr.IsLearner || vid == id {
+			continue
+		}
+		voters++
+		if vid == n.id || pr.RecentActive {
+			active++
+		}
+	}
+	return voters, active
+}
+
+// handOver transfers leadership to the most caught-up voter and waits for a new leader, asking again
+// when raft gives up on a transfer (after an election timeout), within the proposal timeout.
+func (n *node) handOver(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+	defer cancel()
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	var asked time.Time
+	for n.isLeader() || n.leader.Load() == raft.None {
+		if n.isLeader() && time.Since(asked) > 2*n.cfg.ElectionTimeout() {
+			target := n.transferTarget()
+			if target == 0 {
+				return fmt.Errorf("%w: no other voter to hand leadership to", ErrMembershipRefused)
+			}
+			n.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
+			n.raft.TransferLeadership(ctx, n.id, target)
+			asked = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("leadership transfer before removal did not finish in time: %w", ErrTimeout)
+		case <-n.done:
+			return n.stoppedErr()
+		case <-tick.C:
+		}
+	}
+	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(n.leader.Load()), ErrNotLeader)
+}
+
+// transferTarget is the most caught-up voter other than this node (0: none).
+func (n *node) transferTarget() uint64 {
+	var target, best uint64
+	for id, pr := range n.raft.Status().Progress {
+		if id != n.id && !pr.IsLearner && pr.Match >= best {
+			target, best = id, pr.Match
+		}
+	}
+	return target
+}
+
+// updateClientAddr records member m's new client address in the table.
+func (n *node) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
+	u := proto.Clone(m).(*leasepb.Member)
+	u.ClientAddr = addr
+	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u, nil,
+		func(sm *fsm.FSM) bool {
+			return sm.Member(m.GetId()) == nil || sm.Member(m.GetId()).GetClientAddr() == addr
+		})
+}
+
+// validName checks a member name: 1 to max bytes of [A-Za-z0-9_.-].
+func validName(field, name string, maxBytes int) error {
+	switch {
+	case name == "":
+		return invalid(field, "must not be empty")
+	case len(name) > maxBytes:
+		return invalid(field, "is %d bytes, the limit is %d", len(name), maxBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return invalid(field, "%q has a character outside [A-Za-z0-9_.-] at byte %d", name, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// promoteAfter is how long a learner must stay caught up (within promoteLag of the leader's last index)
+// before the leader promotes it: long enough that a learner that only touched the leader's index once,
+// mid-snapshot or mid-burst, is not made a voter that would then slow every commit.
+func (c Config) promoteAfter() time.Duration { return 5 * c.ElectionTimeout() }
+
+// autoPromote runs on every node and acts while it leads: once per election timeout it looks at each
+// learner's progress, and promotes one that has been caught up and active for promoteAfter. It returns
+// when stop closes.
+func (n *node) autoPromote(stop <-chan struct{}) {
+	ctx, cancel := stopContext(stop)
+	defer cancel()
+	tick := time.NewTicker(n.cfg.ElectionTimeout())
+	defer tick.Stop()
+	since := map[uint64]time.Time{} // learner -> since when it has been caught up
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !n.isLeader() {
+			clear(since)
+			continue
+		}
+		if id, ok := n.learnerToPromote(since, time.Now()); ok {
+			if err := n.promoteMember(ctx, id); err != nil {
+				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
+			} else {
+				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
+			}
+			delete(since, id)
+		}
+	}
+}
+
+// learnerToPromote updates since (learner -> since when it has been caught up) from raft's progress and
+// returns a learner caught up for long enough.
+func (n *node) learnerToPromote(since map[uint64]time.Time, now time.Time) (uint64, bool) {
+	st := n.raft.Status()
+	last := st.Progress[n.id].Match
+	for id := range since {
+		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
+			delete(since, id)
+		}
+	}
+	for id, pr := range st.Progress {
+		if !pr.IsLearner {
+			continue
+		}
+		if !caughtUp(pr.Match, last) || !pr.RecentActive {
+			delete(since, id)
+			continue
+		}
+		t, ok := since[id]
+		if !ok {
+			since[id] = now
+			continue
+		}
+		if now.Sub(t) >= n.cfg.promoteAfter() {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// stopContext is a context cancelled when stop closes (or cancel is called).
+func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
