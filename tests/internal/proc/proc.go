@@ -324,7 +324,7 @@ func (c *Cluster) Start(i int) {
 	}
 	args = append(append(args,
 		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
-		"--proposal-timeout=2s", "--checkpoint-interval=" + CheckpointInterval.String(), "--log-level=info"),
+		"--proposal-timeout=2s", "--checkpoint-interval="+CheckpointInterval.String(), "--log-level=info"),
 		c.nodeArgs(i)...)
 	if n.GossipAddr != "" {
 		args = append(args, "--gossip-addr="+n.GossipAddr)
