@@ -75,15 +75,18 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	}
 	switch ttl := time.Duration(r.GetTtlMs()) * time.Millisecond; {
 	case ttl <= 0 || ttl < l.MinTTL:
-		return invalid("ttl_ms", "%d is below the minimum %d (%s)", r.GetTtlMs(), l.MinTTL.Milliseconds(), l.minTTLWhy)
+		return outOfBound("ttl_ms", r.GetTtlMs(), l.MinTTL.Milliseconds(), false, l.minTTLWhy)
 	case ttl > l.MaxTTL:
-		return invalid("ttl_ms", "%d is above the maximum %d", r.GetTtlMs(), l.MaxTTL.Milliseconds())
+		return outOfBound("ttl_ms", r.GetTtlMs(), l.MaxTTL.Milliseconds(), true, "")
 	}
 	if len(r.GetValue()) > l.MaxValueBytes {
 		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
 	}
-	if d := r.GetLockDelayMs(); d < 0 || time.Duration(d)*time.Millisecond > l.MaxLockDelay {
-		return invalid("lock_delay_ms", "%d is outside 0..%d", d, l.MaxLockDelay.Milliseconds())
+	switch d := r.GetLockDelayMs(); {
+	case d < 0:
+		return outOfBound("lock_delay_ms", d, 0, false, "")
+	case time.Duration(d)*time.Millisecond > l.MaxLockDelay:
+		return outOfBound("lock_delay_ms", d, l.MaxLockDelay.Milliseconds(), true, "")
 	}
 	return nil
 }
