@@ -170,12 +170,32 @@ func (cc *callCauses) note(addr string, err error, callEnded bool) {
 
 // ended is the error of a call whose context ended before any attempt succeeded: the caller's
 // cancellation as it is, or ErrUnavailable naming each endpoint's failure (and wrapping the deadline).
-func (cc *callCauses) ended(ctx context.Context) error {
+func (cc *callCauses) ended(ctx context.Context, c *Client) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return ctx.Err()
 	}
-	return &unavailableError{causes: cc.String(), ctxErr: ctx.Err(),
+	return &unavailableError{causes: cc.withDiscovered(c), ctxErr: ctx.Err(),
 		why: fmt.Sprintf("gave up after %v", time.Since(cc.start).Round(100*time.Millisecond))}
+}
+
+// timedError is an error and when it happened.
+type timedError struct {
+	err error
+	at  time.Time
+}
+
+// withDiscovered adds, for the endpoints the call did not try itself, why they failed a leader discovery
+// during the call (a call goes only where discovery points, so it may never try a node that is down).
+func (cc *callCauses) withDiscovered(c *Client) *callCauses {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ep := range c.cfg.Endpoints {
+		if f, ok := c.discoveryFailures[ep]; ok && cc.last[ep] == nil && !f.at.Before(cc.start) {
+			cc.order = append(cc.order, ep)
+			cc.last[ep] = f.err
+		}
+	}
+	return cc
 }
 
 // definitive reports whether err is the cluster's answer to the request (held, not found, invalid...),
@@ -246,17 +266,18 @@ func describeFailure(addr string, err error) string {
 
 // unavailableError is ErrUnavailable for a call that reached no leader: why each endpoint failed, and
 // (when the call's context ended it) the context's error, so errors.Is(err, context.DeadlineExceeded)
-// holds too without the message saying it.
+// holds too without the message saying it. It unwraps to the causes as well (errors.Is(err,
+// ErrNotClientPort) holds when an endpoint was a peer port).
 type unavailableError struct {
-	why    string // "every endpoint refused the connection", "gave up after 5s", ...
-	causes string
+	why    string // "gave up after 5s", "retry budget exhausted", or "" when every endpoint is a dead end
+	causes *callCauses
 	ctxErr error
 }
 
 func (e *unavailableError) Error() string {
 	msg := ErrUnavailable.Error()
-	if e.causes != "" {
-		msg += ": " + e.causes
+	if s := e.causes.String(); s != "" {
+		msg += ": " + s
 	}
 	if e.why != "" {
 		msg += " (" + e.why + ")"
@@ -265,8 +286,12 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Unwrap() []error {
+	errs := []error{ErrUnavailable}
 	if e.ctxErr != nil {
-		return []error{ErrUnavailable, e.ctxErr}
+		errs = append(errs, e.ctxErr)
 	}
-	return []error{ErrUnavailable}
+	for _, ep := range e.causes.order {
+		errs = append(errs, e.causes.last[ep])
+	}
+	return errs
 }

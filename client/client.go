@@ -107,6 +107,9 @@ type Client struct {
 	next      int                             // round-robin position among the endpoints
 	closed    bool
 	health    map[string]health // endpoints that did not answer in time, skipped until their backoff ends
+	// discoveryFailures is why each endpoint last failed to answer a leader discovery, and when: a call
+	// that fails names them for the endpoints it did not try itself.
+	discoveryFailures map[string]timedError
 	discovery chan struct{}     // closed when the leader discovery in flight ends; nil when none is
 
 	keeper *keeper
@@ -130,7 +133,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(), metrics: m,
-		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health),
+		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health), discoveryFailures: make(map[string]timedError),
 		causes: make(map[*grpc.ClientConn]*connCause), addrs: make(map[*grpc.ClientConn]string),
 	}
 	if len(cfg.Endpoints) == 1 {
@@ -423,6 +426,9 @@ collect:
 			if errors.Is(a.err, errNotConnected) || (ctx.Err() != nil && c.ctx.Err() == nil) {
 				c.unresponsive(a.addr)
 			}
+			c.mu.Lock()
+			c.discoveryFailures[a.addr] = timedError{err: a.err, at: time.Now()}
+			c.mu.Unlock()
 			continue
 		}
 		c.responsive(a.addr)
@@ -442,6 +448,13 @@ collect:
 	}
 	cancel() // the slower answers are not needed any more
 	wg.Wait()
+	for range len(answers) { // answers that came after the collection ended
+		if a := <-answers; a.err != nil && !errors.Is(a.err, context.Canceled) && status.Code(a.err) != codes.Canceled {
+			c.mu.Lock()
+			c.discoveryFailures[a.addr] = timedError{err: a.err, at: time.Now()}
+			c.mu.Unlock()
+		}
+	}
 	c.mu.Lock()
 	if leader == "" {
 		leader = answered
@@ -550,7 +563,7 @@ func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(con
 			if definitive(err) {
 				return zero, fromStatus(err)
 			}
-			return zero, causes.ended(ctx)
+			return zero, causes.ended(ctx, c)
 		}
 		switch {
 		case errors.Is(err, errNotConnected), errors.Is(err, errAttemptTimeout), errors.Is(err, ErrNotClientPort):
@@ -565,15 +578,15 @@ func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(con
 		// Acquire follows an answer, and waits out outages as its caller asked.
 		if dead, left := causes.deadEnds(c.cfg.Endpoints); dead && !o.unbounded {
 			if left <= 0 {
-				return zero, &unavailableError{causes: causes.String()}
+				return zero, &unavailableError{causes: causes.withDiscovered(c)}
 			}
 			pause = min(pause, left)
 		}
 		if !c.budget.spend() {
-			return zero, &unavailableError{causes: causes.String(), why: "retry budget exhausted"}
+			return zero, &unavailableError{causes: causes.withDiscovered(c), why: "retry budget exhausted"}
 		}
 		if err := sleepCtx(ctx, pause); err != nil {
-			return zero, causes.ended(ctx)
+			return zero, causes.ended(ctx, c)
 		}
 	}
 }

@@ -153,11 +153,18 @@ type outcomeUnknownError struct {
 }
 
 func (e *outcomeUnknownError) Error() string {
-	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): %v", e.op, e.cause)
-	if e.final != nil && e.final.Error() != e.cause.Error() {
-		msg += fmt.Sprintf("; then: %v", e.final)
+	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): ", e.op)
+	cause, final := e.cause.Error(), ""
+	if e.final != nil {
+		final = e.final.Error()
 	}
-	return msg
+	switch {
+	case final == "" || final == cause:
+		return msg + cause
+	case strings.Contains(final, cause): // the final answer names the attempt already: say it once
+		return msg + final
+	}
+	return msg + cause + "; then: " + final
 }
 
 // Is makes errors.Is(err, ErrOutcomeUnknown) true.
