@@ -48,8 +48,11 @@ func TestRefusedEndpointsFailFastNamingTheCause(t *testing.T) {
 	eps := closedPorts(t, 2)
 	c := newClient(t, eps, func(cfg *client.Config) { cfg.RequestTimeout = 10 * time.Second })
 	for name, op := range map[string]func() error{
-		"get":     func() error { _, err := c.Get(context.Background(), "x"); return err },
-		"acquire": func() error { _, err := c.Acquire(context.Background(), "x", client.WithTTL(10*time.Second)); return err },
+		"get": func() error { _, err := c.Get(context.Background(), "x"); return err },
+		"acquire": func() error {
+			_, err := c.Acquire(context.Background(), "x", client.WithTTL(10*time.Second))
+			return err
+		},
 	} {
 		start := time.Now()
 		err := op()

@@ -99,18 +99,18 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	conns     map[string]*grpc.ClientConn
-	causes    map[*grpc.ClientConn]*connCause // the last failure of each connection's connecting (cause.go)
-	addrs     map[*grpc.ClientConn]string     // the endpoint each connection dials
-	leader    string                          // the address the client currently prefers; "" when unknown
-	next      int                             // round-robin position among the endpoints
-	closed    bool
-	health    map[string]health // endpoints that did not answer in time, skipped until their backoff ends
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	causes map[*grpc.ClientConn]*connCause // the last failure of each connection's connecting (cause.go)
+	addrs  map[*grpc.ClientConn]string     // the endpoint each connection dials
+	leader string                          // the address the client currently prefers; "" when unknown
+	next   int                             // round-robin position among the endpoints
+	closed bool
+	health map[string]health // endpoints that did not answer in time, skipped until their backoff ends
 	// discoveryFailures is why each endpoint last failed to answer a leader discovery, and when: a call
 	// that fails names them for the endpoints it did not try itself.
 	discoveryFailures map[string]timedError
-	discovery chan struct{}     // closed when the leader discovery in flight ends; nil when none is
+	discovery         chan struct{} // closed when the leader discovery in flight ends; nil when none is
 
 	keeper *keeper
 }
