@@ -124,3 +124,21 @@ func TestQuorumLostNamesEachEndpointOnce(t *testing.T) {
 		t.Errorf("%q does not say what the live node %s answered", msg, eps[0])
 	}
 }
+
+// A node that accepts the call and never answers is named as such ("no answer after ..."), not as a
+// deadline.
+func TestFrozenNodeIsNamed(t *testing.T) {
+	_, stuckAddr := serveStuckLeader(t)
+	c := newClient(t, []string{stuckAddr}, func(cfg *client.Config) { cfg.RequestTimeout = 2 * time.Second })
+	_, err := c.Acquire(context.Background(), "frozen/x", client.WithTTL(10*time.Second))
+	if !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("acquire on a frozen node: %v", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, stuckAddr+": no answer after ") || strings.Count(msg, "deadline exceeded") > 1 {
+		t.Fatalf("acquire on a frozen node: %q, want %s named as not answering", msg, stuckAddr)
+	}
+	if p := repeatedPhrase(msg); p != "" {
+		t.Fatalf("%q says %q twice", msg, p)
+	}
+}

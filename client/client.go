@@ -617,7 +617,7 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 	// gRPC may end the call on its own deadline timer a moment before actx reports it.
 	dl, _ := actx.Deadline()
 	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
-		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout(), err)
+		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout().Round(time.Millisecond), err)
 	}
 	return out, err
 }
