@@ -233,7 +233,7 @@ func (cc *callCauses) deadEnds(endpoints []string) (bool, time.Duration) {
 	return true, refusedPatience - time.Since(cc.start)
 }
 
-// String lists each endpoint's last failure: "a: connection refused; b: no answer within 1.7s".
+// String lists each endpoint's last failure: "a: connection refused; b: no answer after 1.667s".
 func (cc *callCauses) String() string {
 	parts := make([]string, 0, len(cc.order))
 	for _, ep := range cc.order {

@@ -79,7 +79,7 @@ LEASE_TOKEN to the storage it writes to, so that writes made after the loss are 
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
 					ctx, cancel := a.acquireContext(ctx, w)
 					defer cancel()
-					if w.wait {
+					if w.wait { // the feedback runs while Acquire waits, and stops when it returns
 						defer a.reportWaiting(ctx, c, resource, orDefault(holder, c.Holder()))()
 					}
 					return c.Acquire(ctx, resource, opts...)
@@ -134,7 +134,7 @@ exits with COMMAND's status. SIGINT while still campaigning exits with code 1.`,
 			}
 			return a.withClient("", func(c *client.Client) error {
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
-					defer a.reportWaiting(ctx, c, resource, orDefault(holder, c.Holder()))()
+					defer a.reportWaiting(ctx, c, resource, orDefault(holder, c.Holder()))() // while campaigning
 					return c.Campaign(ctx, resource, []byte(value), opts...)
 				})
 			})
