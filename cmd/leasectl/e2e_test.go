@@ -317,8 +317,9 @@ func testWatch(t *testing.T, eps []string) {
 		t.Fatalf("watch exited %d after SIGINT: %s", code, stderr.String())
 	}
 
-	// The table: a timestamp first, the value last.
-	table := exec.Command(bin, "--endpoints", strings.Join(eps, ","), "watch", "watch/t")
+	// The table: a timestamp first, the value last. From the grant's index, so it is the first event.
+	tl := mustJSON[leaseJSON](t, want(t, ctl(t, eps, "-o", "json", "acquire", "watch/t", "--ttl", "30s", "--value", "10.0.0.9:80"), 0).stdout)
+	table := exec.Command(bin, "--endpoints", strings.Join(eps, ","), "watch", "watch/t", "--from-index", strconv.FormatUint(tl.Token, 10))
 	tout, err := table.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -327,29 +328,12 @@ func testWatch(t *testing.T, eps []string) {
 		t.Fatal(err)
 	}
 	tlines := lineReader(tout)
-	// The watch starts "from now" once its first read answered: acquire until an event shows up.
-	var header string
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; header == ""; i++ {
-		tl := mustJSON[leaseJSON](t, want(t, ctl(t, eps, "-o", "json", "acquire", "watch/t", "--ttl", "30s", "--value", "10.0.0.9:80"), 0).stdout)
-		want(t, ctl(t, eps, "release", "watch/t", "--token", strconv.FormatUint(tl.Token, 10)), 0)
-		select {
-		case header = <-tlines:
-		case <-time.After(500 * time.Millisecond): // the watch may have started after this grant
-			if time.Now().After(deadline) {
-				t.Fatal("no watch output")
-			}
-		}
-	}
-	if f := strings.Fields(header); len(f) != 7 || f[0] != "TIME" || f[6] != "VALUE" {
-		t.Fatalf("watch table header %q", header)
+	if f := strings.Fields(nextLine(t, tlines, 10*time.Second)); len(f) != 7 || f[0] != "TIME" || f[6] != "VALUE" {
+		t.Fatalf("watch table header %q", f)
 	}
 	row := nextLine(t, tlines, 10*time.Second)
-	for strings.Fields(row)[2] != "granted" { // the watch may have started between a grant and its release
-		row = nextLine(t, tlines, 10*time.Second)
-	}
 	f := strings.Fields(row)
-	if _, err := time.Parse(timestampLayout, f[0]); err != nil || f[len(f)-1] != "10.0.0.9:80" {
+	if _, err := time.Parse(timestampLayout, f[0]); err != nil || f[2] != "granted" || f[len(f)-1] != "10.0.0.9:80" {
 		t.Fatalf("watch table row %q: %v", row, err)
 	}
 	if err := table.Process.Signal(os.Interrupt); err != nil {
