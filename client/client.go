@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,14 +99,18 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	conns     map[string]*grpc.ClientConn
-	causes    map[*grpc.ClientConn]*tlsCause // the last TLS failure of each connection, with Config.TLS
-	leader    string                         // the address the client currently prefers; "" when unknown
-	next      int                            // round-robin position among the endpoints
-	closed    bool
-	health    map[string]health // endpoints that did not answer in time, skipped until their backoff ends
-	discovery chan struct{}     // closed when the leader discovery in flight ends; nil when none is
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	causes map[*grpc.ClientConn]*connCause // the last failure of each connection's connecting (cause.go)
+	addrs  map[*grpc.ClientConn]string     // the endpoint each connection dials
+	leader string                          // the address the client currently prefers; "" when unknown
+	next   int                             // round-robin position among the endpoints
+	closed bool
+	health map[string]health // endpoints that did not answer in time, skipped until their backoff ends
+	// discoveryFailures is why each endpoint last failed to answer a leader discovery, and when: a call
+	// that fails names them for the endpoints it did not try itself.
+	discoveryFailures map[string]timedError
+	discovery         chan struct{} // closed when the leader discovery in flight ends; nil when none is
 
 	keeper *keeper
 }
@@ -128,8 +133,8 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(), metrics: m,
-		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health),
-		causes: make(map[*grpc.ClientConn]*tlsCause),
+		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health), discoveryFailures: make(map[string]timedError),
+		causes: make(map[*grpc.ClientConn]*connCause), addrs: make(map[*grpc.ClientConn]string),
 	}
 	if len(cfg.Endpoints) == 1 {
 		c.leader = cfg.Endpoints[0]
@@ -211,13 +216,13 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		return conn, nil
 	}
 	creds := insecure.NewCredentials()
-	var cause *tlsCause
+	cause := &connCause{}
 	if c.cfg.TLS != nil {
-		cause = &tlsCause{}
 		creds = &watchedCreds{TransportCredentials: credentials.NewTLS(c.cfg.TLS), cause: cause}
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(cause.dialer), // Config.DialOptions may replace it (then no dial cause is kept)
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: c.cfg.PingInterval, Timeout: c.cfg.PingTimeout, PermitWithoutStream: true,
 		}),
@@ -229,14 +234,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		}),
 	}, c.metrics.dialOptions()...)
 	opts = append(opts, c.cfg.DialOptions...)
-	conn, err := grpc.NewClient(addr, opts...)
+	// passthrough: the dialer resolves the name, so a name that does not resolve is a cause it keeps.
+	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
 	c.conns[addr] = conn
-	if cause != nil {
-		c.causes[conn] = cause
-	}
+	c.causes[conn] = cause
+	c.addrs[conn] = addr
 	return conn, nil
 }
 
@@ -244,17 +249,27 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 var errNotConnected = errors.New("not connected")
 
 // ready waits, at most DialTimeout and never beyond ctx, for conn to be connected. A connection that
-// fails (refused, reset) returns at once, so the call can move on; one whose TLS handshake failed says
-// why (ErrUnauthenticated).
+// fails (refused, reset) returns at once, so the call can move on, with the reason (a *connectError); one
+// whose TLS handshake failed says why (ErrUnauthenticated).
 func (c *Client) ready(ctx context.Context, conn *grpc.ClientConn) error {
+	start := time.Now()
 	err := c.waitReady(ctx, conn)
-	if err != nil {
-		c.mu.Lock()
-		cause := c.causes[conn].get()
-		c.mu.Unlock()
-		if cause != nil {
-			return tlsProblem(conn.Target(), cause)
+	if err == nil {
+		return nil
+	}
+	c.mu.Lock()
+	cause, isTLS := c.causes[conn].get()
+	addr := c.addrs[conn]
+	c.mu.Unlock()
+	if cause != nil && isTLS {
+		return tlsProblem(addr, cause)
+	}
+	if errors.Is(err, errNotConnected) {
+		detail := fmt.Sprintf("not connected within %v", time.Since(start).Round(time.Millisecond))
+		if st := conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Shutdown {
+			detail = "connection failed (" + strings.ToLower(st.String()) + ")"
 		}
+		return &connectError{addr: addr, err: cause, detail: detail}
 	}
 	return err
 }
@@ -319,7 +334,8 @@ func (c *Client) target(ctx context.Context) string {
 	return c.nextLocked(time.Now())
 }
 
-// nextLocked is the next endpoint in turn that is not unresponsive (any, if all are).
+// nextLocked is the next endpoint in turn that is not unresponsive; if all are, the next in turn (so
+// that a call tries every endpoint, and can say why each failed).
 func (c *Client) nextLocked(now time.Time) string {
 	n := len(c.cfg.Endpoints)
 	for range n {
@@ -328,6 +344,7 @@ func (c *Client) nextLocked(now time.Time) string {
 			return ep
 		}
 	}
+	c.next = (c.next + 1) % n
 	return c.cfg.Endpoints[c.next]
 }
 
@@ -409,6 +426,9 @@ collect:
 			if errors.Is(a.err, errNotConnected) || (ctx.Err() != nil && c.ctx.Err() == nil) {
 				c.unresponsive(a.addr)
 			}
+			c.mu.Lock()
+			c.discoveryFailures[a.addr] = timedError{err: a.err, at: time.Now()}
+			c.mu.Unlock()
 			continue
 		}
 		c.responsive(a.addr)
@@ -428,6 +448,13 @@ collect:
 	}
 	cancel() // the slower answers are not needed any more
 	wg.Wait()
+	for range len(answers) { // answers that came after the collection ended
+		if a := <-answers; a.err != nil && !errors.Is(a.err, context.Canceled) && status.Code(a.err) != codes.Canceled {
+			c.mu.Lock()
+			c.discoveryFailures[a.addr] = timedError{err: a.err, at: time.Now()}
+			c.mu.Unlock()
+		}
+	}
 	c.mu.Lock()
 	if leader == "" {
 		leader = answered
@@ -514,6 +541,7 @@ func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(con
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
+	causes := newCallCauses()
 	for attempt := 0; ; attempt++ {
 		addr := c.target(ctx)
 		conn, err := c.conn(addr)
@@ -529,25 +557,36 @@ func callWith[T any](ctx context.Context, c *Client, o callOptions, rpc func(con
 		if errors.Is(err, ErrUnauthenticated) { // a TLS failure: the same credentials fail everywhere
 			return zero, err
 		}
+		err = wrongService(ctx, conn, addr, err)
+		causes.note(addr, err, ctx.Err() != nil)
 		if ctx.Err() != nil {
-			if errors.Is(err, errNotConnected) {
-				return zero, fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, err)
+			if definitive(err) {
+				return zero, fromStatus(err)
 			}
-			return zero, fromStatus(err)
+			return zero, causes.ended(ctx, c)
 		}
 		switch {
-		case errors.Is(err, errNotConnected), errors.Is(err, errAttemptTimeout):
+		case errors.Is(err, errNotConnected), errors.Is(err, errAttemptTimeout), errors.Is(err, ErrNotClientPort):
 			c.unresponsive(addr)
 		case !retryable(err):
 			return zero, fromStatus(err)
 		default:
 			c.moveOn(addr, leaderHint(err))
 		}
-		if !c.budget.spend() {
-			return zero, fmt.Errorf("%w: retry budget exhausted: %v", ErrUnavailable, fromStatus(err))
+		pause := backoff(attempt)
+		// Every endpoint a dead end: fail after refusedPatience, not at the deadline. A queued (unbounded)
+		// Acquire follows an answer, and waits out outages as its caller asked.
+		if dead, left := causes.deadEnds(c.cfg.Endpoints); dead && !o.unbounded {
+			if left <= 0 {
+				return zero, &unavailableError{causes: causes.withDiscovered(c)}
+			}
+			pause = min(pause, left)
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return zero, fmt.Errorf("%w: %v", ErrUnavailable, fromStatus(err))
+		if !c.budget.spend() {
+			return zero, &unavailableError{causes: causes.withDiscovered(c), why: "retry budget exhausted"}
+		}
+		if err := sleepCtx(ctx, pause); err != nil {
+			return zero, causes.ended(ctx, c)
 		}
 	}
 }
@@ -578,7 +617,7 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 	// gRPC may end the call on its own deadline timer a moment before actx reports it.
 	dl, _ := actx.Deadline()
 	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
-		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout(), err)
+		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout().Round(time.Millisecond), err)
 	}
 	return out, err
 }

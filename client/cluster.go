@@ -32,7 +32,17 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, erro
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
+	// Connect first, so that a node that cannot be reached says why (refused, name resolution, TLS).
+	if err := c.ready(ctx, conn); err != nil {
+		if errors.Is(err, ErrUnauthenticated) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, describeFailure(endpoint, err))
+	}
 	st, err := leasepb.NewClusterClient(conn).Status(ctx, &leasepb.StatusRequest{})
+	if err = wrongService(ctx, conn, endpoint, err); errors.Is(err, ErrNotClientPort) {
+		return nil, err
+	}
 	return st, fromStatus(err)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -157,11 +159,18 @@ type outcomeUnknownError struct {
 }
 
 func (e *outcomeUnknownError) Error() string {
-	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): %v", e.op, e.cause)
-	if e.final != nil && e.final.Error() != e.cause.Error() {
-		msg += fmt.Sprintf("; then: %v", e.final)
+	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): ", e.op)
+	cause, final := e.cause.Error(), ""
+	if e.final != nil {
+		final = e.final.Error()
 	}
-	return msg
+	switch {
+	case final == "" || final == cause:
+		return msg + cause
+	case strings.Contains(final, cause): // the final answer names the attempt already: say it once
+		return msg + final
+	}
+	return msg + cause + "; then: " + final
 }
 
 // Is makes errors.Is(err, ErrOutcomeUnknown) true.
@@ -170,6 +179,51 @@ func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcom
 // Unwrap gives the error of the last attempt whose outcome was unknown (ErrUnavailable, or a
 // context.DeadlineExceeded).
 func (e *outcomeUnknownError) Unwrap() error { return e.cause }
+
+// InvalidError is ErrInvalid with what the server named: the request field, and, for a number outside a
+// bound, the bound (in the field's units: milliseconds for ttl_ms and lock_delay_ms) and why it is what it
+// is. leasectl uses it to phrase a limit in its flag's units.
+type InvalidError struct {
+	// Field is the request field ("ttl_ms"); "" when the server named none.
+	Field string
+	// Bounded: the value broke a bound. Value and Limit are in the field's units; Above says the value is
+	// above the maximum Limit, else below the minimum.
+	Bounded      bool
+	Value, Limit int64
+	Above        bool
+	// Why explains the bound ("the TTL must outlast a leader failover: ..."); often empty.
+	Why string
+	msg string
+}
+
+func (e *InvalidError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidErrorOf(st *status.Status) error {
+	e := &InvalidError{msg: withMessage(ErrInvalid, st.Message()).Error()}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			if v := d.GetFieldViolations(); len(v) > 0 && e.Field == "" {
+				e.Field = v[0].GetField()
+			}
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() != "leased" || (d.GetReason() != "BELOW_MINIMUM" && d.GetReason() != "ABOVE_MAXIMUM") {
+				continue
+			}
+			md := d.GetMetadata()
+			value, verr := strconv.ParseInt(md["value"], 10, 64)
+			limit, lerr := strconv.ParseInt(md["limit"], 10, 64)
+			if verr == nil && lerr == nil {
+				e.Field, e.Bounded, e.Value, e.Limit = md["field"], true, value, limit
+				e.Above, e.Why = d.GetReason() == "ABOVE_MAXIMUM", md["why"]
+			}
+		}
+	}
+	return e
+}
 
 // EndedError is Release's ErrNotFound with what the cluster remembers of how the lease ended: the
 // release did not take effect, unless Forgotten.
@@ -221,7 +275,7 @@ func fromStatus(err error) error {
 					RemainingMs: h.GetRemainingMs(), LockDelayed: h.GetLockDelayed(), Limit: int(h.GetLimit())}
 			}
 		}
-		return fmt.Errorf("%w: %s", ErrHeld, msg)
+		return withMessage(ErrHeld, msg)
 	case codes.NotFound:
 		for _, d := range st.Details() {
 			if e, ok := d.(*leasepb.LeaseEnded); ok {
@@ -229,30 +283,41 @@ func fromStatus(err error) error {
 					Expired: e.GetHow() == leasepb.EventType_EVENT_TYPE_EXPIRED, Forgotten: e.GetForgotten(), msg: msg}
 			}
 		}
-		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+		return withMessage(ErrNotFound, msg)
 	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalid, msg)
+		return invalidErrorOf(st)
 	case codes.ResourceExhausted:
-		return fmt.Errorf("%w: %s", ErrLimit, msg)
+		return withMessage(ErrLimit, msg)
 	case codes.OutOfRange:
 		for _, d := range st.Details() {
 			if w, ok := d.(*leasepb.WatchCompacted); ok {
 				return &CompactedError{OldestIndex: w.GetOldestIndex()}
 			}
 		}
-		return fmt.Errorf("%w: %s", ErrCompacted, msg)
+		return withMessage(ErrCompacted, msg)
 	case codes.Unavailable:
-		return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+		return withMessage(ErrUnavailable, msg)
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("%w: %s", context.DeadlineExceeded, msg)
+		return withMessage(context.DeadlineExceeded, msg)
 	case codes.Canceled:
-		return fmt.Errorf("%w: %s", context.Canceled, msg)
+		return withMessage(context.Canceled, msg)
 	case codes.Unimplemented:
 		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return accessErrorOf(st)
 	}
 	return err
+}
+
+// withMessage wraps sentinel with the server's message, unless the message only repeats the sentinel
+// (gRPC's own DeadlineExceeded says "context deadline exceeded"): no phrase is said twice.
+func withMessage(sentinel error, msg string) error {
+	s := sentinel.Error()
+	msg = strings.TrimPrefix(msg, s+": ")
+	if msg == "" || msg == s || msg == strings.TrimPrefix(s, "leased: ") {
+		return fmt.Errorf("%w", sentinel)
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
 }
 
 // retryable reports whether a call may be retried elsewhere: the cluster had no leader, the node was

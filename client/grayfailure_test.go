@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,7 +243,7 @@ func TestAttemptOnAStuckNodeEndsAndTheNextNodeAnswers(t *testing.T) {
 	stuck, stuckAddr := serveStuckLeader(t)
 	// The real node's Status answers a little later, so that discovery picks the stuck one first.
 	slowStatus := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == leasepb.Cluster_Status_FullMethodName && cc.Target() == real {
+		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+real) {
 			select {
 			case <-time.After(200 * time.Millisecond): // injected delay
 			case <-ctx.Done():

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -112,7 +113,7 @@ func callWrite[T any](ctx context.Context, c *Client, op string, o callOptions,
 		var p peer.Peer
 		out, err := rpc(ctx, conn, grpc.Peer(&p))
 		if err != nil && outcomeUnknown(err, p.Addr != nil) {
-			unknown = fromStatus(err)
+			unknown = unanswered(err)
 		}
 		return out, err
 	})
@@ -120,6 +121,20 @@ func callWrite[T any](ctx context.Context, c *Client, op string, o callOptions,
 		return out, err
 	}
 	return out, &outcomeUnknownError{op: op, cause: unknown, final: err}
+}
+
+// unanswered is the error of an attempt whose outcome is unknown. gRPC's own deadline ("context deadline
+// exceeded") becomes what happened: the request was sent and not answered in time (still errors.Is
+// context.DeadlineExceeded).
+func unanswered(err error) error {
+	st := status.Convert(err)
+	switch {
+	case st.Code() == codes.DeadlineExceeded && st.Message() == context.DeadlineExceeded.Error():
+		return fmt.Errorf("the request was sent but not answered in time (%w)", context.DeadlineExceeded)
+	case st.Code() == codes.Canceled && st.Message() == context.Canceled.Error():
+		return fmt.Errorf("the request was sent, then the call was canceled (%w)", context.Canceled)
+	}
+	return fromStatus(err)
 }
 
 // settled reports whether a write's final error says what became of the write.

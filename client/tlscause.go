@@ -15,41 +15,21 @@ import (
 
 // A TLS handshake failure never reaches the caller through gRPC: the connection just goes to
 // TRANSIENT_FAILURE and the call, retried until its deadline, ends in "context deadline exceeded". The
-// client therefore watches its own handshakes and keeps the last TLS failure of each connection, so that
-// a call that cannot connect says why (ErrUnauthenticated, naming the TLS problem), at once.
-
-// tlsCause is the last TLS failure of one connection (nil after a handshake that the server accepted).
-type tlsCause struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (c *tlsCause) set(err error) {
-	c.mu.Lock()
-	c.err = err
-	c.mu.Unlock()
-}
-
-func (c *tlsCause) get() error {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
+// client therefore watches its own handshakes and keeps the last TLS failure of each connection (in its
+// connCause, cause.go), so that a call that cannot connect says why (ErrUnauthenticated, naming the TLS
+// problem), at once.
 
 // watchedCreds are TLS credentials that record handshake failures in cause.
 type watchedCreds struct {
 	credentials.TransportCredentials
-	cause *tlsCause
+	cause *connCause
 }
 
 func (w *watchedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := w.TransportCredentials.ClientHandshake(ctx, authority, raw)
 	if err != nil {
 		if isTLSFailure(err) {
-			w.cause.set(err)
+			w.cause.setTLS(err)
 		}
 		return nil, nil, err
 	}
@@ -65,17 +45,17 @@ func (w *watchedCreds) Clone() credentials.TransportCredentials {
 // alertConn records a TLS alert read from the server, and clears the cause once the server has spoken.
 type alertConn struct {
 	net.Conn
-	cause *tlsCause
+	cause *connCause
 	once  sync.Once
 }
 
 func (c *alertConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.once.Do(func() { c.cause.set(nil) })
+		c.once.Do(func() { c.cause.setTLS(nil) })
 	}
 	if err != nil && isTLSFailure(err) {
-		c.cause.set(err)
+		c.cause.setTLS(err)
 	}
 	return n, err
 }

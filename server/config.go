@@ -301,9 +301,9 @@ func (c Config) limits() Limits {
 	case l.MinTTL == floor:
 		l.minTTLWhy = fmt.Sprintf("the TTL must outlast a leader failover: %d × the %v election timeout", floorElections, c.ElectionTimeout())
 	case l.MinTTL > floor:
-		l.minTTLWhy = fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %d", floor.Milliseconds())
+		l.minTTLWhy = fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %v", floor)
 	default:
-		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %d", floor.Milliseconds())
+		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %v", floor)
 	}
 	return l
 }

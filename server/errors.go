@@ -48,9 +48,50 @@ var (
 	ErrDiskStalled = errors.New("raft log write stalled")
 )
 
-// fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest.
+// fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest, and,
+// for a number outside a bound, a google.rpc.ErrorInfo naming the bound (boundInfo) so that a client can
+// phrase the limit in its own units.
 type fieldError struct {
 	field, reason string
+	bound         *boundInfo
+}
+
+// boundInfo is the bound a field's value broke, in the field's units (milliseconds for *_ms).
+type boundInfo struct {
+	value, limit int64
+	above        bool   // the value is above the maximum limit (else below the minimum)
+	why          string // why the bound is what it is ("" when it is simply the documented limit)
+}
+
+// errorInfoDomain and the reasons of the ErrorInfo a bound travels in (docs/api.md, "Errors").
+const (
+	errorInfoDomain    = "leased"
+	reasonBelowMinimum = "BELOW_MINIMUM"
+	reasonAboveMaximum = "ABOVE_MAXIMUM"
+)
+
+func (b *boundInfo) detail(field string) *errdetails.ErrorInfo {
+	reason := reasonBelowMinimum
+	if b.above {
+		reason = reasonAboveMaximum
+	}
+	md := map[string]string{"field": field, "value": fmt.Sprint(b.value), "limit": fmt.Sprint(b.limit)}
+	if b.why != "" {
+		md["why"] = b.why
+	}
+	return &errdetails.ErrorInfo{Reason: reason, Domain: errorInfoDomain, Metadata: md}
+}
+
+// outOfBound is an invalid field whose value broke a bound: below limit, or above it.
+func outOfBound(field string, value, limit int64, above bool, why string) error {
+	reason := fmt.Sprintf("%d is below the minimum %d", value, limit)
+	if above {
+		reason = fmt.Sprintf("%d is above the maximum %d", value, limit)
+	}
+	if why != "" {
+		reason += " (" + why + ")"
+	}
+	return &fieldError{field: field, reason: reason, bound: &boundInfo{value: value, limit: limit, above: above, why: why}}
 }
 
 func (e *fieldError) Error() string        { return fmt.Sprintf("%s: %s", e.field, e.reason) }
@@ -135,8 +176,12 @@ func toStatus(err error, hint leaderHint) error {
 	)
 	switch {
 	case errors.As(err, &fe):
-		return withDetails(codes.InvalidArgument, err, &errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: fe.reason}}})
+		details := []protoadapt.MessageV1{&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: fe.reason}}}}
+		if fe.bound != nil {
+			details = append(details, fe.bound.detail(fe.field))
+		}
+		return withDetails(codes.InvalidArgument, err, details...)
 	case errors.As(err, &he):
 		return withDetails(codes.FailedPrecondition, err, he.detail)
 	case errors.As(err, &ce):

@@ -79,15 +79,18 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	// int64 and wraps to a value inside the range.
 	switch ttl := r.GetTtlMs(); {
 	case ttl <= 0 || ttl < ceilMs(l.MinTTL):
-		return invalid("ttl_ms", "%d is below the minimum %d (%s)", ttl, l.MinTTL.Milliseconds(), l.minTTLWhy)
+		return outOfBound("ttl_ms", ttl, l.MinTTL.Milliseconds(), false, l.minTTLWhy)
 	case ttl > l.MaxTTL.Milliseconds():
-		return invalid("ttl_ms", "%d is above the maximum %d", ttl, l.MaxTTL.Milliseconds())
+		return outOfBound("ttl_ms", ttl, l.MaxTTL.Milliseconds(), true, "")
 	}
 	if len(r.GetValue()) > l.MaxValueBytes {
 		return invalid("value", "is %d bytes, the limit is %d", len(r.GetValue()), l.MaxValueBytes)
 	}
-	if d := r.GetLockDelayMs(); d < 0 || d > l.MaxLockDelay.Milliseconds() {
-		return invalid("lock_delay_ms", "%d is outside 0..%d", d, l.MaxLockDelay.Milliseconds())
+	switch d := r.GetLockDelayMs(); {
+	case d < 0:
+		return outOfBound("lock_delay_ms", d, 0, false, "")
+	case d > l.MaxLockDelay.Milliseconds():
+		return outOfBound("lock_delay_ms", d, l.MaxLockDelay.Milliseconds(), true, "")
 	}
 	switch {
 	case r.GetLimit() > fsm.MaxSemaphoreLimit:

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/leased/leased/api/leasepb"
 )
 
@@ -49,7 +53,7 @@ func TestTTLFloor(t *testing.T) {
 		t.Fatalf("min TTL above the floor: %v", err)
 	}
 	if err := above.limits().acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 9000}); err == nil ||
-		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 8000)") {
+		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 8s)") {
 		t.Fatalf("acquire below a configured minimum above the floor: %v", err)
 	}
 	slower := valid(cfg)
@@ -82,10 +86,10 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 		{"ttl MinInt64 ms", math.MinInt64, 0, "ttl_ms", "below the minimum"},
 		{"ttl 2^63/1e6+1 ms", math.MaxInt64/1_000_000 + 1, 0, "ttl_ms", "above the maximum"},
 		{"ttl one past the maximum", 3_600_001, 0, "ttl_ms", "above the maximum"},
-		{"lock-delay MaxInt64 ms", 5000, math.MaxInt64, "lock_delay_ms", "outside 0..60000"},
-		{"lock-delay 2^58 ms", 5000, 1 << 58, "lock_delay_ms", "outside 0..60000"},
-		{"lock-delay one past the maximum", 5000, 60_001, "lock_delay_ms", "outside 0..60000"},
-		{"lock-delay MinInt64 ms", 5000, math.MinInt64, "lock_delay_ms", "outside"},
+		{"lock-delay MaxInt64 ms", 5000, math.MaxInt64, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay 2^58 ms", 5000, 1 << 58, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay one past the maximum", 5000, 60_001, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay MinInt64 ms", 5000, math.MinInt64, "lock_delay_ms", "below the minimum 0"},
 	} {
 		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
 		var fe *fieldError
@@ -101,5 +105,44 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 	}
 	if d := ms(1 << 58); d <= 0 {
 		t.Fatalf("ms(2^58) = %v wrapped", d)
+	}
+}
+
+// A number outside a bound travels with an ErrorInfo naming the bound, so that clients can phrase the
+// limit in their own units (leasectl: "--ttl 100ms is below the cluster's minimum 8s").
+func TestBoundDetails(t *testing.T) {
+	l := DefaultConfig().limits()
+	for _, c := range []struct {
+		req                  *leasepb.AcquireRequest
+		reason, field, limit string
+	}{
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}, reasonBelowMinimum, "ttl_ms", "8000"},
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}, reasonAboveMaximum, "ttl_ms", "3600000"},
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, LockDelayMs: 3_600_001}, reasonAboveMaximum, "lock_delay_ms", "60000"},
+	} {
+		st := status.Convert(toStatus(l.acquire(c.req), leaderHint{}))
+		var info *errdetails.ErrorInfo
+		var bad *errdetails.BadRequest
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				info = d
+			case *errdetails.BadRequest:
+				bad = d
+			}
+		}
+		if st.Code() != codes.InvalidArgument || bad == nil || bad.GetFieldViolations()[0].GetField() != c.field {
+			t.Fatalf("%v: want InvalidArgument with a BadRequest naming %s, got %v", c.req, c.field, st)
+		}
+		if info == nil || info.GetReason() != c.reason || info.GetDomain() != errorInfoDomain ||
+			info.GetMetadata()["field"] != c.field || info.GetMetadata()["limit"] != c.limit {
+			t.Fatalf("%v: ErrorInfo %v, want %s %s limit %s", c.req, info, c.reason, c.field, c.limit)
+		}
+	}
+	st := status.Convert(toStatus(l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}), leaderHint{}))
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && !strings.Contains(info.GetMetadata()["why"], "leader failover") {
+			t.Errorf("the minimum TTL's ErrorInfo does not say why: %v", info)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/leased/leased/client"
 )
@@ -24,15 +25,15 @@ import (
 // defaultEndpoints is the local three-node cluster (cmd/leased's defaults).
 const defaultEndpoints = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 
-// endpointsEnv overrides the default endpoints; --endpoints overrides it.
+// endpointsEnv overrides the default endpoints; --endpoints overrides it. Every global flag has such a
+// variable: envName.
 const endpointsEnv = "LEASECTL_ENDPOINTS"
 
-// The TLS flags' environment variables; a flag overrides its variable.
-const (
-	cacertEnv = "LEASECTL_CACERT"
-	certEnv   = "LEASECTL_CERT"
-	keyEnv    = "LEASECTL_KEY"
-)
+// envName is the environment variable of a global flag: LEASECTL_ and the flag's name in upper case,
+// dashes as underscores (--endpoints: LEASECTL_ENDPOINTS). A flag given on the command line wins.
+func envName(flag string) string {
+	return "LEASECTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
 
 // app is one leasectl invocation: its streams, its global flags and what they resolved to.
 type app struct {
@@ -53,6 +54,9 @@ type app struct {
 	endpoints         []string
 	tlsConfig         *tls.Config
 	outMu             sync.Mutex // stdout is written from stream callbacks too
+	errMu             sync.Mutex // and stderr from the wait feedback (warnf)
+	// now is the clock of watch's timestamps; nil is time.Now.
+	now func() time.Time
 }
 
 func osSignals(sig ...os.Signal) (<-chan os.Signal, func()) {
@@ -90,12 +94,13 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpointsFlag, "endpoints", defaultEndpoints,
-		"comma-separated client addresses (host:port) of cluster nodes; env "+endpointsEnv)
+		"comma-separated client addresses of cluster nodes: host:port, or http://host:port and https://host:port (https: TLS)")
 	pf.DurationVar(&a.timeout, "timeout", 5*time.Second, "time limit for each request, e.g. 500ms, 10s, 1m")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (one object per line)")
-	pf.StringVar(&a.cacert, "cacert", "", "PEM file of CA certificates to verify servers with (enables TLS); env "+cacertEnv)
-	pf.StringVar(&a.cert, "cert", "", "PEM client certificate for mutual TLS (with --key; enables TLS); env "+certEnv)
-	pf.StringVar(&a.key, "key", "", "PEM private key of --cert; env "+keyEnv)
+	pf.StringVar(&a.cacert, "cacert", "", "PEM file of CA certificates to verify servers with (enables TLS)")
+	pf.StringVar(&a.cert, "cert", "", "PEM client certificate for mutual TLS (with --key; enables TLS)")
+	pf.StringVar(&a.key, "key", "", "PEM private key of --cert")
+	pf.VisitAll(func(f *pflag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(
@@ -110,54 +115,122 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed
 		switch c.Name() {
 		case "help":
 			c.Example = "  leasectl help run"
+			a.helpExitsTwoOnUnknownTopic(root, c)
 		case "completion":
 			c.Example = "  source <(leasectl completion bash)\n  leasectl completion zsh > \"${fpath[1]}/_leasectl\""
+			var shells []string
 			for _, sh := range c.Commands() {
 				sh.Example = "  leasectl completion " + sh.Name() + " > leasectl-completion." + sh.Name()
+				shells = append(shells, sh.Name())
 			}
+			// Without this cobra prints the help for "completion tcsh" and exits 0.
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usagef(cmd, "unsupported shell %q (want %s)", args[0], strings.Join(shells, ", "))
+				}
+				return usagef(cmd, "missing shell (%s)", strings.Join(shells, ", "))
+			}
+			c.RunE = func(*cobra.Command, []string) error { return nil }
 		}
 	}
 	return root
 }
 
+// helpExitsTwoOnUnknownTopic makes "leasectl help bogus" a usage error (cobra prints "Unknown help topic"
+// and exits 0).
+func (a *app) helpExitsTwoOnUnknownTopic(root, help *cobra.Command) {
+	show := help.Run
+	help.Run = nil
+	help.RunE = func(cmd *cobra.Command, args []string) error {
+		if target, rest, err := root.Find(args); err != nil || target == nil || len(rest) > 0 {
+			return usagef(cmd, "unknown help topic %q", strings.Join(args, " "))
+		}
+		show(cmd, args)
+		return nil
+	}
+}
+
 // resolveGlobals validates the global flags before any command body runs, so a bad value is a usage error
-// that never touches the network.
+// that never touches the network. A global flag not given takes its environment variable (envName).
 func (a *app) resolveGlobals(cmd *cobra.Command, _ []string) error {
+	if err := a.globalsFromEnv(cmd.Root().PersistentFlags()); err != nil {
+		return usagef(cmd, "%v", err)
+	}
 	if a.output != "table" && a.output != "json" {
 		return usagef(cmd, "invalid -o %q: want table or json", a.output)
 	}
 	if a.timeout <= 0 {
 		return usagef(cmd, "--timeout must be positive, got %v", a.timeout)
 	}
-	raw := a.endpointsFlag
-	if !cmd.Flags().Changed("endpoints") {
-		if env := strings.TrimSpace(a.getenv(endpointsEnv)); env != "" {
-			raw = env
-		}
-	}
-	eps, err := parseEndpoints(raw)
+	eps, scheme, err := parseEndpointURLs(a.endpointsFlag)
 	if err != nil {
 		return usagef(cmd, "%v", err)
 	}
 	a.endpoints = eps
-	for _, f := range []struct {
-		name, env string
-		p         *string
-	}{{"cacert", cacertEnv, &a.cacert}, {"cert", certEnv, &a.cert}, {"key", keyEnv, &a.key}} {
-		if !cmd.Flags().Changed(f.name) {
-			if v := strings.TrimSpace(a.getenv(f.env)); v != "" {
-				*f.p = v
-			}
-		}
+	if scheme == "http" && (a.cacert != "" || a.cert != "") {
+		return usagef(cmd, "--endpoints http:// is plaintext, but --cacert or --cert asks for TLS: use https:// (or host:port)")
 	}
 	cfg, err := loadTLS(a.cacert, a.cert, a.key)
 	if err != nil {
 		return usagef(cmd, "%v", err)
 	}
+	if cfg == nil && scheme == "https" {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12} // the system's roots verify the servers
+	}
 	a.tlsConfig = cfg
 	return nil
 }
 
+// globalsFromEnv sets every global flag that was not given from its environment variable, if set.
+func (a *app) globalsFromEnv(flags *pflag.FlagSet) error {
+	var errs []error
+	flags.VisitAll(func(f *pflag.Flag) {
+		v := strings.TrimSpace(a.getenv(envName(f.Name)))
+		if f.Changed || v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// parseEndpointURLs parses --endpoints: host:port, or URLs as etcdctl takes them (http://host:port,
+// https://host:port; the scheme is stripped, and https asks for TLS). scheme is "http" or "https" when
+// URLs were given (all with the same scheme), else "".
+func parseEndpointURLs(raw string) (eps []string, scheme string, err error) {
+	var addrs []string
+	for _, ep := range strings.Split(raw, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		s, addr, ok := strings.Cut(ep, "://")
+		if !ok {
+			addrs = append(addrs, ep)
+			if scheme != "" {
+				return nil, "", fmt.Errorf("invalid endpoint %q: give every endpoint as a %s:// URL, or none", ep, scheme)
+			}
+			continue
+		}
+		if s != "http" && s != "https" {
+			return nil, "", fmt.Errorf("invalid endpoint %q: the scheme must be http:// or https://", ep)
+		}
+		if (scheme != "" && s != scheme) || (scheme == "" && len(addrs) > 0) {
+			return nil, "", fmt.Errorf("invalid endpoint %q: mixes http://, https:// and host:port endpoints", ep)
+		}
+		scheme = s
+		if addr = strings.TrimSuffix(addr, "/"); strings.ContainsAny(addr, "/?#@") {
+			return nil, "", fmt.Errorf("invalid endpoint %q: want %s://host:port without a path", ep, s)
+		}
+		addrs = append(addrs, addr)
+	}
+	eps, err = parseEndpoints(strings.Join(addrs, ","))
+	return eps, scheme, err
+}
+
+// parseEndpoints parses comma-separated host:port addresses.
 func parseEndpoints(raw string) ([]string, error) {
 	var out []string
 	for _, ep := range strings.Split(raw, ",") {
@@ -332,17 +405,25 @@ func (a *app) interruptible(ctx context.Context) (context.Context, func() bool, 
 
 func (a *app) jsonOut() bool { return a.output == "json" }
 
-// warnf prints a diagnostic to stderr.
+// warnf prints a diagnostic to stderr. Safe for concurrent use (the wait feedback prints from its own
+// goroutine).
 func (a *app) warnf(format string, args ...any) {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
 	fmt.Fprintf(a.stderr, "leasectl: "+format+"\n", args...)
 }
 
-// defaultHolder names leases taken by acquire: the host name, stable across invocations so that a retried
-// acquire with the same --request-id is recognised (the server scopes request ids to the holder).
-func defaultHolder() string {
+// defaultHolder names leases taken by acquire without --holder. Without a request id it is host:pid, like
+// the SDK's default (and run's and elect's): two acquires from one host are told apart, and "held by"
+// names the process. With --request-id it is the host name alone, stable across invocations, so that a
+// retry from a new process is recognised (the server scopes request ids to the holder).
+func defaultHolder(withRequestID bool) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
-		return "leasectl"
+		host = "leasectl"
 	}
-	return host
+	if withRequestID {
+		return host
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }

@@ -42,6 +42,8 @@ func TestCluster(t *testing.T) {
 		{"RequestIDReuseIsRefused", testRequestIDReuse},
 		{"SnapshotSaveStatusRestore", testSnapshot},
 		{"Members", testMembers},
+		{"WaitFeedback", testWaitFeedback},
+		{"HeldNamesTheProcess", testHeldNamesTheProcess},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
@@ -289,6 +291,9 @@ func testWatch(t *testing.T, eps []string) {
 	if ev.Type != "granted" || ev.Resource != "watch/a" || ev.Token != first.Token || ev.Index != first.Token {
 		t.Fatalf("first event: %+v", ev)
 	}
+	if at, err := time.Parse(timestampLayout, ev.Time); err != nil || time.Since(at) > time.Minute || time.Until(at) > time.Second {
+		t.Fatalf("event time %q: %v", ev.Time, err)
+	}
 	want(t, ctl(t, eps, "release", "watch/a", "--token", strconv.FormatUint(first.Token, 10)), 0)
 	ev = mustJSON[eventJSON](t, nextLine(t, lines, 10*time.Second))
 	if ev.Type != "released" || ev.Resource != "watch/a" || ev.Index <= first.Token {
@@ -311,6 +316,34 @@ func testWatch(t *testing.T, eps []string) {
 	}
 	if code := waitExit(t, cmd, 10*time.Second); code != 0 {
 		t.Fatalf("watch exited %d after SIGINT: %s", code, stderr.String())
+	}
+
+	// The table: a timestamp first, the value last. From the grant's index, so it is the first event.
+	tl := mustJSON[leaseJSON](t, want(t, ctl(t, eps, "-o", "json", "acquire", "watch/t", "--ttl", "30s", "--value", "10.0.0.9:80"), 0).stdout)
+	table := exec.Command(bin, "--endpoints", strings.Join(eps, ","), "watch", "watch/t", "--from-index", strconv.FormatUint(tl.Token, 10))
+	tout, err := table.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tlines := lineReader(tout)
+	if f := strings.Fields(nextLine(t, tlines, 10*time.Second)); len(f) != 7 || f[0] != "TIME" || f[6] != "VALUE" {
+		t.Fatalf("watch table header %q", f)
+	}
+	row := nextLine(t, tlines, 10*time.Second)
+	f := strings.Fields(row)
+	if _, err := time.Parse(timestampLayout, f[0]); err != nil || f[2] != "granted" || f[len(f)-1] != "10.0.0.9:80" {
+		t.Fatalf("watch table row %q: %v", row, err)
+	}
+	if err := table.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range tlines {
+	}
+	if code := waitExit(t, table, 10*time.Second); code != 0 {
+		t.Fatalf("watch (table) exited %d after SIGINT", code)
 	}
 }
 
@@ -543,6 +576,8 @@ func testLeaderWatch(t *testing.T, eps []string) {
 	lines := lineReader(out)
 	if li := mustJSON[leaderJSON](t, nextLine(t, lines, 10*time.Second)); li.Holder != "" {
 		t.Fatalf("want no leader yet, got %+v", li)
+	} else if _, err := time.Parse(timestampLayout, li.Time); err != nil {
+		t.Fatalf("leader --watch line without a time: %+v: %v", li, err)
 	}
 	lease := mustJSON[leaseJSON](t, want(t, ctl(t, eps, "-o", "json", "acquire", "obs/svc", "--ttl", "30s", "--holder", "b", "--value", "node-b"), 0).stdout)
 	li := mustJSON[leaderJSON](t, nextLine(t, lines, 10*time.Second))

@@ -117,16 +117,39 @@ func exitCode(err error) int {
 
 // message turns an error into plain words for stderr.
 func message(err error) string {
-	var held *client.HeldError
+	var (
+		held    *client.HeldError
+		invalid *client.InvalidError
+	)
 	switch {
 	case errors.As(err, &held) && held.LockDelayed:
 		return fmt.Sprintf("%q is in its lock-delay for another %s", held.Resource, ms(held.RemainingMs))
 	case errors.As(err, &held):
 		return fmt.Sprintf("%q is held by %s (token %d, %s left)", held.Resource, held.Holder, held.Token, ms(held.RemainingMs))
+	case errors.As(err, &invalid) && invalid.Bounded && flagOfField[invalid.Field] != "":
+		return boundMessage(invalid)
 	}
 	msg := err.Error()
 	// The SDK's sentinels read "leased: ..."; the program name already says where the error comes from.
 	return strings.ReplaceAll(msg, "leased: ", "")
+}
+
+// flagOfField names the flag that sets a request field the server may refuse as out of bounds; the
+// fields are in milliseconds.
+var flagOfField = map[string]string{"ttl_ms": "--ttl", "lock_delay_ms": "--lock-delay"}
+
+// boundMessage phrases the server's bound in the flag's units: "--ttl 100ms is below the cluster's
+// minimum 8s (the TTL must outlast a leader failover: ...)".
+func boundMessage(e *client.InvalidError) string {
+	side := "below the cluster's minimum"
+	if e.Above {
+		side = "above the cluster's maximum"
+	}
+	msg := fmt.Sprintf("%s %s is %s %s", flagOfField[e.Field], ms(e.Value), side, ms(e.Limit))
+	if e.Why != "" {
+		msg += " (" + e.Why + ")"
+	}
+	return msg
 }
 
 // reportError prints err on stderr: one line of plain words, or a JSON object with -o json.

@@ -26,10 +26,15 @@ func resourceArg(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// checkTTL validates a --ttl style flag: the server counts in whole milliseconds.
+// checkTTL validates a --ttl style flag before the network is touched: it is positive and at least the
+// millisecond the server counts in. The cluster's own bounds (its minimum is 8s by default) come back in
+// its answer, which message phrases in the flag's units.
 func checkTTL(cmd *cobra.Command, name string, d time.Duration) error {
-	if d < time.Millisecond {
-		return usagef(cmd, "--%s must be at least 1ms, got %v", name, d)
+	switch {
+	case d <= 0:
+		return usagef(cmd, "--%s %v must be positive, e.g. 10s", name, d)
+	case d < time.Millisecond:
+		return usagef(cmd, "--%s %v is below 1ms, the unit the cluster counts in", name, d)
 	}
 	return nil
 }
@@ -134,10 +139,12 @@ with 'leasectl release'). To hold a lease for as long as a command runs, use 'le
 
 If the resource is held by someone else acquire fails with exit code 3, unless --wait is given: then it
 waits (first come, first served) until the resource is granted, --wait-timeout passes, or it is
-interrupted. --request-id makes a retried acquire return the same grant instead of "held"; the server
-matches it per holder, so keep --holder the same too (the default holder is this host's name). Exit code
-6 means the outcome is unknown: a grant may exist; acquire again with the same --request-id and --holder
-to get it (or it expires after its TTL).`,
+interrupted; while it waits it prints a line on stderr when it starts waiting and whenever the holder
+changes. --request-id makes a retried acquire return the same grant instead of "held"; the server
+matches it per holder, so keep --holder the same too (the default holder is host:pid, or the host name
+alone with --request-id, so that a retry from another process matches). Exit code 7 means the outcome is
+unknown: a grant may exist; acquire again with the same --request-id and --holder to get it (or it
+expires after its TTL).`,
 		Example: `  leasectl acquire jobs/report --ttl 30s
   TOKEN=$(leasectl acquire jobs/report --ttl 1m -o json | jq .token)
   leasectl acquire db/primary --ttl 10s --holder "$(hostname)" --value 10.0.0.5:5432 --wait --wait-timeout 1m`,
@@ -147,6 +154,9 @@ to get it (or it expires after its TTL).`,
 		},
 		RunE: a.body(func(cmd *cobra.Command, args []string) error {
 			resource := args[0]
+			if holder == "" {
+				holder = defaultHolder(requestID != "")
+			}
 			opts := []client.AcquireOption{client.WithTTL(w.ttl), client.WithHolder(holder), client.WithLockDelay(lockDelay)}
 			if value != "" {
 				opts = append(opts, client.WithValue([]byte(value)))
@@ -162,9 +172,14 @@ to get it (or it expires after its TTL).`,
 				opts = append(opts, client.WithWait())
 			}
 			return a.withClient(holder, func(c *client.Client) error {
+				stopFeedback := func() {}
+				if w.wait {
+					stopFeedback = a.reportWaiting(ctx, c, resource, holder)
+				}
 				// The lease is deliberately not released: Close stops the local keepalive and the lease
 				// lives on the cluster until its TTL runs out.
 				lease, err := c.Acquire(ctx, resource, opts...)
+				stopFeedback()
 				if err != nil {
 					if interrupted() {
 						return fmt.Errorf("acquire %q: %w", resource, errInterrupted)
@@ -186,7 +201,7 @@ to get it (or it expires after its TTL).`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&w.ttl, "ttl", 0, "time to live of the lease, e.g. 10s, 1m (required)")
-	f.StringVar(&holder, "holder", defaultHolder(), "holder name recorded with the lease")
+	f.StringVar(&holder, "holder", "", "holder name recorded with the lease (default host:pid; with --request-id, host)")
 	f.StringVar(&value, "value", "", "payload stored with the lease (e.g. an address)")
 	f.BoolVar(&w.wait, "wait", false, "wait until the resource is granted instead of failing when it is held")
 	f.DurationVar(&w.waitTimeout, "wait-timeout", 0, "with --wait, give up after this long (0: wait until interrupted)")

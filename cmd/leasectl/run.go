@@ -51,7 +51,8 @@ LEASE_HOLDER in its environment (stdin, stdout and stderr are passed through). W
 is released and run exits with COMMAND's status (128+N if it was killed by signal N).
 
 If the resource is held by someone else, run exits with code 3 without running COMMAND, unless --wait is
-given. SIGINT, SIGTERM and SIGHUP sent to leasectl are forwarded to COMMAND.
+given (while it waits, a line on stderr says who holds the resource, at the start and at every change of
+holder). SIGINT, SIGTERM and SIGHUP sent to leasectl are forwarded to COMMAND.
 
 If the lease is lost while COMMAND runs (it expired, was released elsewhere, or could not be renewed in
 time) COMMAND gets SIGTERM, then SIGKILL after --grace, and run exits with code 4 (the cluster says the lease
@@ -92,6 +93,9 @@ another N while slots are held is refused (exit 2).`,
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
 					ctx, cancel := a.acquireContext(ctx, w)
 					defer cancel()
+					if w.wait { // the feedback runs while Acquire waits, and stops when it returns
+						defer a.reportWaiting(ctx, c, resource, orDefault(holder, c.Holder()))()
+					}
 					return c.Acquire(ctx, resource, opts...)
 				})
 			})
@@ -119,7 +123,8 @@ func (a *app) electCommand() *cobra.Command {
 		Short: "Campaign in an election, then run a command as leader",
 		Long: `elect campaigns to lead the election RESOURCE (candidates are served first come, first served) and, once
 leader, runs COMMAND with LEASE_RESOURCE, LEASE_TOKEN (the leader's epoch), LEASE_HOLDER and LEASE_VALUE in
-its environment. Observers see --value (for example this instance's address) with 'leasectl leader'.
+its environment. Observers see --value (for example this instance's address) with 'leasectl leader'. While
+it campaigns, a line on stderr says who leads, at the start and at every change of leader.
 
 COMMAND is handled as by 'leasectl run': signals are forwarded; on loss of leadership it gets SIGTERM, then
 SIGKILL after --grace, and elect exits with code 4 or 5; otherwise elect resigns when COMMAND exits and
@@ -144,6 +149,7 @@ exits with COMMAND's status. SIGINT while still campaigning exits with code 1.`,
 			}
 			return a.withClient("", func(c *client.Client) error {
 				return a.holdAndRun(cmd.Context(), c, resource, argv, grace, func(ctx context.Context) (*client.Lease, error) {
+					defer a.reportWaiting(ctx, c, resource, orDefault(holder, c.Holder()))() // while campaigning
 					return c.Campaign(ctx, resource, []byte(value), opts...)
 				})
 			})
@@ -156,6 +162,14 @@ exits with COMMAND's status. SIGINT while still campaigning exits with code 1.`,
 	f.StringVar(&holder, "holder", "", "holder name recorded with the lease (default host:pid)")
 	_ = cmd.MarkFlagRequired("value")
 	return cmd
+}
+
+// orDefault is s, or def when s is empty.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // holdAndRun takes a lease with take, runs argv while it holds, and releases it when argv exits.

@@ -76,6 +76,13 @@ func TestUsageErrorsExitTwoBeforeNetwork(t *testing.T) {
 		{"--endpoints", ",", "get", "x"},
 		{"--cacert", "/nonexistent/ca.pem", "get", "x"},
 		{"--cert", "/nonexistent/c.pem", "get", "x"},
+		{"--endpoints", "ftp://127.0.0.1:1", "get", "x"},
+		{"--endpoints", "http://127.0.0.1:1,https://127.0.0.1:2", "get", "x"},
+		{"completion", "tcsh"},
+		{"completion"},
+		{"help", "bogus"},
+		{"acl", "frob"},
+		{"snapshot", "frob"},
 	}
 	for _, args := range cases {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {

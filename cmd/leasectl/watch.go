@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +15,8 @@ import (
 
 // eventJSON is the shape of watch's JSON output.
 type eventJSON struct {
+	// Time is when leasectl received the event (RFC 3339, milliseconds; events carry no time of their own).
+	Time     string `json:"time"`
 	Type     string `json:"type"`
 	Resource string `json:"resource"`
 	Holder   string `json:"holder"`
@@ -32,8 +36,9 @@ func (a *app) watchCommand() *cobra.Command {
 		Long: `watch prints every grant, release and expiry of RESOURCE, of the resources starting with --prefix, or of
 all resources, in log order, until interrupted (SIGINT or SIGTERM: exit code 0). Without --from-index it
 starts with the next event; with it, at that log index (exit 1 if the cluster no longer keeps that much
-history). With -o json each event is one line: {"type","resource","holder","token","index","value"}.
-Table output prints one line per event as it arrives.`,
+history). With -o json each event is one line: {"time","type","resource","holder","token","index","value"}.
+Table output prints one line per event as it arrives. The time is when leasectl received the event, in
+RFC 3339 with milliseconds (events carry no time of their own).`,
 		Example: `  leasectl watch jobs/report
   leasectl watch --prefix jobs/ -o json
   leasectl watch --from-index 1200 -o json | jq -c 'select(.type == "expired")'`,
@@ -70,8 +75,9 @@ Table output prints one line per event as it arrives.`,
 				}
 				first := true
 				err = c.Watch(ctx, wo, func(e client.Event) error {
+					at := a.timestamp()
 					if a.jsonOut() {
-						return a.emitJSON(eventJSON{Type: e.Type.String(), Resource: e.Lease.Resource, Holder: e.Lease.Holder,
+						return a.emitJSON(eventJSON{Time: at, Type: e.Type.String(), Resource: e.Lease.Resource, Holder: e.Lease.Holder,
 							Token: e.Lease.Token, Index: e.Index, Value: string(e.Lease.Value)})
 					}
 					// One aligned line per event; each is flushed at once, so widths are fixed up front.
@@ -79,9 +85,10 @@ Table output prints one line per event as it arrives.`,
 					defer a.outMu.Unlock()
 					if first {
 						first = false
-						fmt.Fprintf(a.stdout, "%-8s %-10s %-30s %-24s %s\n", "INDEX", "TYPE", "RESOURCE", "HOLDER", "TOKEN")
+						fmt.Fprintf(a.stdout, "%-29s %-8s %-10s %-30s %-24s %-10s %s\n", "TIME", "INDEX", "TYPE", "RESOURCE", "HOLDER", "TOKEN", "VALUE")
 					}
-					_, err := fmt.Fprintf(a.stdout, "%-8d %-10s %-30s %-24s %d\n", e.Index, e.Type, e.Lease.Resource, orDash(e.Lease.Holder), e.Lease.Token)
+					_, err := fmt.Fprintf(a.stdout, "%-29s %-8d %-10s %-30s %-24s %-10d %s\n", at, e.Index, e.Type, e.Lease.Resource,
+						orDash(e.Lease.Holder), e.Lease.Token, cell(string(e.Lease.Value)))
 					return err
 				})
 				if interrupted() {
@@ -112,6 +119,8 @@ func watchError(err error) error {
 
 // leaderJSON is the shape of leader's JSON output; holder is "" while nobody leads.
 type leaderJSON struct {
+	// Time (leader --watch only) is when leasectl learned of the leader, like watch's.
+	Time     string `json:"time,omitempty"`
 	Resource string `json:"resource"`
 	Holder   string `json:"holder"`
 	Token    uint64 `json:"token"`
@@ -125,7 +134,8 @@ func (a *app) leaderCommand() *cobra.Command {
 		Short: "Show the leader of an election",
 		Long: `leader prints who leads the election RESOURCE (see 'leasectl elect'): holder, value and fencing token (the
 leader's epoch). It exits with code 4 when nobody leads. With --watch it prints the current leader and then
-one line at every change ("-" / holder "" while nobody leads) until interrupted (exit 0).`,
+one line at every change ("-" / holder "" while nobody leads) until interrupted (exit 0), each with the
+time leasectl learned of it (RFC 3339 with milliseconds).`,
 		Example: `  leasectl leader service/scheduler
   leasectl leader service/scheduler --watch -o json`,
 		Args: resourceArg,
@@ -143,7 +153,7 @@ one line at every change ("-" / holder "" while nobody leads) until interrupted 
 						return fmt.Errorf("leader %q: %w", resource, err)
 					}
 					if a.jsonOut() {
-						return a.printLeader(resource, li, false)
+						return a.emitJSON(leaderJSON{Resource: resource, Holder: li.Holder, Token: li.Token, Value: string(li.Value)})
 					}
 					t := a.newTable("RESOURCE", "HOLDER", "TOKEN", "VALUE")
 					t.row(resource, li.Holder, strconv.FormatUint(li.Token, 10), orDash(string(li.Value)))
@@ -155,7 +165,7 @@ one line at every change ("-" / holder "" while nobody leads) until interrupted 
 			return a.withClient("", func(c *client.Client) error {
 				first := true
 				err := c.Observe(ctx, resource, func(li client.LeaderInfo) error {
-					err := a.printLeader(resource, li, first)
+					err := a.printLeaderChange(resource, li, first)
 					first = false
 					return err
 				})
@@ -170,20 +180,38 @@ one line at every change ("-" / holder "" while nobody leads) until interrupted 
 	return cmd
 }
 
-// printLeader prints one line of leader --watch (and leader's JSON).
-func (a *app) printLeader(resource string, li client.LeaderInfo, header bool) error {
+// printLeaderChange prints one line of leader --watch, with the time it was learned.
+func (a *app) printLeaderChange(resource string, li client.LeaderInfo, header bool) error {
+	at := a.timestamp()
 	if a.jsonOut() {
-		return a.emitJSON(leaderJSON{Resource: resource, Holder: li.Holder, Token: li.Token, Value: string(li.Value)})
+		return a.emitJSON(leaderJSON{Time: at, Resource: resource, Holder: li.Holder, Token: li.Token, Value: string(li.Value)})
 	}
 	a.outMu.Lock()
 	defer a.outMu.Unlock()
 	if header {
-		fmt.Fprintf(a.stdout, "%-30s %-24s %-10s %s\n", "RESOURCE", "HOLDER", "TOKEN", "VALUE")
+		fmt.Fprintf(a.stdout, "%-29s %-30s %-24s %-10s %s\n", "TIME", "RESOURCE", "HOLDER", "TOKEN", "VALUE")
 	}
 	token := "-"
 	if li.Token != 0 {
 		token = strconv.FormatUint(li.Token, 10)
 	}
-	_, err := fmt.Fprintf(a.stdout, "%-30s %-24s %-10s %s\n", resource, orDash(li.Holder), token, orDash(string(li.Value)))
+	_, err := fmt.Fprintf(a.stdout, "%-29s %-30s %-24s %-10s %s\n", at, resource, orDash(li.Holder), token, cell(string(li.Value)))
 	return err
+}
+
+// timestampLayout is RFC 3339 with milliseconds, in the local time zone.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// timestamp is now, for a line of watch or leader --watch.
+func (a *app) timestamp() string {
+	now := time.Now
+	if a.now != nil {
+		now = a.now
+	}
+	return now().Format(timestampLayout)
+}
+
+// cell is a value for a streamed table line: "-" when empty, on one line.
+func cell(s string) string {
+	return orDash(strings.NewReplacer("\t", " ", "\n", " ").Replace(s))
 }
