@@ -138,7 +138,7 @@ func TestFrozenHolderIsFencedOffByEveryAdapter(t *testing.T) {
 	})
 	b := newClient(t, cl.Endpoints(), func(cfg *client.Config) { cfg.Holder = "b" })
 
-	la, err := a.Acquire(ctx, "orders", client.WithTTL(500*time.Millisecond))
+	la, err := a.Acquire(ctx, "orders", client.WithTTL(800*time.Millisecond)) // the floor
 	if err != nil {
 		t.Fatal(err)
 	}

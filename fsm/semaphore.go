@@ -130,6 +130,16 @@ func (f *FSM) Slots(resource string) []Lease {
 	return out
 }
 
+// Full reports whether an acquire of resource can only be answered "held" (unless it replays a grant):
+// a plain lease is live, or every slot of its semaphore is.
+func (f *FSM) Full(resource string) bool {
+	if s, ok := f.semaphores[resource]; ok {
+		return uint32(len(f.slotsOf(resource))) >= s.limit
+	}
+	_, held := f.Get(resource)
+	return held
+}
+
 // SemaphoreLimit returns the limit of resource's semaphore and whether it is one (has a live slot).
 func (f *FSM) SemaphoreLimit(resource string) (uint32, bool) {
 	s, ok := f.semaphores[resource]

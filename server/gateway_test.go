@@ -431,6 +431,7 @@ func TestOpenAPIFileHasTheRoutes(t *testing.T) {
 		"post /v1/leases/renew":     "Leases_Renew",
 		"post /v1/leases/release":   "Leases_Release",
 		"post /v1/leases/validate":  "Leases_ValidateToken",
+		"post /v1/leases/proclaim":  "Leases_Proclaim",
 		"get /v1/leases/{resource}": "Leases_Get",
 		"get /v1/leases":            "Leases_List",
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -58,16 +59,23 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 }
 
 // worthTrying reports whether a blocking acquire at the head of its queue should propose now: not while
-// another grant holds the resource (the release or expiry wakes it), so that waiters joining a held
+// another grant holds the resource, or all its semaphore slots (a release or expiry wakes it), so that waiters joining a held
 // resource's queue write nothing to the log. A grant made under the same request id is tried, for the
 // state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
 func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
-	var (
-		cur  fsm.Lease
-		held bool
-	)
-	n.readFSM(func(sm *fsm.FSM) { cur, held = sm.Get(req.GetResource()) })
-	return !held || (req.GetRequestId() != "" && cur.RequestID == req.GetRequestId())
+	worth := true
+	n.readFSM(func(sm *fsm.FSM) {
+		if !sm.Full(req.GetResource()) || req.GetRequestId() == "" {
+			worth = !sm.Full(req.GetResource())
+			return
+		}
+		live := sm.Slots(req.GetResource())
+		if cur, ok := sm.Get(req.GetResource()); ok && live == nil {
+			live = []fsm.Lease{cur}
+		}
+		worth = slices.ContainsFunc(live, func(l fsm.Lease) bool { return l.RequestID == req.GetRequestId() })
+	})
+	return worth
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {

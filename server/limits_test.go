@@ -74,9 +74,9 @@ func TestEveryNodeCountsTheSameStateSize(t *testing.T) {
 	c := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
 	for i := range 30 {
-		req := &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 600, Value: []byte(strings.Repeat("v", i))}
+		req := &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 900, Value: []byte(strings.Repeat("v", i))}
 		if i%3 == 0 {
-			req.LockDelayMs, req.TtlMs = 5_000, 600 // expires, then sits in its lock-delay
+			req.LockDelayMs, req.TtlMs = 5_000, 900 // expires, then sits in its lock-delay
 		}
 		resp, err := acquireRetrying(c, ctx, req)
 		if err != nil {

@@ -84,9 +84,10 @@ func (s *stateSize) reset(sm *fsm.FSM) {
 // leased_quota_exceeded.
 func (n *node) quotaFull() bool { return n.size.bytes.Load() >= n.cfg.Limits.QuotaBytes }
 
-// held reports whether resource has a live lease in this node's state.
+// held reports whether an acquire of resource could only be answered "held" in this node's state: a
+// live plain lease, or every slot of its semaphore taken (fsm.Full).
 func (n *node) held(resource string) (held bool) {
-	n.readFSM(func(sm *fsm.FSM) { _, held = sm.Get(resource) })
+	n.readFSM(func(sm *fsm.FSM) { held = sm.Full(resource) })
 	return held
 }
 

@@ -114,7 +114,7 @@ func TestSnapshotRestoreStartsAboveTheFloor(t *testing.T) {
 		}
 	}
 	// A retry of an acquire from before the backup returns the same grant (the dedup record came along).
-	again, err := ncl.Acquire(ctxT(t), &leasepb.AcquireRequest{Resource: "a", Holder: "h-a", TtlMs: 60_000, RequestId: "q-a"})
+	again, err := ncl.Acquire(ctxT(t), &leasepb.AcquireRequest{Resource: "a", Holder: "h-a", TtlMs: 60_000, RequestId: "q-a", Value: held["a"].GetValue()})
 	if err != nil || again.GetLease().GetToken() != held["a"].GetToken() {
 		t.Fatalf("retried acquire = %v, %v", again.GetLease(), err)
 	}

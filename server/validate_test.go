@@ -86,10 +86,10 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 		{"ttl MinInt64 ms", math.MinInt64, 0, "ttl_ms", "below the minimum"},
 		{"ttl 2^63/1e6+1 ms", math.MaxInt64/1_000_000 + 1, 0, "ttl_ms", "above the maximum"},
 		{"ttl one past the maximum", 3_600_001, 0, "ttl_ms", "above the maximum"},
-		{"lock-delay MaxInt64 ms", 5000, math.MaxInt64, "lock_delay_ms", "above the maximum 60000"},
-		{"lock-delay 2^58 ms", 5000, 1 << 58, "lock_delay_ms", "above the maximum 60000"},
-		{"lock-delay one past the maximum", 5000, 60_001, "lock_delay_ms", "above the maximum 60000"},
-		{"lock-delay MinInt64 ms", 5000, math.MinInt64, "lock_delay_ms", "below the minimum 0"},
+		{"lock-delay MaxInt64 ms", 10_000, math.MaxInt64, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay 2^58 ms", 10_000, 1 << 58, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay one past the maximum", 10_000, 60_001, "lock_delay_ms", "above the maximum 60000"},
+		{"lock-delay MinInt64 ms", 10_000, math.MinInt64, "lock_delay_ms", "below the minimum 0"},
 	} {
 		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
 		var fe *fieldError

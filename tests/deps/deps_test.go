@@ -122,15 +122,16 @@ func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 }
 
 // TestSDKDoesNotImportTheGateway: the HTTP/JSON gateway lives in api/leasepb/gw so that programs using the
-// SDK or leasectl do not link grpc-gateway's runtime (docs/design.md, "Packages and dependency direction").
+// SDK do not link grpc-gateway's runtime (docs/design.md, "Packages and dependency direction"). leasectl
+// links the server package for the offline `snapshot restore`, and with it the gateway.
 func TestSDKDoesNotImportTheGateway(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", module+"/client", module+"/cmd/leasectl").Output()
+	out, err := exec.Command("go", "list", "-deps", module+"/client", module+"/client/fence/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/grpc-ecosystem/grpc-gateway") || pkg == module+"/api/leasepb/gw" {
-			t.Errorf("the SDK or leasectl depends on %s", pkg)
+			t.Errorf("the SDK depends on %s", pkg)
 		}
 	}
 }
