@@ -65,10 +65,12 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 	worth := true
 	n.readFSM(func(sm *fsm.FSM) {
-		if !sm.Full(req.GetResource()) || req.GetRequestId() == "" {
-			worth = !sm.Full(req.GetResource())
+		full := sm.Full(req.GetResource())
+		if !full || req.GetRequestId() == "" {
+			worth = !full
 			return
 		}
+		// Full: worth it only to replay this request id's own grant (a plain lease, or one of the slots).
 		live := sm.Slots(req.GetResource())
 		if cur, ok := sm.Get(req.GetResource()); ok && live == nil {
 			live = []fsm.Lease{cur}

@@ -106,6 +106,6 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no audit line %s in the log:\n%s", want, stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
