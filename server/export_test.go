@@ -63,3 +63,6 @@ func (s *Server) Waiters() int { return s.node.queue.len() }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
 func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }
+
+// AcceptsPeer reports whether this node takes raft messages from id (its member check).
+func (s *Server) AcceptsPeer(id uint64) bool { return s.node.isMember(id) }

@@ -204,6 +204,13 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 	if ms := members(t, c, c.WaitLeader()); len(ms) != 3 || memberNamed(ms, "n4") != nil {
 		t.Fatalf("members after the removal: %v", ms)
 	}
+	// Every remaining node drops raft messages from the removed member, and still takes them from the others.
+	for i := range 3 {
+		eventually(t, 10*time.Second, fmt.Sprintf("n%d refuses n4's messages", i+1), func() bool { return !c.Node(i).AcceptsPeer(id) })
+		if other := c.Node((i + 1) % 3).ID(); !c.Node(i).AcceptsPeer(other) {
+			t.Errorf("n%d refuses member %x", i+1, other)
+		}
+	}
 	// A removed name never comes back.
 	if _, err := leasepb.NewClusterClient(c.Conn(c.WaitLeader())).MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: "127.0.0.1:2"}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("re-adding removed n4: %v, want FailedPrecondition", err)
