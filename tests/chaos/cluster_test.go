@@ -30,7 +30,8 @@ func newCluster(t testing.TB, bin, dir string, size int, withTLS bool) *cluster 
 		Bin: bin, Dir: dir, Size: size,
 		Admin:    true, // the disk-stall nemesis's hook (-tags faultinject) is on the admin address
 		PeerHost: peerHost,
-		Args:     []string{"--snapshot-entries=5000", "--snapshot-catchup=1000"},
+		// The flood nemesis's small limits (flood_test.go), in every run: a healthy client never comes near them.
+		Args: append([]string{"--snapshot-entries=5000", "--snapshot-catchup=1000"}, floodArgs...),
 		Env: func(i int) []string {
 			proxy := c.proxy.url(i)
 			return []string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}

@@ -58,6 +58,9 @@ type runConfig struct {
 	// Membership adds the membership nemesis (replace a follower: remove, wipe, add fresh, promote) to the
 	// schedule: LEASED_CHAOS_MEMBERSHIP=1 (membership_test.go).
 	Membership bool
+	// Flood adds the flood nemesis (a hostile client past the per-connection and per-resource limits) and
+	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
+	Flood bool
 }
 
 // run is one chaos run: a cluster, the workload, the nemeses, and what they recorded.
@@ -104,6 +107,10 @@ type run struct {
 	l1Leases        []l1Lease
 	workEnd         time.Duration
 	diskHookMissing atomic.Bool
+
+	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
+	floods        int
+	floodFindings []string
 }
 
 // report is the outcome of a run: the summary figures and the violations per invariant.
@@ -407,6 +414,11 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// The audit trail and the leader gauges (issue 15).
 	violate("obs", r.checkObservability(events)...)
 
+	// The limits held against the flood nemesis.
+	r.mu.Lock()
+	violate("limits", r.floodFindings...)
+	r.mu.Unlock()
+
 	// L1, from the nemesis log.
 	r.mu.Lock()
 	nems, acqs, l1s, workEnd := slices.Clone(r.nemLog), slices.Clone(r.l1Acqs), slices.Clone(r.l1Leases), r.workEnd
@@ -576,6 +588,10 @@ func (r *run) nemesis(ctx context.Context) {
 		ld, _ := r.c.Leader(ctx)
 		if r.cfg.Schedule == "freeze" || (r.cfg.Gray && rng.IntN(2) == 0) {
 			r.grayNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.Flood && rng.IntN(6) == 0 {
+			r.floodNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.Membership && rng.IntN(4) == 0 {
