@@ -172,7 +172,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
