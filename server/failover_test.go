@@ -54,8 +54,14 @@ func TestLeaderLossWhileAcquiringKeepsTokensIncreasing(t *testing.T) {
 	if time.Since(killedAt) > 5*c.Config(0).ElectionTimeout()+2*time.Second {
 		t.Errorf("failover took %v", time.Since(killedAt))
 	}
-	wg.Wait()
+	// Enough grants under the new leader, then stop: the workers' 600 acquires need not all fit the
+	// context's 10 s on a loaded machine.
+	mu.Lock()
+	atFailover := len(tokens)
+	mu.Unlock()
+	eventually(t, 8*time.Second, "grants under the new leader", func() bool { mu.Lock(); defer mu.Unlock(); return len(tokens) > atFailover+20 })
 	close(stop)
+	wg.Wait()
 	seen := map[uint64]bool{}
 	for _, tok := range tokens {
 		if seen[tok] {

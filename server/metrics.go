@@ -22,18 +22,20 @@ type metrics struct {
 	proposals     *prometheus.CounterVec // by outcome
 	renewals      *prometheus.CounterVec // by outcome
 	leaderChanges prometheus.Counter
-	fsyncSeconds  prometheus.Histogram
-	applySeconds  prometheus.Histogram
-	readSeconds   prometheus.Histogram
-	snapSeconds   prometheus.Histogram
-	snapBytes     prometheus.Gauge
-	logEntries    prometheus.Gauge
-	openStreams   *prometheus.GaugeVec // by kind
-	keepAliveSize prometheus.Histogram
-	expiryLag     prometheus.Histogram
-	peerRTT       *prometheus.HistogramVec // by peer
-	peerFailures  *prometheus.CounterVec   // by peer
-	peerRejects   *prometheus.CounterVec   // by reason
+	// leaderStreamLost counts the times this follower's stream from its leader broke and it campaigned.
+	leaderStreamLost prometheus.Counter
+	fsyncSeconds     prometheus.Histogram
+	applySeconds     prometheus.Histogram
+	readSeconds      prometheus.Histogram
+	snapSeconds      prometheus.Histogram
+	snapBytes        prometheus.Gauge
+	logEntries       prometheus.Gauge
+	openStreams      *prometheus.GaugeVec // by kind
+	keepAliveSize    prometheus.Histogram
+	expiryLag        prometheus.Histogram
+	peerRTT          *prometheus.HistogramVec // by peer
+	peerFailures     *prometheus.CounterVec   // by peer
+	peerRejects      *prometheus.CounterVec   // by reason
 }
 
 // Label values, all of them set up front.
@@ -72,6 +74,10 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		}, []string{"outcome"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leased_leader_changes_total", Help: "Leader changes this node saw (a new leader known; the first election counts).",
+		}),
+		leaderStreamLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leased_leader_stream_lost_total",
+			Help: "Times this follower's raft stream from its leader broke (the leader's process or connection died) and it campaigned at once.",
 		}),
 		fsyncSeconds: histogram("leased_disk_fsync_duration_seconds",
 			"Time of one durable raft log write (a Save: one bbolt transaction with its fsyncs).", latencyBuckets),
@@ -128,7 +134,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.fsyncSeconds, m.applySeconds,
+	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.leaderStreamLost, m.fsyncSeconds, m.applySeconds,
 		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.expiryLag,
 		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
 		gauge("leased_has_leader", "1 while this node knows a leader.", func() float64 { return boolFloat(n.leader.Load() != 0) }),

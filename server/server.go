@@ -186,7 +186,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		var err error
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
-			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped,
+			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.streamLost,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
@@ -280,6 +280,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
 		peers:       make(map[uint64]string),
 		confSem:     make(chan struct{}, 1),
+		lostStreams: make(chan uint64, 1),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),
@@ -422,6 +423,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })
+	s.spawn(func() { s.node.leaderLossLoop(s.stop) })
 	s.spawn(func() { s.node.announceLoop(s.stop) })
 	s.spawn(func() { s.node.removalLoop(s.stop) })
 	if s.gossip != nil {

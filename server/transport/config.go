@@ -119,6 +119,11 @@ type Config struct {
 	// concurrent use, and must not call the Transport. The server turns them into per-peer metrics.
 	OnRoundTrip func(peer uint64, rtt time.Duration)
 	OnDropped   func(peer uint64, count int)
+	// OnStreamLost, when set, hears that a peer's stream to this node broke: it ended with an error
+	// (the connection reset or closed under it, as when the peer's process dies) rather than the peer
+	// closing it, while this transport is open. peer is the sender of the stream's batches. It is a hint,
+	// not a verdict: a live peer reopens its stream at once. Same rules as OnRoundTrip.
+	OnStreamLost func(peer uint64)
 }
 
 // Defaults for the zero fields of Config.

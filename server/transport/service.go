@@ -99,28 +99,38 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 		}
 	}()
 
-	first := true
+	var from uint64 // the sender of the stream's first checked batch
 	for {
 		select {
 		case b := <-batches:
 			if err := s.deliver(ctx, b, member); err != nil {
 				return err
 			}
-			if first { // a checked batch: its sender is a peer of this cluster, and up
-				first = false
-				t.heardFrom(b.GetFrom())
+			if from == 0 { // a checked batch: its sender is a peer of this cluster, and up
+				from = b.GetFrom()
+				t.heardFrom(from)
 			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				return srv.SendAndClose(&wirepb.RaftStreamEnd{})
 			}
+			t.streamLost(from)
 			return err
 		case <-ctx.Done():
 			if t.ctx.Err() != nil {
 				return errTransportClosed
 			}
+			t.streamLost(from) // the connection under the stream closed: gRPC cancelled its context
 			return status.FromContextError(ctx.Err()).Err()
 		}
+	}
+}
+
+// streamLost passes on (Config.OnStreamLost) that the stream from peer broke while the transport is
+// open; peer 0 (no batch was received) says nothing.
+func (t *Transport) streamLost(peer uint64) {
+	if peer != 0 && t.ctx.Err() == nil && t.cfg.OnStreamLost != nil {
+		t.cfg.OnStreamLost(peer)
 	}
 }
 

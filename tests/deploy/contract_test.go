@@ -23,6 +23,7 @@ var nodeMetrics = map[string]kind{
 	"leased_has_leader":                  gauge,
 	"leased_is_leader":                   gauge,
 	"leased_leader_changes_total":        counter,
+	"leased_leader_stream_lost_total":    counter,
 	"leased_term":                        gauge,
 	"leased_proposals_total":             counter,
 	"leased_disk_fsync_duration_seconds": histogram,

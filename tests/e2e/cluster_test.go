@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,3 +127,22 @@ func tail(path string, n int) string {
 }
 
 var errGaveUp = errors.New("gave up retrying")
+
+// metric is the value of the unlabelled series name on process i's /metrics (0 when it is missing or
+// the node does not answer).
+func (c *cluster) metric(i int, name string) float64 {
+	resp, err := c.http.Get("http://" + c.Nodes[i].AdminAddr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -143,4 +144,50 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d acknowledged grants (%d answered as replays of a retried request_id)", total, replays)
+}
+
+// TestLeaderCrashElectsBeforeTheElectionTimeout: with a 5 s election timeout, a SIGKILLed leader's
+// successor is elected well before the timeout could have fired, because each follower's raft stream
+// from the dead leader broke and it forgot the leader and campaigned (server/leaderloss.go); the
+// survivors count the hint in leased_leader_stream_lost_total. Without it no follower campaigns for at
+// least 5 s.
+func TestLeaderCrashElectsBeforeTheElectionTimeout(t *testing.T) {
+	const electionTimeout = 5 * time.Second
+	c := prepareClusterWith(t, proc.Config{Size: 3,
+		Args: []string{fmt.Sprintf("--election-ticks=%d", electionTimeout/proc.Tick)}})
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	old, before := c.waitLeader(4*electionTimeout, -1)
+	// The followers must know their leader (its heartbeats reached them) before it dies.
+	c.eventually(10*time.Second, "every node knows the leader", func() bool {
+		for i := range c.Nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := c.Status(ctx, i)
+			cancel()
+			if err != nil || st.GetLeaderId() != before.GetLeaderId() {
+				return false
+			}
+		}
+		return true
+	})
+	c.Kill(old)
+	killed := time.Now()
+	next, after, err := c.WaitLeader(electionTimeout*4/5, old)
+	if err != nil {
+		t.Fatalf("no new leader within %v of n%d's SIGKILL (election timeout %v): %v", electionTimeout*4/5, old+1, electionTimeout, err)
+	}
+	t.Logf("n%d elected in term %d, %v after n%d was killed", next+1, after.GetTerm(), time.Since(killed).Round(time.Millisecond), old+1)
+	if after.GetTerm() <= before.GetTerm() {
+		t.Fatalf("term %d after the kill, %d before", after.GetTerm(), before.GetTerm())
+	}
+	hints := 0.0
+	for i := range c.Nodes {
+		if i != old {
+			hints += c.metric(i, "leased_leader_stream_lost_total")
+		}
+	}
+	if hints == 0 {
+		t.Error("no survivor counted the broken stream (leased_leader_stream_lost_total)")
+	}
 }
