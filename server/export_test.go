@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -66,3 +67,10 @@ func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.
 
 // AcceptsPeer reports whether this node takes raft messages from id (its member check).
 func (s *Server) AcceptsPeer(id uint64) bool { return s.node.isMember(id) }
+
+// SetSnapshotStall sets how long a Snapshot stream may take no chunk; the returned func restores it.
+func SetSnapshotStall(d time.Duration) (restore func()) {
+	old := snapshotStall
+	snapshotStall = d
+	return func() { snapshotStall = old }
+}

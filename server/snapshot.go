@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 )
@@ -59,7 +62,37 @@ func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.Server
 	if err != nil {
 		return s.n.status(err)
 	}
-	return sendSnapshot(stream, data, index)
+	return sendWatched(stream, data, index, snapshotStall)
+}
+
+// snapshotStall is how long a Snapshot stream may go without the client taking a chunk before the
+// stream is ended (DeadlineExceeded), so a reader that stopped reading cannot hold one of the
+// MaxSnapshotStreams slots, and a copy of the state, for ever. A var for tests.
+var snapshotStall = 30 * time.Second
+
+// sendWatched is sendSnapshot under a watchdog: it ends the stream once no chunk has been taken for
+// stall. gRPC's Send has no deadline of its own and blocks while the client's flow-control window is
+// full, so the sending runs on a goroutine of this RPC; returning ends the RPC, whose context then
+// releases the blocked Send and the goroutine with it.
+func sendWatched(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data []byte, index uint64, stall time.Duration) error {
+	var sent atomic.Int64 // chunks the client has taken
+	done := make(chan error, 1)
+	go func() { done <- sendSnapshot(stream, data, index, func() { sent.Add(1) }) }()
+	tick := time.NewTicker(stall)
+	defer tick.Stop()
+	last := int64(-1)
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if n := sent.Load(); n != last {
+				last = n
+				continue
+			}
+			return status.Errorf(codes.DeadlineExceeded, "the snapshot stream took no chunk for %v: ending it", stall)
+		}
+	}
 }
 
 var errSnapshotStreams = errors.New("this node already serves the most concurrent snapshot streams; retry later")
@@ -78,7 +111,7 @@ func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint6
 
 // sendSnapshot streams data in chunks of at most snapshotChunkBytes; the last one carries the sha256.
 // The chunks alias data: nothing more is allocated per chunk.
-func sendSnapshot(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data []byte, index uint64) error {
+func sendSnapshot(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data []byte, index uint64, taken func()) error {
 	sum := sha256.Sum256(data)
 	for off := 0; ; off += snapshotChunkBytes {
 		end := min(off+snapshotChunkBytes, len(data))
@@ -89,6 +122,7 @@ func sendSnapshot(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data
 		if err := stream.Send(chunk); err != nil {
 			return err
 		}
+		taken()
 		if end == len(data) {
 			return nil
 		}
