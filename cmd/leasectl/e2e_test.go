@@ -44,6 +44,7 @@ func TestCluster(t *testing.T) {
 		{"Members", testMembers},
 		{"WaitFeedback", testWaitFeedback},
 		{"HeldNamesTheProcess", testHeldNamesTheProcess},
+		{"Bench", testBench},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
