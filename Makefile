@@ -43,7 +43,7 @@ bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
 BENCH_FLAGS ?=
 bench-bins:
 	cd bench && $(GO) build -o bin/etcd go.etcd.io/etcd/server/v3 && $(GO) build -o bin/bench .
-	$(GO) build -o bench/bin/leased ./cmd/leased
+	$(GO) build -ldflags "$(LDFLAGS)" -o bench/bin/leased ./cmd/leased
 
 bench-compare: bench-bins ## leased vs etcd v3.7.3, one markdown table (slow: 1M held leases; BENCH_FLAGS=--rows=acquire)
 	cd bench && ./bin/bench $(BENCH_FLAGS)

@@ -45,9 +45,13 @@ func cells(cfg config) []cell {
 	return out
 }
 
+// opTimeout bounds every operation of a cell: a system that stops answering fails the operation rather
+// than hanging the comparison.
+const opTimeout = 10 * time.Second
+
 // measure runs op for the cell's duration and checks that it did real work.
 func measure(ctx context.Context, cfg config, clients int, op loadgen.Op) (loadgen.Result, error) {
-	r, err := loadgen.Run(ctx, loadgen.Options{Clients: clients, Duration: cfg.duration, MaxOps: cfg.maxOps}, op)
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: clients, Duration: cfg.duration, MaxOps: cfg.maxOps, OpTimeout: opTimeout}, op)
 	if err != nil {
 		return r, err
 	}
@@ -183,7 +187,7 @@ func memoryCell(ctx context.Context, s system, cfg config) (map[string]float64, 
 	if err != nil {
 		return nil, err
 	}
-	r, err := loadgen.Run(ctx, loadgen.Options{Clients: workers, Duration: cfg.fillTimeout, MaxOps: cfg.leases}, op)
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: workers, Duration: cfg.fillTimeout, MaxOps: cfg.leases, OpTimeout: opTimeout}, op)
 	if err != nil {
 		return nil, err
 	}

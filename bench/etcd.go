@@ -167,7 +167,9 @@ func (s *etcdSystem) renew(ctx context.Context, clients int) (loadgen.Op, error)
 	}
 	ids := make([]clientv3.LeaseID, clients)
 	for w := range clients {
-		g, err := cs[w%len(cs)].Grant(ctx, 30)
+		gctx, cancel := context.WithTimeout(ctx, opTimeout)
+		g, err := cs[w%len(cs)].Grant(gctx, 30)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

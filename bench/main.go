@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -187,9 +188,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %d repetitions, %v per cell; etcd %s, leased %s; took %v.\n\n",
-		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(), cfg.reps, cfg.duration, cfg.etcdBin, cfg.leasedBin,
-		time.Since(start).Round(time.Second))
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %s, %v per cell; %s; %s; took %v.\n\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(), plural(cfg.reps, "repetition"), cfg.duration,
+		version(ctx, cfg.etcdBin), version(ctx, cfg.leasedBin), time.Since(start).Round(time.Second))
 	writeTable(&b, cfg, res)
 	_, _ = io.WriteString(stdout, b.String())
 	if cfg.out != "" {
@@ -221,6 +222,18 @@ func describe(vals map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%.4g", k[strings.IndexByte(k, '/')+1:], vals[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// version is the first line a binary's --version prints (its path if that fails).
+func version(ctx context.Context, bin string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return bin
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo ("" if unknown).

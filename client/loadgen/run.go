@@ -31,6 +31,8 @@ type Options struct {
 	Duration time.Duration
 	// MaxOps stops the run after this many operations in all; 0 means DefaultMaxOps.
 	MaxOps int
+	// OpTimeout bounds each operation (its context's deadline); 0 leaves operations to ctx alone.
+	OpTimeout time.Duration
 }
 
 // Result is what a run measured. Latencies are those of every operation, failed ones included.
@@ -59,13 +61,15 @@ func (o Options) Validate() error {
 		return fmt.Errorf("duration must be more than 0, not %v", o.Duration)
 	case o.MaxOps < 0 || o.MaxOps > MaxOpsLimit:
 		return fmt.Errorf("max ops must be in 0..%d, not %d", MaxOpsLimit, o.MaxOps)
+	case o.OpTimeout < 0:
+		return fmt.Errorf("op timeout must not be negative, not %v", o.OpTimeout)
 	}
 	return nil
 }
 
 // Run runs op on o.Clients workers until o.Duration has passed, o.MaxOps operations were started or ctx
-// ends, waits for the operations in flight, and returns what it measured. Each operation gets ctx, which
-// Run does not cancel at the duration: an operation in flight then finishes and counts.
+// ends, waits for the operations in flight, and returns what it measured. Each operation gets ctx (with
+// o.OpTimeout), which Run does not cancel at the duration: an operation in flight then finishes and counts.
 func Run(ctx context.Context, o Options, op Op) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
@@ -101,7 +105,7 @@ func Run(ctx context.Context, o Options, op Op) (Result, error) {
 		wg.Go(func() {
 			for seq := 0; claim(); seq++ {
 				t0 := time.Now()
-				err := op(ctx, w, seq)
+				err := runOne(ctx, o.OpTimeout, op, w, seq)
 				lats[w] = append(lats[w], time.Since(t0))
 				if err != nil {
 					mu.Lock()
@@ -123,6 +127,16 @@ func Run(ctx context.Context, o Options, op Op) (Result, error) {
 		r.Max = all[len(all)-1]
 	}
 	return r, nil
+}
+
+// runOne runs one operation, bounded by timeout when it is set.
+func runOne(ctx context.Context, timeout time.Duration, op Op, worker, seq int) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return op(ctx, worker, seq)
 }
 
 // quantile is the q-quantile of sorted (nearest rank); 0 for none.

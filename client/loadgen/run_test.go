@@ -62,6 +62,22 @@ func TestRunEndsAtDuration(t *testing.T) {
 	}
 }
 
+// OpTimeout bounds each operation: one that would block forever fails with DeadlineExceeded.
+func TestRunBoundsEachOperation(t *testing.T) {
+	block := func(ctx context.Context, _, _ int) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	r, err := loadgen.Run(context.Background(),
+		loadgen.Options{Clients: 2, Duration: time.Minute, MaxOps: 4, OpTimeout: 20 * time.Millisecond}, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops != 4 || r.Errors != 4 || !errors.Is(r.FirstErr, context.DeadlineExceeded) || r.P50 < 20*time.Millisecond {
+		t.Fatalf("%+v", r)
+	}
+}
+
 // A cancelled context ends the run; nothing starts after it.
 func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -81,6 +97,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Clients: 1, Duration: 0},
 		{Clients: 1, Duration: time.Second, MaxOps: -1},
 		{Clients: 1, Duration: time.Second, MaxOps: loadgen.MaxOpsLimit + 1},
+		{Clients: 1, Duration: time.Second, OpTimeout: -time.Second},
 	} {
 		if _, err := loadgen.Run(context.Background(), o, nil); err == nil {
 			t.Errorf("%+v accepted", o)

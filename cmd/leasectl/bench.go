@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -130,19 +131,13 @@ func (a *app) bench(ctx context.Context, workload string, f benchFlags) (loadgen
 	case "contended":
 		op = pool.Contended(f.resources+"/contended", f.ttl)
 	case "renew":
-		setup, cancel := a.requestContext(ctx)
-		defer cancel()
-		if op, err = pool.Renew(setup, f.resources+"/renew", f.clients, f.ttl); err != nil {
+		// Each setup acquire is bounded by the SDK's RequestTimeout, --timeout.
+		if op, err = pool.Renew(ctx, f.resources+"/renew", f.clients, f.ttl); err != nil {
 			return loadgen.Result{}, err
 		}
 	}
 	// Each operation is bounded by --timeout, as every other request of leasectl is.
-	bounded := func(ctx context.Context, worker, seq int) error {
-		ctx, cancel := a.requestContext(ctx)
-		defer cancel()
-		return op(ctx, worker, seq)
-	}
-	return loadgen.Run(ctx, loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps}, bounded)
+	return loadgen.Run(ctx, loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps, OpTimeout: a.timeout}, op)
 }
 
 // benchOutcome is bench's error after printing: the first error's own when nothing succeeded, exit 1 when
@@ -164,7 +159,7 @@ func (a *app) printBench(workload string, f benchFlags, r loadgen.Result) error 
 	if a.jsonOut() {
 		j := benchJSON{
 			Workload: workload, Clients: f.clients, DurationMs: r.Elapsed.Milliseconds(), Ops: r.Ops, Errors: r.Errors,
-			Rate: r.Rate(), P50Ms: msf(r.P50), P90Ms: msf(r.P90), P99Ms: msf(r.P99), MaxMs: msf(r.Max),
+			Rate: math.Round(r.Rate()*100) / 100, P50Ms: msf(r.P50), P90Ms: msf(r.P90), P99Ms: msf(r.P99), MaxMs: msf(r.Max),
 		}
 		if r.FirstErr != nil {
 			j.FirstError = message(r.FirstErr)
