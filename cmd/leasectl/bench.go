@@ -140,16 +140,16 @@ func (a *app) bench(ctx context.Context, workload string, f benchFlags) (loadgen
 	return loadgen.Run(ctx, loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps, OpTimeout: a.timeout}, op)
 }
 
-// benchOutcome is bench's error after printing: the first error's own when nothing succeeded, exit 1 when
-// some operations failed, errInterrupted after Ctrl-C.
+// benchOutcome is bench's error after printing: errInterrupted after Ctrl-C (which fails the operations in
+// flight), the first error's own when nothing succeeded, exit 1 when some operations failed.
 func benchOutcome(r loadgen.Result, interrupted bool) error {
 	switch {
+	case interrupted:
+		return errInterrupted
 	case r.Errors > 0 && r.Errors == r.Ops:
 		return fmt.Errorf("all %d operations failed, the first with: %w", r.Ops, r.FirstErr)
 	case r.Errors > 0:
 		return fmt.Errorf("%d of %d operations failed, the first with: %s", r.Errors, r.Ops, message(r.FirstErr))
-	case interrupted:
-		return errInterrupted
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testBench runs each workload of `leasectl bench` for a second against the cluster and checks that the
@@ -42,5 +45,27 @@ func testBench(t *testing.T, eps []string) {
 		if r.stdout != "" {
 			t.Fatalf("%v printed %q", args, r.stdout)
 		}
+	}
+}
+
+// testBenchInterrupt: SIGINT ends a long bench early; it still prints what it measured, and exits 1.
+func testBenchInterrupt(t *testing.T, eps []string) {
+	cmd := exec.Command(bin, "--endpoints", strings.Join(eps, ","), "-o", "json", "bench", "acquire",
+		"--clients", "2", "--duration", "10m", "--resources", "bench-int")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pollHolder(t, eps, "bench-int/0/0", "bench-int-0-0") // the run is under way
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, 20*time.Second); code != 1 {
+		t.Fatalf("bench exited %d after SIGINT: %s", code, stderr.String())
+	}
+	got := mustJSON[benchJSON](t, stdout.String())
+	if got.Ops == 0 || got.DurationMs >= (10*time.Minute).Milliseconds() || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("after SIGINT: %+v, stderr %q", got, stderr.String())
 	}
 }

@@ -45,6 +45,7 @@ func TestCluster(t *testing.T) {
 		{"WaitFeedback", testWaitFeedback},
 		{"HeldNamesTheProcess", testHeldNamesTheProcess},
 		{"Bench", testBench},
+		{"BenchInterrupt", testBenchInterrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}
