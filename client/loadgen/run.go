@@ -16,6 +16,9 @@ import (
 // each) stay bounded whatever the duration.
 const DefaultMaxOps = 5_000_000
 
+// MaxClients is the most workers a run may have.
+const MaxClients = 10_000
+
 // MaxOpsLimit is the largest Options.MaxOps (400 MB of latencies).
 const MaxOpsLimit = 50_000_000
 
@@ -25,7 +28,7 @@ type Op func(ctx context.Context, worker, seq int) error
 
 // Options bound a run.
 type Options struct {
-	// Clients is the number of concurrent workers, each running one operation at a time (at least 1).
+	// Clients is the number of concurrent workers, each running one operation at a time (1..MaxClients).
 	Clients int
 	// Duration is how long workers start new operations (more than 0).
 	Duration time.Duration
@@ -55,8 +58,8 @@ func (r Result) Rate() float64 {
 // Validate says what is wrong with o, if anything.
 func (o Options) Validate() error {
 	switch {
-	case o.Clients < 1:
-		return fmt.Errorf("clients must be at least 1, not %d", o.Clients)
+	case o.Clients < 1 || o.Clients > MaxClients:
+		return fmt.Errorf("clients must be in 1..%d, not %d", MaxClients, o.Clients)
 	case o.Duration <= 0:
 		return fmt.Errorf("duration must be more than 0, not %v", o.Duration)
 	case o.MaxOps < 0 || o.MaxOps > MaxOpsLimit:

@@ -94,6 +94,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []loadgen.Options{
 		{Clients: 0, Duration: time.Second},
+		{Clients: loadgen.MaxClients + 1, Duration: time.Second},
 		{Clients: 1, Duration: 0},
 		{Clients: 1, Duration: time.Second, MaxOps: -1},
 		{Clients: 1, Duration: time.Second, MaxOps: loadgen.MaxOpsLimit + 1},

@@ -94,7 +94,7 @@ error's own code when no operation succeeded. The leases it takes count against 
 		}),
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.clients, "clients", 1, "concurrent workers, each with one operation in flight")
+	fl.IntVar(&f.clients, "clients", 1, "concurrent workers, each with one operation in flight (at most 10,000)")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.StringVar(&f.resources, "resources", "", "prefix of the resources bench uses (default bench/ and a random suffix)")
 	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "TTL of the leases bench takes")

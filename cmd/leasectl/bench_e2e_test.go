@@ -39,7 +39,7 @@ func testBench(t *testing.T, eps []string) {
 		t.Fatalf("table:\n%s", table.stdout)
 	}
 	// Bad input is a usage error and runs nothing.
-	for _, args := range [][]string{{"bench"}, {"bench", "lock"}, {"bench", "acquire", "--clients", "0"},
+	for _, args := range [][]string{{"bench"}, {"bench", "lock"}, {"bench", "acquire", "--clients", "0"}, {"bench", "acquire", "--clients", "10001"},
 		{"bench", "acquire", "--duration", "0s"}, {"bench", "acquire", "--resources", ""}} {
 		r := want(t, ctl(t, eps, args...), 2)
 		if r.stdout != "" {
