@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 60s
 
-.PHONY: help test test-short proto proto-check build cluster bench fuzz vet fmt clean chaos chaos-plants
+.PHONY: help test test-short proto proto-check build cluster bench bench-bins bench-compare bench-compare-smoke fuzz vet fmt clean chaos chaos-plants
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,20 @@ bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
 	$(GO) test -run='^$$' -bench='Acquire|Renew' -benchtime 3000x ./server/
 	$(GO) test -run='^$$' -bench=MassExpiry -benchtime 1x -timeout 20m ./server/
 	$(GO) test -run='^$$' -bench=KeepAlive10k -benchtime 1x ./client/
+
+# bench-compare: leased against etcd, side by side (docs/benchmarks.md). bench/ is its own Go module (etcd stays
+# out of go.mod); it builds etcd from the module proxy and leased from this tree into bench/bin. BENCH_FLAGS
+# passes flags to it (bench/main.go: --rows, --duration, --reps, --clients, --leases, ...).
+BENCH_FLAGS ?=
+bench-bins:
+	cd bench && $(GO) build -o bin/etcd go.etcd.io/etcd/server/v3 && $(GO) build -o bin/bench .
+	$(GO) build -ldflags "$(LDFLAGS)" -o bench/bin/leased ./cmd/leased
+
+bench-compare: bench-bins ## leased vs etcd v3.7.3, one markdown table (slow: 1M held leases; BENCH_FLAGS=--rows=acquire)
+	cd bench && ./bin/bench $(BENCH_FLAGS)
+
+bench-compare-smoke: bench-bins ## every row of bench-compare with tiny sizes (a minute or two): proves it works, measures nothing
+	cd bench && ./bin/bench --reps=1 --duration=1s --clients=1,16 --renew-clients=1,4 --kills=1 --leases=2000 $(BENCH_FLAGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	./scripts/fuzz.sh $(FUZZTIME)

@@ -106,7 +106,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 held by someone else / precondition failed
 	root.AddCommand(
 		a.acquireCommand(), a.renewCommand(), a.releaseCommand(), a.getCommand(), a.listCommand(),
 		a.watchCommand(), a.runCommand(), a.electCommand(), a.leaderCommand(), a.statusCommand(),
-		a.memberCommand(), a.snapshotCommand(), a.aclCommand(), a.versionCommand(),
+		a.memberCommand(), a.snapshotCommand(), a.aclCommand(), a.benchCommand(), a.versionCommand(),
 	)
 	// Cobra's own commands get examples too.
 	root.InitDefaultHelpCmd()

@@ -44,6 +44,8 @@ func TestCluster(t *testing.T) {
 		{"Members", testMembers},
 		{"WaitFeedback", testWaitFeedback},
 		{"HeldNamesTheProcess", testHeldNamesTheProcess},
+		{"Bench", testBench},
+		{"BenchInterrupt", testBenchInterrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })
 	}

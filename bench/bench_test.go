@@ -1,0 +1,61 @@
+package main
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+// These tests cover the comparison's own arithmetic and parsing; `make bench-compare-smoke` runs it end
+// to end. They are not part of leased's test run (bench/ is its own module): cd bench && go test .
+
+func TestProcReadersReadThisProcess(t *testing.T) {
+	cpu, err := cpuSeconds(os.Getpid())
+	if err != nil || cpu < 0 {
+		t.Fatalf("cpuSeconds = %v, %v", cpu, err)
+	}
+	rss, err := rssBytes(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Fatalf("rssBytes = %d, %v", rss, err)
+	}
+}
+
+func TestRatioIsTimesBetterForLeased(t *testing.T) {
+	if got := ratio([]float64{100, 300}, []float64{400}, true); got != "2.00×" { // rates: leased ÷ etcd
+		t.Errorf("rate ratio = %s", got)
+	}
+	if got := ratio([]float64{3}, []float64{1, 1, 100}, false); got != "3.00×" { // latencies: etcd ÷ leased
+		t.Errorf("latency ratio = %s", got)
+	}
+	if got := ratio(nil, []float64{1}, true); got != "—" {
+		t.Errorf("missing side = %s", got)
+	}
+	if got := span([]float64{2, 1, 3}, perSec); got != "1/s – 3/s" {
+		t.Errorf("span = %s", got)
+	}
+}
+
+func TestParseRejectsBadFlags(t *testing.T) {
+	bins := []string{"--etcd", os.Args[0], "--leased", os.Args[0]}
+	for _, args := range [][]string{
+		{"--rows", "acquire,nope"}, {"--duration", "0s"}, {"--reps", "0"}, {"--clients", "1,x"},
+		{"--leases", "-1"}, {"--etcd", "/does/not/exist"}, {"extra"},
+	} {
+		if _, err := parse(append(append([]string{}, bins...), args...), io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	cfg, err := parse(append(bins, "--rows", "acquire,memory", "--clients", "1,64"), io.Discard)
+	if err != nil || !cfg.rows["acquire"] || cfg.rows["renew"] || len(cfg.clients) != 2 {
+		t.Fatalf("cfg %+v, err %v", cfg, err)
+	}
+	var labels []string
+	for _, r := range rows(cfg) {
+		labels = append(labels, r.label)
+	}
+	if got := strings.Join(labels, "\n"); !strings.Contains(got, "acquire, 64 clients: p99") ||
+		!strings.Contains(got, "restart of a follower") || !strings.Contains(got, "CPU per acquire (3 nodes), 1 client") {
+		t.Fatalf("rows:\n%s", got)
+	}
+}

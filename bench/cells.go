@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leased/leased/client/loadgen"
+)
+
+// A cell is one measurement on one freshly started cluster. It returns named values (metric keys, see
+// rows.go); a failed cell returns its error and no values.
+type cell struct {
+	name string
+	run  func(ctx context.Context, s system, cfg config) (map[string]float64, error)
+}
+
+// cells lists the cells of the selected rows, in the order they run.
+func cells(cfg config) []cell {
+	var out []cell
+	if cfg.rows["acquire"] {
+		for _, n := range cfg.clients {
+			out = append(out, cell{fmt.Sprintf("acquire-%d", n), func(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+				return acquireCell(ctx, s, cfg, n)
+			}})
+		}
+	}
+	if cfg.rows["contended"] {
+		out = append(out, cell{"contended", contendedCell})
+	}
+	if cfg.rows["renew"] {
+		for _, n := range cfg.renewClients {
+			out = append(out, cell{fmt.Sprintf("renew-%d", n), func(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+				return renewCell(ctx, s, cfg, n)
+			}})
+		}
+	}
+	if cfg.rows["failover"] {
+		out = append(out, cell{"failover", failoverCell})
+	}
+	if cfg.rows["memory"] {
+		out = append(out, cell{"memory", memoryCell})
+	}
+	return out
+}
+
+// opTimeout bounds every operation of a cell: a system that stops answering fails the operation rather
+// than hanging the comparison.
+const opTimeout = 10 * time.Second
+
+// measure runs op for the cell's duration and checks that it did real work.
+func measure(ctx context.Context, cfg config, clients int, op loadgen.Op) (loadgen.Result, error) {
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: clients, Duration: cfg.duration, MaxOps: cfg.maxOps, OpTimeout: opTimeout}, op)
+	if err != nil {
+		return r, err
+	}
+	if r.Ops == r.Errors {
+		return r, fmt.Errorf("all %d operations failed, the first with: %v", r.Ops, r.FirstErr)
+	}
+	return r, ctx.Err()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// acquireCell measures acquires of fresh names by n clients, and the CPU the three nodes spent on them.
+func acquireCell(ctx context.Context, s system, cfg config, n int) (map[string]float64, error) {
+	op, err := s.acquire(ctx, n, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	before, err := nodesCPU(s)
+	if err != nil {
+		return nil, err
+	}
+	r, err := measure(ctx, cfg, n, op)
+	if err != nil {
+		return nil, err
+	}
+	after, err := nodesCPU(s)
+	if err != nil {
+		return nil, err
+	}
+	k := fmt.Sprintf("acquire-%d", n)
+	return map[string]float64{
+		k + "/rate": r.Rate(), k + "/p50": ms(r.P50), k + "/p99": ms(r.P99),
+		k + "/cpu":    (after - before) / float64(r.Ops-r.Errors) * 1e6, // µs per acquire
+		k + "/errors": float64(r.Errors),
+	}, nil
+}
+
+// nodesCPU sums the CPU seconds of the three nodes.
+func nodesCPU(s system) (float64, error) {
+	var sum float64
+	for _, p := range s.nodes() {
+		c, err := cpuSeconds(p.pid())
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+func contendedCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+	op, err := s.contended(ctx, cfg.contendedClients)
+	if err != nil {
+		return nil, err
+	}
+	r, err := measure(ctx, cfg, cfg.contendedClients, op)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{"contended/rate": r.Rate(), "contended/errors": float64(r.Errors)}, nil
+}
+
+func renewCell(ctx context.Context, s system, cfg config, n int) (map[string]float64, error) {
+	op, err := s.renew(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	r, err := measure(ctx, cfg, n, op)
+	if err != nil {
+		return nil, err
+	}
+	k := fmt.Sprintf("renew-%d", n)
+	return map[string]float64{k + "/rate": r.Rate(), k + "/errors": float64(r.Errors)}, nil
+}
+
+// failoverCell SIGKILLs the leader cfg.kills times and measures, each time, how long from the kill until
+// an acquire of a fresh name succeeds (each attempt bounded by 1 s, retried at once); the killed node is
+// restarted and waited for before the next kill.
+func failoverCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+	op, err := s.acquire(ctx, 1, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var gaps []float64
+	seq := 0
+	for k := range cfg.kills {
+		var lead int
+		if err := poll(ctx, 30*time.Second, func() bool { lead = s.leader(ctx); return lead >= 0 }); err != nil {
+			return nil, fmt.Errorf("kill %d: no leader: %w", k+1, err)
+		}
+		node := s.nodes()[lead]
+		node.kill()
+		killed := time.Now()
+		var last error
+		err := poll(ctx, 30*time.Second, func() bool {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			last = op(actx, 0, seq)
+			seq++
+			return last == nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kill %d: no acquire succeeded: %w (last: %v)", k+1, err, last)
+		}
+		gaps = append(gaps, time.Since(killed).Seconds())
+		if err := node.start(); err != nil {
+			return nil, err
+		}
+		if err := waitReady(ctx, s, lead, 60*time.Second); err != nil {
+			return nil, fmt.Errorf("kill %d: restarted %s not ready: %w", k+1, node.name, err)
+		}
+	}
+	slices.Sort(gaps)
+	return map[string]float64{"failover/median": median(gaps), "failover/max": gaps[len(gaps)-1]}, nil
+}
+
+// settle is how long the memory cell lets followers apply the last entries and the runtime return
+// garbage before it reads RSS.
+const settle = 3 * time.Second
+
+// memoryCell acquires cfg.leases leases with 64 clients (TTL 1 h, so none expires), reads each node's
+// RSS before and after, then SIGKILLs a follower and times its restart until it reports ready.
+func memoryCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+	before := make([]int64, 3)
+	for i, p := range s.nodes() {
+		var err error
+		if before[i], err = rssBytes(p.pid()); err != nil {
+			return nil, err
+		}
+	}
+	const workers = 64
+	op, err := s.acquire(ctx, workers, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: workers, Duration: cfg.fillTimeout, MaxOps: cfg.leases, OpTimeout: opTimeout}, op)
+	if err != nil {
+		return nil, err
+	}
+	if held := r.Ops - r.Errors; held < cfg.leases {
+		return nil, fmt.Errorf("held %d of %d leases within %v (first error: %v)", held, cfg.leases, cfg.fillTimeout, r.FirstErr)
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(settle):
+	}
+	var growth int64
+	for i, p := range s.nodes() {
+		after, err := rssBytes(p.pid())
+		if err != nil {
+			return nil, err
+		}
+		growth = max(growth, after-before[i])
+	}
+	lead := s.leader(ctx)
+	if lead < 0 {
+		return nil, fmt.Errorf("no leader after filling")
+	}
+	follower := (lead + 1) % 3
+	node := s.nodes()[follower]
+	node.kill()
+	restarted := time.Now()
+	if err := node.start(); err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, s, follower, 10*time.Minute); err != nil {
+		return nil, fmt.Errorf("restarted %s not ready: %w", node.name, err)
+	}
+	return map[string]float64{
+		"memory/growth-mb": float64(growth) / 1e6, "memory/per-lease": float64(growth) / float64(cfg.leases),
+		"memory/restart": time.Since(restarted).Seconds(),
+	}, nil
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

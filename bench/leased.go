@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/client"
+	"github.com/leased/leased/client/loadgen"
+)
+
+// leasedSystem runs three leased nodes with the production defaults (100 ms ticks, 10-tick election
+// timeout, like etcd's 100 ms heartbeat and 1 s election), with the cluster-wide lease limits raised so
+// that the held-leases row fits. Load comes from the SDK, through client/loadgen's Pool.
+type leasedSystem struct {
+	bin       string
+	maxLeases int // --max-leases
+	procs     []*proc
+	clientEps []string
+	adminEps  []string
+	pools     []*loadgen.Pool
+	probe     *client.Client
+}
+
+func (s *leasedSystem) name() string          { return "leased" }
+func (s *leasedSystem) nodes() []*proc        { return s.procs }
+func (s *leasedSystem) readyURL(i int) string { return "http://" + s.adminEps[i] + "/readyz" }
+
+func (s *leasedSystem) start(ctx context.Context, dir string) error {
+	ports, err := freePorts(9)
+	if err != nil {
+		return err
+	}
+	s.procs, s.clientEps, s.adminEps = nil, nil, nil
+	var initial []string
+	for i := range 3 {
+		initial = append(initial, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3*i+1]))
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i+1)
+		client, peer, admin := addr(ports[3*i]), addr(ports[3*i+1]), addr(ports[3*i+2])
+		s.clientEps, s.adminEps = append(s.clientEps, client), append(s.adminEps, admin)
+		p := &proc{name: "leased-" + name, logPath: filepath.Join(dir, name+".log"), argv: []string{
+			s.bin, "--name=" + name, "--data-dir=" + filepath.Join(dir, name),
+			"--client-addr=" + client, "--peer-addr=" + peer, "--admin-addr=" + admin,
+			"--initial-cluster=" + strings.Join(initial, ","), "--log-level=warn",
+			"--max-leases=" + strconv.Itoa(s.maxLeases), "--quota-bytes=" + strconv.Itoa(max(s.maxLeases*1024, 512<<20)),
+		}}
+		s.procs = append(s.procs, p)
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	if s.probe, err = client.New(client.Config{Endpoints: s.clientEps, Holder: "bench-probe"}); err != nil {
+		return err
+	}
+	op, err := s.acquire(ctx, 1, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	return waitWritable(ctx, op, 30*time.Second)
+}
+
+func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+func (s *leasedSystem) stop() {
+	for _, p := range s.pools {
+		_ = p.Close()
+	}
+	s.pools = nil
+	if s.probe != nil {
+		_ = s.probe.Close()
+		s.probe = nil
+	}
+	for _, p := range s.procs {
+		p.kill()
+	}
+}
+
+// pool connects the SDK clients of a workload; stop closes them.
+func (s *leasedSystem) pool(clients int) (*loadgen.Pool, error) {
+	p, err := loadgen.NewPool(client.Config{Endpoints: s.clientEps, Holder: "bench"}, clients)
+	if err != nil {
+		return nil, err
+	}
+	s.pools = append(s.pools, p)
+	return p, nil
+}
+
+func (s *leasedSystem) acquire(_ context.Context, clients int, ttl time.Duration) (loadgen.Op, error) {
+	p, err := s.pool(clients)
+	if err != nil {
+		return nil, err
+	}
+	return p.Acquire(fmt.Sprintf("bench/acquire-%d", len(s.pools)), ttl), nil
+}
+
+func (s *leasedSystem) contended(_ context.Context, clients int) (loadgen.Op, error) {
+	p, err := s.pool(clients)
+	if err != nil {
+		return nil, err
+	}
+	return p.Contended("bench/contended", 10*time.Second), nil
+}
+
+func (s *leasedSystem) renew(ctx context.Context, clients int) (loadgen.Op, error) {
+	p, err := s.pool(clients)
+	if err != nil {
+		return nil, err
+	}
+	return p.Renew(ctx, "bench/renew", clients, 30*time.Second)
+}
+
+func (s *leasedSystem) leader(ctx context.Context) int {
+	for i, ep := range s.clientEps {
+		if !s.procs[i].running() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		st, err := s.probe.Status(ctx, ep)
+		cancel()
+		if err == nil && st.GetRole() == leasepb.Role_ROLE_LEADER {
+			return i
+		}
+	}
+	return -1
+}

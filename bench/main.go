@@ -1,0 +1,251 @@
+// Command bench compares leased with etcd side by side (`make bench-compare`, docs/benchmarks.md): it
+// starts a fresh three-node cluster of each on loopback for every cell, drives both with the same load
+// loop (client/loadgen) — etcd's clientv3 and concurrency package on one side, the leased SDK on the
+// other — interleaving the systems, and prints one markdown table with both and the ratio.
+//
+// It is its own Go module so that etcd stays out of leased's go.mod. Every node it starts is SIGKILLed
+// when it ends, on success, failure or a signal.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leased/leased/client/loadgen"
+)
+
+// allRows are the row groups --rows selects from.
+var allRows = []string{"acquire", "contended", "renew", "failover", "memory"}
+
+// config is the command line.
+type config struct {
+	etcdBin, leasedBin string
+	rows               map[string]bool
+	duration           time.Duration // of each load cell
+	reps               int
+	clients            []int // acquire rows
+	renewClients       []int
+	contendedClients   int
+	kills              int
+	leases             int           // held leases of the memory row
+	fillTimeout        time.Duration // bound on taking them
+	maxOps             int           // per load cell
+	dir                string
+	out                string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	killAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := os.Getenv("BENCH_" + name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&cfg.etcdBin, "etcd", env("ETCD", "bin/etcd"), "etcd binary (env BENCH_ETCD)")
+	fs.StringVar(&cfg.leasedBin, "leased", env("LEASED", "bin/leased"), "leased binary (env BENCH_LEASED)")
+	rowsFlag := fs.String("rows", env("ROWS", strings.Join(allRows, ",")), "row groups to run: "+strings.Join(allRows, ",")+" (env BENCH_ROWS)")
+	durFlag := fs.String("duration", env("DURATION", "10s"), "load time of each cell (env BENCH_DURATION)")
+	repsFlag := fs.String("reps", env("REPS", "2"), "repetitions of every cell, systems interleaved (env BENCH_REPS)")
+	clientsFlag := fs.String("clients", env("CLIENTS", "1,16,64,256"), "client counts of the acquire rows (env BENCH_CLIENTS)")
+	renewFlag := fs.String("renew-clients", env("RENEW_CLIENTS", "1,64"), "client counts of the renew rows (env BENCH_RENEW_CLIENTS)")
+	contFlag := fs.String("contended-clients", env("CONTENDED_CLIENTS", "16"), "clients of the contended row (env BENCH_CONTENDED_CLIENTS)")
+	killsFlag := fs.String("kills", env("KILLS", "3"), "leader kills of the failover row (env BENCH_KILLS)")
+	leasesFlag := fs.String("leases", env("LEASES", "1000000"), "held leases of the memory and restart rows (env BENCH_LEASES)")
+	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "30m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
+	maxOpsFlag := fs.String("max-ops", env("MAX_OPS", strconv.Itoa(loadgen.DefaultMaxOps)), "most operations of one load cell (env BENCH_MAX_OPS)")
+	fs.StringVar(&cfg.dir, "dir", env("DIR", ""), "parent of the data dirs (default a new temporary dir, removed at the end; env BENCH_DIR)")
+	fs.StringVar(&cfg.out, "out", env("OUT", ""), "also write the table to this file (env BENCH_OUT)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	cfg.rows = map[string]bool{}
+	for r := range strings.SplitSeq(*rowsFlag, ",") {
+		r = strings.TrimSpace(r)
+		if !slices.Contains(allRows, r) {
+			errs = append(errs, fmt.Errorf("--rows: unknown row %q (want %s)", r, strings.Join(allRows, ",")))
+		}
+		cfg.rows[r] = true
+	}
+	var err error
+	if cfg.duration, err = time.ParseDuration(*durFlag); err != nil || cfg.duration <= 0 {
+		errs = append(errs, fmt.Errorf("--duration: want a positive duration, got %q", *durFlag))
+	}
+	if cfg.fillTimeout, err = time.ParseDuration(*fillFlag); err != nil || cfg.fillTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--fill-timeout: want a positive duration, got %q", *fillFlag))
+	}
+	cfg.reps = positive("reps", *repsFlag, &errs)
+	cfg.contendedClients = positive("contended-clients", *contFlag, &errs)
+	cfg.kills = positive("kills", *killsFlag, &errs)
+	cfg.leases = positive("leases", *leasesFlag, &errs)
+	cfg.maxOps = positive("max-ops", *maxOpsFlag, &errs)
+	cfg.clients = positives("clients", *clientsFlag, &errs)
+	cfg.renewClients = positives("renew-clients", *renewFlag, &errs)
+	if cfg.maxOps > loadgen.MaxOpsLimit {
+		errs = append(errs, fmt.Errorf("--max-ops: at most %d", loadgen.MaxOpsLimit))
+	}
+	for _, bin := range []string{cfg.etcdBin, cfg.leasedBin} {
+		if _, err := os.Stat(bin); err != nil {
+			errs = append(errs, fmt.Errorf("binary: %w (make bench-compare builds both)", err))
+		}
+	}
+	return cfg, errors.Join(errs...)
+}
+
+func positive(flag, s string, errs *[]error) int {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 {
+		*errs = append(*errs, fmt.Errorf("--%s: want a positive integer, got %q", flag, s))
+	}
+	return n
+}
+
+func positives(flag, s string, errs *[]error) []int {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		out = append(out, positive(flag, f, errs))
+	}
+	return out
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	root, keep := cfg.dir, cfg.dir != ""
+	if root == "" {
+		if root, err = os.MkdirTemp("", "leased-bench-"); err != nil {
+			return err
+		}
+		// A temporary dir is removed at the end, unless a cell failed: its logs tell why.
+		defer func() {
+			if keep && ctx.Err() == nil {
+				fmt.Fprintf(stderr, "kept the data and logs of the failed cells in %s\n", root)
+				return
+			}
+			_ = os.RemoveAll(root)
+		}()
+	}
+	etcd := &etcdSystem{bin: cfg.etcdBin}
+	leased := &leasedSystem{bin: cfg.leasedBin, maxLeases: max(cfg.leases+cfg.leases/5, 1_000_000)}
+	res := results{}
+	cs := cells(cfg)
+	start := time.Now()
+	for rep := range cfg.reps {
+		for ci, c := range cs {
+			order := []system{etcd, leased}
+			if (rep+ci)%2 == 1 {
+				order = []system{leased, etcd}
+			}
+			for _, s := range order {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				dir := filepath.Join(root, fmt.Sprintf("rep%d-%s-%s", rep+1, c.name, s.name()))
+				vals, err := runCell(ctx, s, c, cfg, dir)
+				if err != nil {
+					keep = true
+					fmt.Fprintf(stderr, "rep %d/%d %-12s %-6s FAILED: %v (logs in %s)\n", rep+1, cfg.reps, c.name, s.name(), err, dir)
+					continue
+				}
+				res.add(s.name(), vals)
+				fmt.Fprintf(stderr, "rep %d/%d %-12s %-6s %s\n", rep+1, cfg.reps, c.name, s.name(), describe(vals))
+				if cfg.dir == "" {
+					_ = os.RemoveAll(dir) // a held-leases cell leaves gigabytes
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %s, %v per cell; %s; %s; took %v.\n\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(), plural(cfg.reps, "repetition"), cfg.duration,
+		version(ctx, cfg.etcdBin), version(ctx, cfg.leasedBin), time.Since(start).Round(time.Second))
+	writeTable(&b, cfg, res)
+	_, _ = io.WriteString(stdout, b.String())
+	if cfg.out != "" {
+		return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
+
+// runCell starts s fresh in dir, runs c on it and stops it again, whatever happens.
+func runCell(ctx context.Context, s system, c cell, cfg config, dir string) (map[string]float64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	if err := s.start(ctx, dir); err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	return c.run(ctx, s, cfg)
+}
+
+func describe(vals map[string]float64) string {
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%.4g", k[strings.IndexByte(k, '/')+1:], vals[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// version is the first line a binary's --version prints (its path if that fails).
+func version(ctx context.Context, bin string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return bin
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo ("" if unknown).
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}

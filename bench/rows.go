@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// row is one line of the output table: a metric both systems report, how to show it, and which way is
+// better (the ratio is always "times better for leased": above 1, leased is ahead).
+type row struct {
+	label  string
+	key    string
+	format func(v float64) string
+	higher bool // a higher value is better (rates); otherwise lower is (latency, time, memory, CPU)
+}
+
+func perSec(v float64) string  { return fmt.Sprintf("%.0f/s", v) }
+func millis(v float64) string  { return fmt.Sprintf("%.2f ms", v) }
+func seconds(v float64) string { return fmt.Sprintf("%.2f s", v) }
+func micros(v float64) string  { return fmt.Sprintf("%.0f µs", v) }
+func mbytes(v float64) string  { return fmt.Sprintf("+%.1f MB", v) }
+func bytes(v float64) string   { return fmt.Sprintf("%.0f B", v) }
+
+// rows lists the table's rows for cfg, in the order.
+func rows(cfg config) []row {
+	var out []row
+	if cfg.rows["acquire"] {
+		for _, n := range cfg.clients {
+			k, who := fmt.Sprintf("acquire-%d", n), plural(n, "client")
+			out = append(out,
+				row{"acquire, " + who + ": rate", k + "/rate", perSec, true},
+				row{"acquire, " + who + ": p50", k + "/p50", millis, false},
+				row{"acquire, " + who + ": p99", k + "/p99", millis, false})
+		}
+	}
+	if cfg.rows["contended"] {
+		out = append(out, row{fmt.Sprintf("contended: %s, one resource, wait + release (handoffs)", plural(cfg.contendedClients, "client")),
+			"contended/rate", perSec, true})
+	}
+	if cfg.rows["renew"] {
+		for _, n := range cfg.renewClients {
+			out = append(out, row{"unary renew, " + plural(n, "client"), fmt.Sprintf("renew-%d/rate", n), perSec, true})
+		}
+	}
+	if cfg.rows["failover"] {
+		out = append(out,
+			row{fmt.Sprintf("leader SIGKILL → next acquire (%s): median", plural(cfg.kills, "kill")), "failover/median", seconds, false},
+			row{fmt.Sprintf("leader SIGKILL → next acquire (%s): max", plural(cfg.kills, "kill")), "failover/max", seconds, false})
+	}
+	if cfg.rows["memory"] {
+		n := fmt.Sprintf("%d held leases", cfg.leases)
+		out = append(out,
+			row{"RSS growth per node (largest of 3), " + n, "memory/growth-mb", mbytes, false},
+			row{"RSS growth per held lease per node, " + n, "memory/per-lease", bytes, false},
+			row{"restart of a follower → ready, " + n, "memory/restart", seconds, false})
+	}
+	if cfg.rows["acquire"] {
+		for _, n := range cfg.clients {
+			out = append(out, row{"CPU per acquire (3 nodes), " + plural(n, "client"), fmt.Sprintf("acquire-%d/cpu", n), micros, false})
+		}
+	}
+	return out
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// results holds every repetition's values: results[system][key] lists one value per successful cell.
+type results map[string]map[string][]float64
+
+func (r results) add(system string, vals map[string]float64) {
+	if r[system] == nil {
+		r[system] = map[string][]float64{}
+	}
+	for k, v := range vals {
+		r[system][k] = append(r[system][k], v)
+	}
+}
+
+// span shows a metric's values across repetitions: "v" when they agree, "min–max" otherwise, "—"
+// without any.
+func span(vals []float64, format func(float64) string) string {
+	if len(vals) == 0 {
+		return "—"
+	}
+	lo, hi := slices.Min(vals), slices.Max(vals)
+	if format(lo) == format(hi) {
+		return format(lo)
+	}
+	return format(lo) + " – " + format(hi)
+}
+
+// ratio is how many times better leased's median is than etcd's.
+func ratio(etcd, leased []float64, higher bool) string {
+	if len(etcd) == 0 || len(leased) == 0 {
+		return "—"
+	}
+	e, l := medianOf(etcd), medianOf(leased)
+	if higher {
+		e, l = l, e
+	}
+	if l <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", e/l)
+}
+
+func medianOf(vals []float64) float64 {
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	return median(s)
+}
+
+// writeTable prints the markdown table of res.
+func writeTable(w io.Writer, cfg config, res results) {
+	fmt.Fprintln(w, "| workload | etcd | leased | ratio (times better for leased; >1: leased ahead) |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, r := range rows(cfg) {
+		e, l := res["etcd"][r.key], res["leased"][r.key]
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.label, span(e, r.format), span(l, r.format), ratio(e, l, r.higher))
+	}
+	var errs []string
+	for _, sys := range []string{"etcd", "leased"} {
+		for k, v := range res[sys] {
+			if strings.HasSuffix(k, "/errors") && slices.Max(v) > 0 {
+				errs = append(errs, fmt.Sprintf("%s %s: %.0f", sys, strings.TrimSuffix(k, "/errors"), slices.Max(v)))
+			}
+		}
+	}
+	slices.Sort(errs)
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nFailed operations (most in one repetition): %s\n", strings.Join(errs, "; "))
+	}
+}

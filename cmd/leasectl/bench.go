@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leased/leased/client"
+	"github.com/leased/leased/client/loadgen"
+)
+
+// benchWorkloads are bench's workloads, in the order its help lists them.
+var benchWorkloads = []string{"acquire", "contended", "renew"}
+
+// benchFlags are bench's own flags.
+type benchFlags struct {
+	clients   int
+	duration  time.Duration
+	resources string
+	ttl       time.Duration
+	maxOps    int
+}
+
+// benchJSON is one line of bench's JSON output. Latencies are in milliseconds, with fractions.
+type benchJSON struct {
+	Workload   string  `json:"workload"`
+	Clients    int     `json:"clients"`
+	DurationMs int64   `json:"duration_ms"`
+	Ops        int     `json:"ops"`
+	Errors     int     `json:"errors"`
+	Rate       float64 `json:"rate"`
+	P50Ms      float64 `json:"p50_ms"`
+	P90Ms      float64 `json:"p90_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench acquire|contended|renew",
+		Short: "Measure the cluster's rate and latency for a lease workload",
+		Long: `bench drives the cluster with --clients concurrent workers for --duration and prints the rate of
+successful operations per second, the latency percentiles p50, p90, p99 and the maximum (of every
+operation, failed ones included), and the count of errors. It sizes a cluster: run it from a machine like
+your clients', against the cluster's endpoints. Workers share SDK clients, 16 to a client.
+
+  acquire    each operation takes a lease on a fresh resource, --resources/WORKER/SEQ, and keeps it
+             (renewed over the SDK's KeepAlive stream) until bench ends; the leases then expire after --ttl
+  contended  every worker queues for the one resource --resources/contended (FIFO) and releases it as soon
+             as it is granted: one operation is one handoff
+  renew      each worker holds one lease, --resources/renew/WORKER, and renews it with unary Renew calls
+
+Each run stops after --duration or --max-ops operations, whichever comes first; Ctrl-C stops it early and
+prints what was measured. bench exits 1 when errors happened (the first is printed on stderr) and with the
+error's own code when no operation succeeded. The leases it takes count against the cluster's limits
+(--max-leases: a long acquire run at a high rate can reach it); use a prefix no one else uses.`,
+		Example: `  leasectl bench acquire --clients 64 --duration 10s
+  leasectl bench contended --clients 16 -o json
+  leasectl --endpoints 10.0.0.1:7101,10.0.0.2:7101 bench renew --clients 1`,
+		Args:      benchArgs,
+		ValidArgs: benchWorkloads,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			o := loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps}
+			if err := o.Validate(); err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			switch {
+			case cmd.Flags().Changed("resources") && f.resources == "":
+				return usagef(cmd, "--resources must not be empty")
+			case f.resources == "":
+				f.resources = "bench/" + randomSuffix()
+			}
+			return nil
+		},
+		RunE: a.body(func(cmd *cobra.Command, args []string) error {
+			ctx, interrupted, stop := a.interruptible(cmd.Context())
+			defer stop()
+			r, err := a.bench(ctx, args[0], f)
+			if err != nil {
+				return err
+			}
+			if err := a.printBench(args[0], f, r); err != nil {
+				return err
+			}
+			return benchOutcome(r, interrupted())
+		}),
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.clients, "clients", 1, "concurrent workers, each with one operation in flight (at most 10,000)")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+	fl.StringVar(&f.resources, "resources", "", "prefix of the resources bench uses (default bench/ and a random suffix)")
+	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "TTL of the leases bench takes")
+	fl.IntVar(&f.maxOps, "max-ops", loadgen.DefaultMaxOps, "most operations in all")
+	return cmd
+}
+
+// benchArgs accepts exactly one known workload.
+func benchArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return usagef(cmd, "want one workload (acquire, contended or renew), got %d arguments", len(args))
+	}
+	for _, w := range benchWorkloads {
+		if args[0] == w {
+			return nil
+		}
+	}
+	return usagef(cmd, "unknown workload %q: want acquire, contended or renew", args[0])
+}
+
+// bench runs workload and returns what it measured.
+func (a *app) bench(ctx context.Context, workload string, f benchFlags) (loadgen.Result, error) {
+	pool, err := loadgen.NewPool(client.Config{
+		Endpoints: a.endpoints, TLS: a.tlsConfig, DialTimeout: a.timeout, RequestTimeout: a.timeout,
+	}, f.clients)
+	if err != nil {
+		return loadgen.Result{}, err
+	}
+	defer pool.Close()
+	var op loadgen.Op
+	switch workload {
+	case "acquire":
+		op = pool.Acquire(f.resources, f.ttl)
+	case "contended":
+		op = pool.Contended(f.resources+"/contended", f.ttl)
+	case "renew":
+		// Each setup acquire is bounded by the SDK's RequestTimeout, --timeout.
+		if op, err = pool.Renew(ctx, f.resources+"/renew", f.clients, f.ttl); err != nil {
+			return loadgen.Result{}, err
+		}
+	}
+	// Each operation is bounded by --timeout, as every other request of leasectl is.
+	return loadgen.Run(ctx, loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps, OpTimeout: a.timeout}, op)
+}
+
+// benchOutcome is bench's error after printing: errInterrupted after Ctrl-C (which fails the operations in
+// flight), the first error's own when nothing succeeded, exit 1 when some operations failed.
+func benchOutcome(r loadgen.Result, interrupted bool) error {
+	switch {
+	case interrupted:
+		return errInterrupted
+	case r.Errors > 0 && r.Errors == r.Ops:
+		return fmt.Errorf("all %d operations failed, the first with: %w", r.Ops, r.FirstErr)
+	case r.Errors > 0:
+		return fmt.Errorf("%d of %d operations failed, the first with: %s", r.Errors, r.Ops, message(r.FirstErr))
+	}
+	return nil
+}
+
+func (a *app) printBench(workload string, f benchFlags, r loadgen.Result) error {
+	msf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	if a.jsonOut() {
+		j := benchJSON{
+			Workload: workload, Clients: f.clients, DurationMs: r.Elapsed.Milliseconds(), Ops: r.Ops, Errors: r.Errors,
+			Rate: math.Round(r.Rate()*100) / 100, P50Ms: msf(r.P50), P90Ms: msf(r.P90), P99Ms: msf(r.P99), MaxMs: msf(r.Max),
+		}
+		if r.FirstErr != nil {
+			j.FirstError = message(r.FirstErr)
+		}
+		return a.emitJSON(j)
+	}
+	lat := func(d time.Duration) string { return strconv.FormatFloat(msf(d), 'f', 2, 64) + "ms" }
+	t := a.newTable("WORKLOAD", "CLIENTS", "DURATION", "OPS", "ERRORS", "RATE/S", "P50", "P90", "P99", "MAX")
+	t.row(workload, strconv.Itoa(f.clients), dur(r.Elapsed), strconv.Itoa(r.Ops), strconv.Itoa(r.Errors),
+		strconv.FormatFloat(r.Rate(), 'f', 0, 64), lat(r.P50), lat(r.P90), lat(r.P99), lat(r.Max))
+	return t.flush()
+}
+
+// randomSuffix names a bench run's resources so that two runs do not collide.
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
