@@ -274,7 +274,10 @@ var leaseModel = porcupine.NondeterministicModel{
 func porcupineOps(ops []op) []porcupine.Operation {
 	var end int64
 	for _, o := range ops {
-		end = max(end, o.Return, o.Call)
+		end = max(end, o.Call)
+		if o.Out.Out != outUnknown { // an unknown outcome's Return means nothing (history.jsonl: MaxInt64)
+			end = max(end, o.Return)
+		}
 	}
 	var out []porcupine.Operation
 	for i, o := range ops {
@@ -298,6 +301,8 @@ type linearizability struct {
 	Visual   string // path of the HTML visualisation, written when not Ok
 	Elapsed  time.Duration
 	Failures int // partitions (resources) that were not linearizable
+	// Resources names them (TestRecheckHistory prints their operations and events)
+	Resources []string
 }
 
 // checkLinearizable runs porcupine over ops; when the result is not Ok it writes the history (JSON) and
@@ -315,6 +320,7 @@ func checkLinearizable(ops []op, dir string, timeout time.Duration) linearizabil
 		for _, part := range model.Partition(pops) {
 			if porcupine.CheckOperationsTimeout(model, part, 10*time.Second) == porcupine.Illegal {
 				v.Failures++
+				v.Resources = append(v.Resources, part[0].Input.(opInput).Resource)
 			}
 		}
 	}

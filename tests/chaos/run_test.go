@@ -436,7 +436,8 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	rep.MinTTL, rep.Strict = r.minTTL, cfg.Strict
 	switch rep.Lin.Result {
 	case porcupine.Illegal:
-		violate("I6", fmt.Sprintf("history not linearizable (%d resources); visualisation: %s", rep.Lin.Failures, rep.Lin.Visual))
+		violate("I6", fmt.Sprintf("history not linearizable (%d resources: %s); visualisation: %s; details: LEASED_CHAOS_RECHECK=%s go test -run TestRecheckHistory ./tests/chaos/",
+			rep.Lin.Failures, strings.Join(rep.Lin.Resources, ", "), rep.Lin.Visual, dir))
 	case porcupine.Unknown:
 		violate("I6", fmt.Sprintf("porcupine inconclusive within %v; visualisation: %s", cfg.CheckTimeout, rep.Lin.Visual))
 	}
