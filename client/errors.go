@@ -301,6 +301,10 @@ func fromStatus(err error) error {
 		return withMessage(context.DeadlineExceeded, msg)
 	case codes.Canceled:
 		return withMessage(context.Canceled, msg)
+	case codes.Aborted:
+		if se, ok := supersededErrorOf(st); ok {
+			return se
+		}
 	case codes.Unimplemented:
 		return fmt.Errorf("%w (Unimplemented: %s)", ErrUnsupported, msg)
 	case codes.Unauthenticated, codes.PermissionDenied:

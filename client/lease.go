@@ -241,10 +241,11 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
 		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
 	}
+	in := new(intent) // numbers every attempt of this call, waiting or not
 	if o.wait {
-		return c.acquireWaiting(ctx, req, o.margin)
+		return c.acquireWaiting(ctx, req, in, o.margin)
 	}
-	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
+	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -256,14 +257,14 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 // holder. Only then does it queue. If ctx ends while queued, the cluster's last word was "held", and
 // that is the answer: an error wrapping ErrHeld (the *HeldError of that answer), not a timeout. A
 // timeout or ErrUnavailable comes back only when the cluster never answered.
-func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest, margin time.Duration) (*Lease, error) {
+func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest, in *intent, margin time.Duration) (*Lease, error) {
 	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
 		defer cancel()
 	}
-	resp, sentAt, err := c.acquireOnce(ctx, req, callOptions{})
+	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
 	if err == nil {
 		return c.granted(ctx, resp, sentAt, margin)
 	}
@@ -273,7 +274,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
 	waiting.Wait = true
-	resp, _, err = c.acquireOnce(ctx, waiting, callOptions{unbounded: true})
+	resp, _, err = c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
@@ -319,11 +320,11 @@ func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()
 // attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
 // If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
 // which an Acquire with the same request id returns, or which expires after its TTL.
-func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
+func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, in *intent, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
 	var sentAt time.Time
 	o.sent = &sentAt
 	resp, err := callWrite(ctx, c, "acquire", o, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
-		return leasepb.NewLeasesClient(conn).Acquire(ctx, req, opts...)
+		return in.sendAttempt(ctx, conn, req, opts...)
 	}, nil)
 	if err != nil {
 		return nil, time.Time{}, err

@@ -197,6 +197,7 @@ func (f *FSM) remove(l *lease) {
 	f.countSlot(l, -1)
 	l.holder.remove(l)
 	f.unindexRequest(l)
+	f.rememberEnd(l)
 	if len(l.holder.leases) == 0 {
 		delete(f.holders, l.holder.name)
 	}

@@ -47,6 +47,9 @@ type FSM struct {
 	ends endLog
 	// byRequest indexes the live leases granted under a request id by their dedup key (requests.go).
 	byRequest map[requestKey]*lease
+	// answered remembers recent acquire intents refused or ended, to refuse their stale attempts
+	// (attempts.go).
+	answered answeredLog
 	// acl holds the ACL rules, read-only once set; aclSet says whether rules were ever set (acl.go).
 	acl    []*leasepb.AclRule
 	aclSet bool
@@ -63,6 +66,7 @@ func New() *FSM {
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
 		byRequest:  make(map[requestKey]*lease),
+		answered:   newAnsweredLog(),
 		semaphores: make(map[string]*semaphore),
 		members:    make(map[uint64]*leasepb.Member),
 		removed:    make(map[uint64]bool),
@@ -117,7 +121,7 @@ func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 	var res Result
 	switch op := cmd.GetOp().(type) {
 	case *wirepb.Command_Acquire:
-		res = f.acquire(index, op.Acquire)
+		res = f.acquireAttempt(index, op.Acquire)
 	case *wirepb.Command_Release:
 		res = f.release(index, op.Release)
 	case *wirepb.Command_Expire:

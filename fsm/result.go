@@ -35,9 +35,13 @@ const (
 	// held, or a slot where a plain lease is. Result.Lease is a current grant (its Limit is the
 	// resource's). Nothing changed.
 	LimitMismatch
+	// Superseded: Acquire was a stale attempt of its request id (attempts.go): a later attempt was
+	// already answered with a refusal, or the request id's grant already ended. Result.Stale says which.
+	// Nothing changed.
+	Superseded
 )
 
-var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused", "limit-mismatch"}
+var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused", "limit-mismatch", "superseded"}
 
 // String names the code in lowercase.
 func (c Code) String() string {
@@ -70,6 +74,8 @@ type Result struct {
 	Denial Denial
 	// Reuse is set for RequestReused.
 	Reuse Reuse
+	// Stale is set for Superseded.
+	Stale StaleAttempt
 	// Events are the grants, releases and expiries this command made, in order; each carries the entry's
 	// index. Watchers see exactly these.
 	Events []Event
@@ -107,6 +113,14 @@ type Denial struct {
 // describe the two values.
 type Reuse struct {
 	RequestID, Field, Was, Now string
+}
+
+// StaleAttempt describes a Superseded Acquire: its request id and attempt, the highest attempt of that
+// request id answered with a refusal (0 if none), and whether a grant made under it has ended.
+type StaleAttempt struct {
+	RequestID         string
+	Attempt, Answered uint32
+	GrantEnded        bool
 }
 
 // Ref names a lease, or the lock-delay its expiry began: a resource and a token.

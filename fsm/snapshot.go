@@ -53,6 +53,7 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		body.Acl = &wirepb.AclState{Rules: f.acl}
 	}
 	body.Members, body.RemovedMembers = f.Members(), f.removedIDs()
+	body.AnsweredRequests = f.answeredRecords()
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
@@ -153,6 +154,9 @@ func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
 		f.acl, f.aclSet = cloneRules(body.Acl.GetRules()), true
 	}
 	if err := f.restoreMembers(body.Members, body.RemovedMembers); err != nil {
+		return nil, err
+	}
+	if err := f.restoreAnswered(body.AnsweredRequests); err != nil {
 		return nil, err
 	}
 	return f, nil

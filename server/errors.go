@@ -173,6 +173,7 @@ func toStatus(err error, hint leaderHint) error {
 		ee *endedError
 		ae *accessError
 		le *limitError
+		se *supersededError
 	)
 	switch {
 	case errors.As(err, &fe):
@@ -184,6 +185,8 @@ func toStatus(err error, hint leaderHint) error {
 		return withDetails(codes.InvalidArgument, err, details...)
 	case errors.As(err, &he):
 		return withDetails(codes.FailedPrecondition, err, he.detail)
+	case errors.As(err, &se):
+		return withDetails(codes.Aborted, err, se.detail())
 	case errors.As(err, &ce):
 		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
 	case errors.As(err, &ee):

@@ -95,6 +95,8 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		HolderLimit:        uint32(n.cfg.Limits.MaxLeasesPerHolder),
 		Identity:           identity,
 		CheckRequestParams: true,
+		Attempt:            req.GetAttempt(),
+		Wait:               req.GetWait(),
 	}}})
 	if err != nil {
 		return nil, err
@@ -126,6 +128,8 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		r := res.Reuse
 		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
 			r.RequestID, r.Field, r.Was, r.Now)
+	case fsm.Superseded:
+		return nil, &supersededError{stale: res.Stale}
 	default:
 		return nil, invalid("request", "the state machine refused it (%v)", res.Code)
 	}

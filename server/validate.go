@@ -75,6 +75,9 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if err := printable("request_id", r.GetRequestId(), l.MaxRequestIDBytes, false); err != nil {
 		return err
 	}
+	if r.GetAttempt() > 0 && r.GetRequestId() == "" {
+		return invalid("attempt", "numbers the attempts of one request id; it requires request_id")
+	}
 	// Compared in milliseconds, never converted to a Duration first: 2^58 ms in nanoseconds overflows
 	// int64 and wraps to a value inside the range.
 	switch ttl := r.GetTtlMs(); {

@@ -426,7 +426,13 @@ type AcquireRequest struct {
 	// (one holder). Every live grant of a resource agrees on it: asking another limit while slots are held,
 	// or a plain lease on a semaphore (or a slot of a plainly leased resource), is INVALID_ARGUMENT on
 	// "limit". A semaphore takes no lock_delay_ms. Its slots are addressed by (resource, token).
-	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	// attempt numbers the attempts of one intent (one request_id): 1, 2, 3... in the order the client sends
+	// them (0: not numbered, as clients of earlier versions). An attempt that arrives after a later one of
+	// the same request_id was answered with a refusal, or after the request_id's grant ended, is stale:
+	// it changes nothing and is ABORTED with an ErrorInfo (reason ATTEMPT_SUPERSEDED or GRANT_ENDED,
+	// metadata request_id and answered_attempt). Requires request_id.
+	Attempt       uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +519,13 @@ func (x *AcquireRequest) GetLockDelayMs() int64 {
 func (x *AcquireRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
 	}
 	return 0
 }
@@ -2116,7 +2129,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"\xde\x01\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\xf8\x01\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -2126,7 +2139,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"\x88\x01\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
+	"\aattempt\x18F \x01(\rR\aattempt\"\x88\x01\n" +
 	"\x0fAcquireResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\x12\x1a\n" +

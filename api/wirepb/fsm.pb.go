@@ -242,7 +242,14 @@ type AcquireCmd struct {
 	// Entries of earlier versions lack it and apply as they did.
 	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
 	// limit > 0 asks for one slot of a counting semaphore of limit slots (leases.proto, AcquireRequest).
-	Limit         uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
+	// attempt is AcquireRequest.attempt (0: a proposer or client without attempt numbers). With it set,
+	// the state machine refuses a stale attempt (Superseded): one whose request id was already answered
+	// with a refusal at this attempt or a later one, or whose grant already ended (fsm/attempts.go).
+	Attempt uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// wait is set by a blocking acquire's proposals: their Held and lock-delay refusals are not answers
+	// (the proposer keeps waiting), so the state machine does not remember them as answered.
+	Wait          bool `protobuf:"varint,71,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +352,20 @@ func (x *AcquireCmd) GetLimit() uint32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *AcquireCmd) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AcquireCmd) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
 }
 
 // ReleaseCmd releases the resource if token is its current grant.
@@ -907,8 +928,12 @@ type SnapshotBody struct {
 	Members []*leasepb.Member `protobuf:"bytes,40,rep,name=members,proto3" json:"members,omitempty"`
 	// removed_members are the raft ids ever removed, sorted: a removed id never joins again.
 	RemovedMembers []uint64 `protobuf:"varint,41,rep,packed,name=removed_members,json=removedMembers,proto3" json:"removed_members,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// answered_requests are the remembered answers of recent acquire intents (at most
+	// fsm.MaxRememberedRequests), oldest first: request ids refused at an attempt, and request ids whose
+	// grant ended. Absent in snapshots of earlier versions (nothing remembered).
+	AnsweredRequests []*AnsweredRequestRecord `protobuf:"bytes,70,rep,name=answered_requests,json=answeredRequests,proto3" json:"answered_requests,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -1000,6 +1025,13 @@ func (x *SnapshotBody) GetMembers() []*leasepb.Member {
 func (x *SnapshotBody) GetRemovedMembers() []uint64 {
 	if x != nil {
 		return x.RemovedMembers
+	}
+	return nil
+}
+
+func (x *SnapshotBody) GetAnsweredRequests() []*AnsweredRequestRecord {
+	if x != nil {
+		return x.AnsweredRequests
 	}
 	return nil
 }
@@ -1245,6 +1277,85 @@ func (x *ProclaimCmd) GetIdentity() string {
 	return ""
 }
 
+// AnsweredRequestRecord is one remembered acquire intent in a snapshot: its dedup key (identity and
+// request_id, or without identity holder and request_id), the highest attempt answered with a refusal,
+// and whether a grant made under it has ended.
+type AnsweredRequestRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Identity        string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Holder          string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	RequestId       string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	AnsweredAttempt uint32                 `protobuf:"varint,4,opt,name=answered_attempt,json=answeredAttempt,proto3" json:"answered_attempt,omitempty"`
+	GrantEnded      bool                   `protobuf:"varint,5,opt,name=grant_ended,json=grantEnded,proto3" json:"grant_ended,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AnsweredRequestRecord) Reset() {
+	*x = AnsweredRequestRecord{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnsweredRequestRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnsweredRequestRecord) ProtoMessage() {}
+
+func (x *AnsweredRequestRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnsweredRequestRecord.ProtoReflect.Descriptor instead.
+func (*AnsweredRequestRecord) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AnsweredRequestRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AnsweredRequestRecord) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AnsweredRequestRecord) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AnsweredRequestRecord) GetAnsweredAttempt() uint32 {
+	if x != nil {
+		return x.AnsweredAttempt
+	}
+	return 0
+}
+
+func (x *AnsweredRequestRecord) GetGrantEnded() bool {
+	if x != nil {
+		return x.GrantEnded
+	}
+	return false
+}
+
 var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_fsm_proto_rawDesc = "" +
@@ -1264,7 +1375,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\aset_acl\x18\n" +
 	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
 	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaimB\x04\n" +
-	"\x02op\"\xb7\x02\n" +
+	"\x02op\"\xe5\x02\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -1277,7 +1388,9 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
 	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"Z\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
+	"\aattempt\x18F \x01(\rR\aattempt\x12\x12\n" +
+	"\x04wait\x18G \x01(\bR\x04wait\"Z\n" +
 	"\n" +
 	"ReleaseCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
@@ -1318,7 +1431,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xdd\x03\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xb5\x04\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
@@ -1329,7 +1442,8 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\x11forgotten_through\x18\x06 \x01(\x04H\x00R\x10forgottenThrough\x88\x01\x01\x12.\n" +
 	"\x03acl\x18\x14 \x01(\v2\x1c.leased.internal.v1.AclStateR\x03acl\x12+\n" +
 	"\amembers\x18( \x03(\v2\x11.leased.v1.MemberR\amembers\x12'\n" +
-	"\x0fremoved_members\x18) \x03(\x04R\x0eremovedMembersB\x14\n" +
+	"\x0fremoved_members\x18) \x03(\x04R\x0eremovedMembers\x12V\n" +
+	"\x11answered_requests\x18F \x03(\v2).leased.internal.v1.AnsweredRequestRecordR\x10answeredRequestsB\x14\n" +
 	"\x12_forgotten_through\"\x80\x01\n" +
 	"\x0eLeaseEndRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
@@ -1345,7 +1459,15 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentityB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"\xb6\x01\n" +
+	"\x15AnsweredRequestRecord\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12)\n" +
+	"\x10answered_attempt\x18\x04 \x01(\rR\x0fansweredAttempt\x12\x1f\n" +
+	"\vgrant_ended\x18\x05 \x01(\bR\n" +
+	"grantEndedB%Z#github.com/leased/leased/api/wirepbb\x06proto3"
 
 var (
 	file_leased_internal_v1_fsm_proto_rawDescOnce sync.Once
@@ -1359,27 +1481,28 @@ func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_leased_internal_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),          // 0: leased.internal.v1.Command
-	(*AcquireCmd)(nil),       // 1: leased.internal.v1.AcquireCmd
-	(*ReleaseCmd)(nil),       // 2: leased.internal.v1.ReleaseCmd
-	(*ExpireCmd)(nil),        // 3: leased.internal.v1.ExpireCmd
-	(*LeaseCheckpoint)(nil),  // 4: leased.internal.v1.LeaseCheckpoint
-	(*CheckpointCmd)(nil),    // 5: leased.internal.v1.CheckpointCmd
-	(*RenewCmd)(nil),         // 6: leased.internal.v1.RenewCmd
-	(*EndLockDelayCmd)(nil),  // 7: leased.internal.v1.EndLockDelayCmd
-	(*LeaseRecord)(nil),      // 8: leased.internal.v1.LeaseRecord
-	(*LockDelayRecord)(nil),  // 9: leased.internal.v1.LockDelayRecord
-	(*SnapshotBody)(nil),     // 10: leased.internal.v1.SnapshotBody
-	(*LeaseEndRecord)(nil),   // 11: leased.internal.v1.LeaseEndRecord
-	(*SetAclCmd)(nil),        // 12: leased.internal.v1.SetAclCmd
-	(*AclState)(nil),         // 13: leased.internal.v1.AclState
-	(*ProclaimCmd)(nil),      // 14: leased.internal.v1.ProclaimCmd
-	(*leasepb.LeaseRef)(nil), // 15: leased.v1.LeaseRef
-	(*leasepb.Member)(nil),   // 16: leased.v1.Member
-	(leasepb.EventType)(0),   // 17: leased.v1.EventType
-	(*leasepb.AclRule)(nil),  // 18: leased.v1.AclRule
+	(*Command)(nil),               // 0: leased.internal.v1.Command
+	(*AcquireCmd)(nil),            // 1: leased.internal.v1.AcquireCmd
+	(*ReleaseCmd)(nil),            // 2: leased.internal.v1.ReleaseCmd
+	(*ExpireCmd)(nil),             // 3: leased.internal.v1.ExpireCmd
+	(*LeaseCheckpoint)(nil),       // 4: leased.internal.v1.LeaseCheckpoint
+	(*CheckpointCmd)(nil),         // 5: leased.internal.v1.CheckpointCmd
+	(*RenewCmd)(nil),              // 6: leased.internal.v1.RenewCmd
+	(*EndLockDelayCmd)(nil),       // 7: leased.internal.v1.EndLockDelayCmd
+	(*LeaseRecord)(nil),           // 8: leased.internal.v1.LeaseRecord
+	(*LockDelayRecord)(nil),       // 9: leased.internal.v1.LockDelayRecord
+	(*SnapshotBody)(nil),          // 10: leased.internal.v1.SnapshotBody
+	(*LeaseEndRecord)(nil),        // 11: leased.internal.v1.LeaseEndRecord
+	(*SetAclCmd)(nil),             // 12: leased.internal.v1.SetAclCmd
+	(*AclState)(nil),              // 13: leased.internal.v1.AclState
+	(*ProclaimCmd)(nil),           // 14: leased.internal.v1.ProclaimCmd
+	(*AnsweredRequestRecord)(nil), // 15: leased.internal.v1.AnsweredRequestRecord
+	(*leasepb.LeaseRef)(nil),      // 16: leased.v1.LeaseRef
+	(*leasepb.Member)(nil),        // 17: leased.v1.Member
+	(leasepb.EventType)(0),        // 18: leased.v1.EventType
+	(*leasepb.AclRule)(nil),       // 19: leased.v1.AclRule
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1390,23 +1513,24 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
 	12, // 6: leased.internal.v1.Command.set_acl:type_name -> leased.internal.v1.SetAclCmd
 	14, // 7: leased.internal.v1.Command.proclaim:type_name -> leased.internal.v1.ProclaimCmd
-	15, // 8: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	16, // 8: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
 	4,  // 9: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
-	15, // 10: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	15, // 11: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	16, // 10: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	16, // 11: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
 	8,  // 12: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
 	9,  // 13: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
 	11, // 14: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
 	13, // 15: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
-	16, // 16: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
-	17, // 17: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	18, // 18: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
-	18, // 19: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	17, // 16: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
+	15, // 17: leased.internal.v1.SnapshotBody.answered_requests:type_name -> leased.internal.v1.AnsweredRequestRecord
+	18, // 18: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	19, // 19: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
+	19, // 20: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }
@@ -1431,7 +1555,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
