@@ -11,6 +11,9 @@
 //
 //   - Acquire grants a free resource (token = index). The same holder retrying with the same request id gets
 //     the existing grant back unchanged; anyone else gets a Held result naming the current grant.
+//     A numbered attempt (AcquireCmd.attempt) of a request id that was already refused at that attempt or
+//     a later one, or whose grant ended, is Superseded and changes nothing: the FSM remembers the last
+//     MaxRememberedRequests such request ids (attempts.go).
 //   - Release ends a lease, but only if the token given is the resource's current grant. A Release of a token
 //     that an earlier Release ended (a retry whose answer was lost) answers OK, replayed: the FSM remembers
 //     the last MaxRememberedEnds lease ends (released or expired, and at which index), so a retry learns
