@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -269,8 +270,11 @@ func testRequestIDsBlank(t *testing.T, c *aclCluster) {
 	// The watch starts "from now" after a read; wait until it is in place by polling for a first event.
 	var l *client.Lease
 	var err error
-	for l == nil {
-		if l, err = alice.Acquire(ctx, "jobs/blank", client.WithTTL(30*time.Second), client.WithRequestID("secret-r2")); err != nil {
+	// Each try is a new intent with its own request id: a request id whose grant ended is not granted again.
+	requestID := ""
+	for try := 0; l == nil; try++ {
+		requestID = fmt.Sprint("secret-r", try)
+		if l, err = alice.Acquire(ctx, "jobs/blank", client.WithTTL(30*time.Second), client.WithRequestID(requestID)); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -287,7 +291,7 @@ func testRequestIDsBlank(t *testing.T, c *aclCluster) {
 	if info, err := bob.Get(ctx, "jobs/blank"); err != nil || info.RequestID != "" || info.Identity != "alice" {
 		t.Fatalf("bob's get = %+v, %v; want the request id blank", info, err)
 	}
-	if info, err := alice.Get(ctx, "jobs/blank"); err != nil || info.RequestID != "secret-r2" {
+	if info, err := alice.Get(ctx, "jobs/blank"); err != nil || info.RequestID != requestID {
 		t.Fatalf("alice's get = %+v, %v; want her request id", info, err)
 	}
 	infos, _, err := bob.List(ctx, client.ListOptions{Prefix: "jobs/blank"})
@@ -295,7 +299,7 @@ func testRequestIDsBlank(t *testing.T, c *aclCluster) {
 		t.Fatalf("bob's list = %+v, %v", infos, err)
 	}
 	infos, _, err = alice.List(ctx, client.ListOptions{Prefix: "jobs/blank"})
-	if err != nil || len(infos) != 1 || infos[0].RequestID != "secret-r2" {
+	if err != nil || len(infos) != 1 || infos[0].RequestID != requestID {
 		t.Fatalf("alice's list = %+v, %v", infos, err)
 	}
 }

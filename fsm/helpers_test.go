@@ -88,6 +88,7 @@ func sampleCommands() []*wirepb.Command {
 		setACL(false, rule("alice", "jobs/", leasepb.Permission_PERMISSION_LEASE)),
 		acqWith(&wirepb.AcquireCmd{Resource: "jobs/a", Holder: "h", TtlMs: 10, RequestId: "r", Identity: "alice", CheckRequestParams: true}),
 		acqWith(&wirepb.AcquireCmd{Resource: "sem", Holder: "h", TtlMs: 10, Limit: 2, CheckRequestParams: true}),
+		acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-9", TtlMs: 10, RequestId: "q", CheckRequestParams: true, Attempt: 2, Wait: true}),
 		{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{Resource: "svc/leader", Token: 1, Value: []byte("v")}}},
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
@@ -30,7 +32,10 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 		if n.held(req.GetResource()) {
 			return nil, err
 		}
-		resp, onceErr := n.acquireOnce(ctx, req, identity)
+		// Tried once, not queued: its refusal is an answer (the state machine remembers it as one).
+		once := proto.CloneOf(req)
+		once.Wait = false
+		resp, onceErr := n.acquireOnce(ctx, once, identity)
 		if errors.Is(onceErr, ErrHeld) {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 )
 
 // TestTTLFloor: with the default election timeout (1 s) the floor is 8 s; a 3 s lease — lost on a leader
@@ -144,5 +145,36 @@ func TestBoundDetails(t *testing.T) {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && !strings.Contains(info.GetMetadata()["why"], "leader failover") {
 			t.Errorf("the minimum TTL's ErrorInfo does not say why: %v", info)
 		}
+	}
+}
+
+// An attempt number belongs to a request id: without one it is refused at the edge; a stale attempt's
+// refusal travels as ABORTED with an ErrorInfo naming the request id and the attempts.
+func TestAttemptNeedsRequestIDAndStaleAttemptStatus(t *testing.T) {
+	l := DefaultConfig().limits()
+	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Attempt: 2})
+	var fe *fieldError
+	if !errors.As(err, &fe) || fe.field != "attempt" {
+		t.Fatalf("attempt without request_id: %v, want InvalidArgument on attempt", err)
+	}
+	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, RequestId: "x", Attempt: 2}); err != nil {
+		t.Fatalf("attempt with request_id: %v", err)
+	}
+	st := status.Convert(toStatus(&supersededError{stale: fsm.StaleAttempt{RequestID: "x", Attempt: 1, Answered: 2}}, leaderHint{}))
+	if st.Code() != codes.Aborted || !strings.Contains(st.Message(), `a later attempt of request id "x" was already answered`) {
+		t.Fatalf("status = %v", st)
+	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if info == nil || info.GetReason() != "ATTEMPT_SUPERSEDED" || info.GetMetadata()["answered_attempt"] != "2" || info.GetMetadata()["attempt"] != "1" {
+		t.Fatalf("details = %v", st.Details())
+	}
+	ended := status.Convert(toStatus(&supersededError{stale: fsm.StaleAttempt{RequestID: "x", Attempt: 3, GrantEnded: true}}, leaderHint{}))
+	if ended.Code() != codes.Aborted || !strings.Contains(ended.Message(), `request id "x"'s grant already ended`) {
+		t.Fatalf("grant ended: %v", ended)
 	}
 }
