@@ -106,7 +106,8 @@ func exitCode(err error) int {
 		return exitOutcomeUnknown
 	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrPrecondition):
 		return exitHeld
-	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrReleased):
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrReleased),
+		errors.Is(err, client.ErrSuperseded): // an acquire --request-id whose grant already ended
 		return exitNotFound
 	case errors.Is(err, client.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, client.ErrLostContact):

@@ -189,6 +189,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{fmt.Errorf("member promote: %w", client.ErrPrecondition), 3},
 		{fmt.Errorf("get: %w", client.ErrNotFound), 4},
 		{fmt.Errorf("lease lost: %w", client.ErrExpired), 4},
+		{fmt.Errorf("acquire: %w", &client.SupersededError{RequestID: "r1", GrantEnded: true}), 4},
 		{fmt.Errorf("x: %w", client.ErrUnavailable), 5},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), 5},
 		{fmt.Errorf("lease lost: %w", client.ErrLostContact), 5},
