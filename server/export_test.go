@@ -63,3 +63,7 @@ func (s *Server) Waiters() int { return s.node.queue.len() }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
 func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }
+
+// OnHandoffProposing makes fn run after a release claimed the head waiter of its resource and before it
+// proposes the entry carrying that waiter's grant; nil removes it.
+func (s *Server) OnHandoffProposing(fn func()) { s.node.hooks.handoffProposing.Store(&fn) }
