@@ -69,17 +69,14 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
 // resource looks free. done reports an answer (a grant or a refusal other than held).
 func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waiter) (*leasepb.AcquireResponse, error, bool) {
-	head, err := n.queue.begin(req.GetResource(), w)
+	head, err := n.queue.head(req.GetResource(), w)
 	if err != nil {
 		return nil, err, true
 	}
-	if !head {
+	if !head || !n.worthTrying(req) || !n.queue.begin(w) {
 		return nil, nil, false
 	}
 	defer n.queue.end(w)
-	if !n.worthTrying(req) {
-		return nil, nil, false
-	}
 	resp, err := n.acquireOnce(ctx, req, identity)
 	return resp, err, !errors.Is(err, ErrHeld)
 }

@@ -39,8 +39,8 @@ type waiter struct {
 	// entry's apply answers it (0: not registered, so not claimable).
 	cmd      *wirepb.AcquireCmd
 	proposal uint64
-	// trying: the waiter is deciding on, or proposing, its own Acquire. claimed: a release carrying its
-	// Acquire was proposed, and its outcome is not known yet. Never both at once.
+	// trying: the waiter is proposing its own Acquire. claimed: a release carrying its Acquire was
+	// proposed, and its outcome is not known yet. Never both at once.
 	trying, claimed bool
 }
 
@@ -72,20 +72,28 @@ func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal ui
 	return w, nil
 }
 
-// begin reports whether w may try to acquire now (it heads the queue and no release carries its grant),
-// or the error it was failed with. When it may, w is trying, and cannot be claimed, until end.
-func (q *waitQueue) begin(resource string, w *waiter) (bool, error) {
+// head reports whether w may try to acquire now (it heads the queue and no release carries its grant),
+// or the error it was failed with.
+func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if w.err != nil {
 		return false, w.err
 	}
 	ws := q.queues[resource]
-	if len(ws) == 0 || ws[0] != w || w.claimed {
-		return false, nil
+	return len(ws) > 0 && ws[0] == w && !w.claimed, nil
+}
+
+// begin marks w as proposing its own Acquire, so that no release claims it until end; it refuses if a
+// release claimed it since head said it may try (that release's entry will answer it).
+func (q *waitQueue) begin(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.claimed || w.err != nil {
+		return false
 	}
 	w.trying = true
-	return true, nil
+	return true
 }
 
 // end ends what begin began.

@@ -16,8 +16,11 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	behind, _ := q.enqueue("r", cmd, 8)
-	if head, err := q.begin("r", w); !head || err != nil {
+	if head, err := q.head("r", w); !head || err != nil {
 		t.Fatalf("head: %v %v", head, err)
+	}
+	if !q.begin(w) {
+		t.Fatal("an unclaimed head may not propose")
 	}
 	if q.claim("r") != nil {
 		t.Fatal("claimed a waiter that is trying")
@@ -29,7 +32,7 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 	if q.claim("r") != nil {
 		t.Fatal("claimed twice")
 	}
-	if head, _ := q.begin("r", w); head {
+	if head, _ := q.head("r", w); head || q.begin(w) {
 		t.Fatal("a claimed waiter may try on its own")
 	}
 	if acq, id := q.carried(w); acq != cmd || id != 7 {
@@ -43,10 +46,9 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 		t.Fatalf("proposal id %d after rearm", id)
 	}
 	q.unclaim(w)
-	if head, _ := q.begin("r", w); !head {
+	if head, _ := q.head("r", w); !head {
 		t.Fatal("not the head after unclaim")
 	}
-	q.end(w)
 	q.leave("r", w) // only the head is ever claimed
 	if q.claim("r") != behind {
 		t.Fatal("the next waiter did not become claimable")
