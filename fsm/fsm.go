@@ -132,6 +132,8 @@ func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 		res = f.setACL(op.SetAcl)
 	case *wirepb.Command_Proclaim:
 		res = f.proclaim(index, op.Proclaim)
+	case *wirepb.Command_ReleaseHandoff:
+		res = f.releaseHandoff(index, op.ReleaseHandoff)
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}

@@ -117,6 +117,7 @@ type node struct {
 	writeOp    atomic.Pointer[string]
 	logPath    string
 	faults     diskFaults // injected stalls; empty unless built with -tags faultinject
+	hooks      testHooks  // set only by tests (export_test.go)
 }
 
 // run is the Ready loop: tick, persist, send, apply, advance. It returns when stop is closed or on a
