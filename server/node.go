@@ -120,7 +120,7 @@ type node struct {
 	faults     diskFaults // injected stalls; empty unless built with -tags faultinject
 }
 
-// run is the Ready loop: tick, send, persist, apply (handleReady). It returns when stop is closed or on a
+// run is the Ready loop: tick, send, apply, persist (handleReady). It returns when stop is closed or on a
 // fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
 	defer n.halt()
@@ -182,8 +182,8 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 // first, so the followers write new entries while this node writes them too; a leader's own
 // acknowledgement of them is one of the append's responses, stepped back into raft only once its write
 // is durable, so it counts itself toward a commit only then (decision 8). A follower's acknowledgement to
-// the leader is another: it leaves only after the follower's write. The append, then the apply, run here
-// on the loop, in order; the loop takes the next Ready only after both.
+// the leader is another: it leaves only after the follower's write. The apply, then the append, run here
+// on the loop; the loop takes the next Ready only after both.
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
@@ -199,13 +199,15 @@ func (n *node) handleReady(rd raft.Ready) error {
 		n.appending.Store(lastIndexOf(appendMsg))
 	}
 	n.transport.Send(peerMsgs)
-	if appendMsg != nil {
-		if err := n.appendLocal(appendMsg, rd.MustSync); err != nil {
+	// The apply first: its entries are committed and already durable here (raft hands out for apply only
+	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
+	if applyMsg != nil {
+		if err := n.applyLocal(applyMsg); err != nil {
 			return err
 		}
 	}
-	if applyMsg != nil {
-		if err := n.applyLocal(applyMsg); err != nil {
+	if appendMsg != nil {
+		if err := n.appendLocal(appendMsg, rd.MustSync); err != nil {
 			return err
 		}
 	}
