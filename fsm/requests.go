@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bytes"
-	"hash/maphash"
 	"strconv"
 
 	"github.com/leased/leased/api/wirepb"
@@ -57,30 +56,31 @@ func (f *FSM) unindexRequest(l *lease) {
 
 // requestIndex maps dedup keys to live leases. It is keyed by a 64-bit hash of the key rather than by the
 // key's three strings: 16 bytes a slot instead of 56, for a million leases granted under request ids. The
-// lease holds the key itself, so a lookup checks it; a key whose hash another live key already took (rare:
-// a random seed per process, so no one can aim for it) goes to the overflow map, keyed in full. What a
-// lookup answers depends only on which leases hold which keys, never on hashes, so every node agrees.
+// lease holds the key itself, so a lookup checks it; a key whose hash another live key already took goes
+// to the overflow map, keyed in full. What a lookup answers depends only on which leases hold which keys,
+// never on hashes, so every node agrees; keys made to collide on purpose cost what every key cost before.
 type requestIndex struct {
 	byHash   map[uint64]*lease
 	overflow map[requestKey]*lease
-	hash     func(requestKey) uint64 // seededHash; tests make every key collide
+	hash     func(requestKey) uint64 // fnvHash; tests make every key collide
 }
-
-var requestSeed = maphash.MakeSeed()
 
 func newRequestIndex() requestIndex {
-	return requestIndex{byHash: make(map[uint64]*lease), overflow: make(map[requestKey]*lease), hash: seededHash}
+	return requestIndex{byHash: make(map[uint64]*lease), overflow: make(map[requestKey]*lease), hash: fnvHash}
 }
 
-func seededHash(k requestKey) uint64 {
-	var h maphash.Hash
-	h.SetSeed(requestSeed)
-	h.WriteString(k.identity)
-	h.WriteByte(0)
-	h.WriteString(k.holder)
-	h.WriteByte(0)
-	h.WriteString(k.id)
-	return h.Sum64()
+// fnvHash is FNV-1a over the key's strings, each followed by a 0 byte (fixed, as the FSM must be: no
+// random seed).
+func fnvHash(k requestKey) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, s := range [3]string{k.identity, k.holder, k.id} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+		h *= prime // the separator: h ^ 0 is h
+	}
+	return h
 }
 
 // get returns the live lease holding key k.
