@@ -43,6 +43,9 @@ type lessor struct {
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
 	lastScan  time.Time
+	// checkpointsApplied is when a checkpoint this leader proposed last applied, and checkpointsProposed
+	// the latest proposal time of one that applied (checkpointLost).
+	checkpointsApplied, checkpointsProposed mono
 
 	// expiryLag, when set, hears how late after its deadline each lease this leader expired was expired
 	// (leased_expiry_lag_seconds). Called with mu held.
@@ -226,7 +229,10 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 	for _, cp := range ch.Checkpointed {
 		if t := l.leases[fsm.Ref{Resource: cp.Resource, Token: cp.Token}]; t != nil {
 			t.checkpointEnd, t.idle = l.at(now).add(ms(cp.RemainingMs)), !cp.Renewed
-			t.checkpointing = false
+			if t.checkpointing {
+				t.checkpointing, l.checkpointsApplied = false, l.at(now)
+				l.checkpointsProposed = max(l.checkpointsProposed, t.checkpointedAt)
+			}
 		}
 	}
 	for _, r := range ch.Renewed {
@@ -342,9 +348,8 @@ func (l *lessor) endDelays(now time.Time) {
 // checkpoint marks idle, with its remaining TTL, every lease not renewed (nor granted, nor taken over)
 // for at least interval - scan and not yet idle in the log; scanned every scan period, each is marked
 // within one interval. Leases renewed since need no entry: the log already says "renewed", which is still
-// true; idle leases need none either: their checkpointed remainder still holds. A checkpoint not applied
-// within l.retry (dropped before reaching the log: a full queue, a refused proposal) is proposed again;
-// one that reached the log commits in this leader's term well within l.retry, or the term ends.
+// true; idle leases need none either: their checkpointed remainder still holds. A checkpoint lost before
+// reaching the log (a full queue, a refused proposal) is proposed again (checkpointLost).
 func (l *lessor) checkpoint(now time.Time) {
 	var cps []*wirepb.LeaseCheckpoint
 	cur, idleAfter := l.at(now), mono(l.interval-l.scan)
@@ -352,7 +357,7 @@ func (l *lessor) checkpoint(now time.Time) {
 		switch {
 		case t.idle || t.expiring || cur-t.renewedAt < idleAfter:
 			continue
-		case t.checkpointing && cur-t.checkpointedAt < mono(l.retry):
+		case t.checkpointing && !l.checkpointLost(t, cur):
 			continue
 		}
 		t.checkpointing, t.checkpointedAt = true, cur
@@ -367,6 +372,20 @@ func (l *lessor) checkpoint(now time.Time) {
 	if len(cps) > 0 {
 		l.send(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
 	}
+}
+
+// checkpointLost reports whether the idle checkpoint proposed for t will not apply. The lessor's commands
+// reach the log in the order it sent them (one channel, one proposer), so once a checkpoint proposed
+// later applied, an earlier one still pending was lost. A checkpoint is also taken for lost when it is
+// older than l.retry and none applied for as long (the queue lost them all, or the log stalled). Merely
+// old is not enough: a leader that takes over a million leases checkpoints them all at once, a thousand
+// entries that may take longer than l.retry to apply, and re-proposing those each scan would add a
+// thousand more each time, faster than they apply, until no client's write applied again.
+func (l *lessor) checkpointLost(t *leaseTimer, cur mono) bool {
+	if t.checkpointedAt < l.checkpointsProposed {
+		return true
+	}
+	return cur-t.checkpointedAt >= mono(l.retry) && cur-l.checkpointsApplied >= mono(l.retry)
 }
 
 // send hands a command, tagged with this leader's term, to the proposer without blocking the Ready loop;
