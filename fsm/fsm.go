@@ -46,7 +46,7 @@ type FSM struct {
 	// its first attempt took effect.
 	ends endLog
 	// byRequest indexes the live leases granted under a request id by their dedup key (requests.go).
-	byRequest map[requestKey]*lease
+	byRequest requestIndex
 	// acl holds the ACL rules, read-only once set; aclSet says whether rules were ever set (acl.go).
 	acl    []*leasepb.AclRule
 	aclSet bool
@@ -62,7 +62,7 @@ func New() *FSM {
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
-		byRequest:  make(map[requestKey]*lease),
+		byRequest:  newRequestIndex(),
 		semaphores: make(map[string]*semaphore),
 		members:    make(map[uint64]*leasepb.Member),
 		removed:    make(map[uint64]bool),
