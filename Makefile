@@ -30,11 +30,12 @@ cluster: ## build leased into ./bin and run a local 3-node cluster in the foregr
 
 bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
 	$(GO) test -run='^$$' -bench='BenchmarkApply' -cpu 1 -benchtime 1000000x ./fsm/
-	$(GO) test -run='^$$' -bench='Memory|Snapshot' -benchtime 1x ./fsm/
+	$(GO) test -run='^$$' -bench='Memory|Snapshot|Restore' -benchtime 1x ./fsm/
 	$(GO) test -run='^$$' -bench=. -benchtime 2s ./raftlog/
 	$(GO) test -run='^$$' -bench=. -benchtime 3s ./server/transport/
 	$(GO) test -run='^$$' -bench='Acquire|Renew' -benchtime 3000x ./server/
 	$(GO) test -run='^$$' -bench=MassExpiry -benchtime 1x -timeout 20m ./server/
+	$(GO) test -run='^$$' -bench='MemoryHeld|RestartReady' -benchtime 1x -timeout 30m ./server/
 	$(GO) test -run='^$$' -bench=KeepAlive10k -benchtime 1x ./client/
 
 # bench-compare: leased against etcd, side by side (docs/benchmarks.md). bench/ is its own Go module (etcd stays

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,4 +64,48 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkContendedHandoffSDK is server.BenchmarkContendedHandoff through the SDK: 16 clients (one
+// client.Client each) loop Acquire WithWait, then Release, on one resource of an in-process 3-node cluster.
+// Run: go test -run '^$' -bench ContendedHandoffSDK -benchtime 1000x -count 3 ./client/
+func BenchmarkContendedHandoffSDK(b *testing.B) {
+	const clients = 16
+	cl := servertest.Start(b, 3, func(cfg *server.Config) { cfg.TickInterval = 50 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // bounds the loop
+	defer cancel()
+	sdks := make([]*client.Client, clients)
+	for i := range sdks {
+		c, err := client.New(client.Config{Endpoints: cl.Endpoints(), Holder: fmt.Sprintf("h%d", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		sdks[i] = c
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	b.ResetTimer()
+	for _, c := range sdks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				l, err := c.Acquire(ctx, "contended", client.WithWait(), client.WithTTL(time.Minute))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handoffs/s")
 }

@@ -257,7 +257,9 @@ func describeFailure(addr string, err error) string {
 			msg = msg[:i]
 		}
 		return fmt.Sprintf("%s: %s", addr, strings.Replace(msg, errAttemptTimeout.Error(), "no answer", 1))
-	case errors.Is(err, context.DeadlineExceeded), status.Convert(err).Message() == context.DeadlineExceeded.Error():
+	case errors.Is(err, context.DeadlineExceeded), status.Code(err) == codes.DeadlineExceeded:
+		// (also the server's side of the same deadline: "context deadline exceeded: stream terminated by
+		// RST_STREAM", when the server's timer, started on receipt, fired first)
 		return fmt.Sprintf("%s: no answer before the call's deadline", addr)
 	}
 	msg := fromStatus(err).Error()

@@ -614,9 +614,13 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 		*o.sent = c.clock.Now()
 	}
 	out, err := rpc(actx, conn)
-	// gRPC may end the call on its own deadline timer a moment before actx reports it.
+	// gRPC may end the call on its own deadline timer a moment before actx reports it; and the server,
+	// which was sent the attempt's deadline as a relative timeout and starts counting on receipt, may end
+	// it first (DeadlineExceeded, "stream terminated by RST_STREAM"): with the call's own context still
+	// live, that deadline was the attempt's.
 	dl, _ := actx.Deadline()
-	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(dl)) {
+	timedOut := actx.Err() != nil || !time.Now().Before(dl) || status.Code(err) == codes.DeadlineExceeded
+	if err != nil && own && ctx.Err() == nil && timedOut {
 		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout().Round(time.Millisecond), err)
 	}
 	return out, err

@@ -274,27 +274,27 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	}
 	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
 	waiting.Wait = true
-	resp, _, err = c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
+	resp, sentAt, err = c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
 		}
 		return nil, err
 	}
-	// The grant happened when the resource freed, at a moment this client cannot know; a renewal sent
-	// now starts a validity window that is certainly no longer than the cluster's.
-	if sentAt, err = c.renewNow(ctx, resp.GetLease()); err != nil {
-		return nil, err
-	}
-	return c.hold(resp.GetLease(), c.validUntil(sentAt, ttlOf(resp.GetLease())), margin)
+	// The grant happened when the resource freed, at a moment this client cannot know but after the
+	// waiting attempt was sent: trusting it from that send time is safe, as for any fresh grant, and
+	// granted renews it first if the wait used up too much of that window.
+	return c.granted(ctx, resp, sentAt, margin)
 }
 
 // granted holds the lease an Acquire answer grants. A fresh grant was made by the entry of the attempt
-// sent at sentAt, so it is valid until sentAt + TTL less the drift margin. A replayed answer repeats a
-// grant made earlier under the same request id (an earlier attempt whose answer was lost, or an earlier
-// call with the same WithRequestID): the cluster may expire it long before a fresh TTL, so its validity
-// is sentAt + remaining_ms (the leader's count when it answered, after sentAt) less the drift margin, and
-// if that leaves less than a renewal interval (TTL/3) the lease is renewed before Acquire returns.
+// sent at sentAt, or for a waiting attempt by a later entry (the release that handed it over, or its own
+// once the resource freed), so it is valid until sentAt + TTL less the drift margin. A replayed answer
+// repeats a grant made earlier under the same request id (an earlier attempt whose answer was lost, or an
+// earlier call with the same WithRequestID): the cluster may expire it long before a fresh TTL, so its
+// validity is sentAt + remaining_ms (the leader's count when it answered, after sentAt) less the drift
+// margin. If either leaves less than a renewal interval (TTL/3), as after a long wait, the lease is
+// renewed before Acquire returns.
 func (c *Client) granted(ctx context.Context, resp *leasepb.AcquireResponse, sentAt time.Time, margin time.Duration) (*Lease, error) {
 	pl := resp.GetLease()
 	ttl := ttlOf(pl)
@@ -302,13 +302,13 @@ func (c *Client) granted(ctx context.Context, resp *leasepb.AcquireResponse, sen
 	if resp.GetReplayed() {
 		remaining := time.Duration(pl.GetRemainingMs()) * time.Millisecond
 		until = until.Add(min(remaining, ttl) - ttl)
-		if until.Sub(c.clock.Now()) < ttl/3 {
-			renewedAt, err := c.renewNow(ctx, pl)
-			if err != nil {
-				return nil, fmt.Errorf("renew the replayed grant (token %d): %w", pl.GetToken(), err)
-			}
-			until = c.validUntil(renewedAt, ttl)
+	}
+	if until.Sub(c.clock.Now()) < ttl/3 {
+		renewedAt, err := c.renewNow(ctx, pl)
+		if err != nil {
+			return nil, fmt.Errorf("renew the grant (token %d): %w", pl.GetToken(), err)
 		}
+		until = c.validUntil(renewedAt, ttl)
 	}
 	return c.hold(pl, until, margin)
 }

@@ -209,7 +209,7 @@ func TestRestoreRejectsBadACL(t *testing.T) {
 	a.apply(acq("r", "h", ""))
 	body := &wirepb.SnapshotBody{AppliedIndex: 1, HighestToken: 1, ForgottenThrough: proto.Uint64(0),
 		Acl: &wirepb.AclState{Rules: []*leasepb.AclRule{rule("x", "", leasepb.Permission(42))}}}
-	if _, err := fromBody(body); err == nil {
+	if _, err := Restore(sealed(t, body)); err == nil {
 		t.Fatal("a snapshot with an unknown permission restored")
 	}
 }

@@ -104,7 +104,7 @@ func (f *FSM) staleAttempt(c *wirepb.AcquireCmd) (Result, bool) {
 		return Result{}, false
 	}
 	k := keyOfCmd(c)
-	if _, live := f.byRequest[k]; live {
+	if _, live := f.byRequest.get(k); live {
 		return Result{}, false // the live grant answers it (sameRequest)
 	}
 	r, ok := f.answered.byKey[k]

@@ -107,6 +107,23 @@ func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 	return Result{Code: OK, Lease: released, Events: []Event{ev}}
 }
 
+// releaseHandoff applies a Release and then, in the same entry, the Acquire of the head of the resource's
+// blocking-acquire queue, each exactly as it would apply alone: the Acquire is refused by the usual rules
+// (the release did not free the resource, a lock-delay, a full semaphore, the waiter's ACL, its request
+// id) and otherwise granted with this entry's index as its token. That token exceeds every earlier token,
+// and the grant is made only after the release removed the lease it replaces, so I1 and I2 hold as for
+// two entries; the Result's Events are the release's, then the grant's.
+func (f *FSM) releaseHandoff(index uint64, c *wirepb.ReleaseHandoffCmd) Result {
+	res := f.release(index, c.GetRelease())
+	if c.GetAcquire() == nil {
+		return res
+	}
+	granted := f.acquireAttempt(index, c.GetAcquire()) // a stale attempt is not granted by a handoff either
+	res.Events = append(res.Events, granted.Events...)
+	res.Handoff = &granted
+	return res
+}
+
 func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
 	var (
 		events []Event

@@ -199,6 +199,11 @@ func sealed(t *testing.T, body *wirepb.SnapshotBody) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return envelope(payload)
+}
+
+// envelope wraps a snapshot body in its header.
+func envelope(payload []byte) []byte {
 	out := make([]byte, headerSize, headerSize+len(payload))
 	copy(out, snapshotMagic)
 	binary.BigEndian.PutUint32(out[8:], snapshotVersion)

@@ -46,7 +46,7 @@ type FSM struct {
 	// its first attempt took effect.
 	ends endLog
 	// byRequest indexes the live leases granted under a request id by their dedup key (requests.go).
-	byRequest map[requestKey]*lease
+	byRequest requestIndex
 	// answered remembers recent acquire intents refused or ended, to refuse their stale attempts
 	// (attempts.go).
 	answered answeredLog
@@ -65,7 +65,7 @@ func New() *FSM {
 		holders:    make(map[string]*holder),
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
-		byRequest:  make(map[requestKey]*lease),
+		byRequest:  newRequestIndex(),
 		answered:   newAnsweredLog(),
 		semaphores: make(map[string]*semaphore),
 		members:    make(map[uint64]*leasepb.Member),
@@ -136,6 +136,8 @@ func (f *FSM) Apply(index uint64, cmd *wirepb.Command) (Result, error) {
 		res = f.setACL(op.SetAcl)
 	case *wirepb.Command_Proclaim:
 		res = f.proclaim(index, op.Proclaim)
+	case *wirepb.Command_ReleaseHandoff:
+		res = f.releaseHandoff(index, op.ReleaseHandoff)
 	default:
 		return Result{}, fmt.Errorf("%w at index %d", ErrUnknownCommand, index)
 	}

@@ -90,7 +90,15 @@ func sampleCommands() []*wirepb.Command {
 		acqWith(&wirepb.AcquireCmd{Resource: "sem", Holder: "h", TtlMs: 10, Limit: 2, CheckRequestParams: true}),
 		acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-9", TtlMs: 10, RequestId: "q", CheckRequestParams: true, Attempt: 2, Wait: true}),
 		{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{Resource: "svc/leader", Token: 1, Value: []byte("v")}}},
+		handoff("svc/leader", 1, &wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-2", TtlMs: 10, RequestId: "w", CheckRequestParams: true}),
 	}
+}
+
+// handoff is a Release of (resource, token) carrying the Acquire c of the resource's head waiter.
+func handoff(resource string, token uint64, c *wirepb.AcquireCmd) *wirepb.Command {
+	return &wirepb.Command{Op: &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{
+		Release: &wirepb.ReleaseCmd{Resource: resource, Token: token}, Acquire: c, AcquireProposalId: 7,
+	}}}
 }
 
 func setACL(initial bool, rules ...*leasepb.AclRule) *wirepb.Command {

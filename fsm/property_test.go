@@ -21,16 +21,26 @@ func genCommand(next uint64) *rapid.Generator[*wirepb.Command] {
 	requestID := rapid.SampledFrom([]string{"", "q1", "q2"})
 	token := rapid.Uint64Range(1, next+1)
 	return rapid.Custom(func(t *rapid.T) *wirepb.Command {
-		switch rapid.IntRange(0, 6).Draw(t, "op") {
-		case 0, 1:
-			return acqWith(&wirepb.AcquireCmd{
+		acquire := func() *wirepb.AcquireCmd {
+			return &wirepb.AcquireCmd{
 				Resource: resource.Draw(t, "resource"), Holder: holder.Draw(t, "holder"),
 				TtlMs: 1000, RequestId: requestID.Draw(t, "request"),
 				LockDelayMs: rapid.SampledFrom([]int64{0, 0, 500}).Draw(t, "delay"),
 				HolderLimit: uint32(rapid.IntRange(0, 3).Draw(t, "limit")),
-			})
+			}
+		}
+		switch rapid.IntRange(0, 7).Draw(t, "op") {
+		case 0, 1:
+			return acqWith(acquire())
 		case 2:
 			return rel(resource.Draw(t, "resource"), token.Draw(t, "token"))
+		case 7: // a release carrying a waiter's acquire, usually of the same resource
+			r := resource.Draw(t, "resource")
+			a := acquire()
+			if rapid.IntRange(0, 3).Draw(t, "same") > 0 {
+				a.Resource = r
+			}
+			return handoff(r, token.Draw(t, "token"), a)
 		case 3:
 			n := rapid.IntRange(1, 3).Draw(t, "n")
 			c := &wirepb.ExpireCmd{}
@@ -118,6 +128,10 @@ func (c *invariantChecker) expect(index uint64, cmd *wirepb.Command) (Code, int)
 			}
 		}
 		return OK, n
+	case *wirepb.Command_ReleaseHandoff:
+		code, released := c.expect(index, &wirepb.Command{Op: &wirepb.Command_Release{Release: op.ReleaseHandoff.Release}})
+		_, granted := c.expect(index, acqWith(op.ReleaseHandoff.Acquire))
+		return code, released + granted
 	case *wirepb.Command_Renew:
 		return OK, 0
 	case *wirepb.Command_EndLockDelay:

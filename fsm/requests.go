@@ -43,21 +43,74 @@ func keyOfCmd(c *wirepb.AcquireCmd) requestKey {
 // indexRequest records a new live lease's key. Logs of earlier versions may hold two live leases under one
 // key (different resources); the first keeps the key.
 func (f *FSM) indexRequest(l *lease) {
-	if l.requestID == "" {
-		return
-	}
-	k := keyOf(l)
-	if _, taken := f.byRequest[k]; !taken {
-		f.byRequest[k] = l
+	if l.requestID != "" {
+		f.byRequest.add(keyOf(l), l)
 	}
 }
 
 func (f *FSM) unindexRequest(l *lease) {
-	if l.requestID == "" {
+	if l.requestID != "" {
+		f.byRequest.remove(keyOf(l), l)
+	}
+}
+
+// requestIndex maps dedup keys to live leases. It is keyed by a 64-bit hash of the key rather than by the
+// key's three strings: 16 bytes a slot instead of 56, for a million leases granted under request ids. The
+// lease holds the key itself, so a lookup checks it; a key whose hash another live key already took goes
+// to the overflow map, keyed in full. What a lookup answers depends only on which leases hold which keys,
+// never on hashes, so every node agrees; keys made to collide on purpose cost what every key cost before.
+type requestIndex struct {
+	byHash   map[uint64]*lease
+	overflow map[requestKey]*lease
+	hash     func(requestKey) uint64 // fnvHash; tests make every key collide
+}
+
+func newRequestIndex() requestIndex {
+	return requestIndex{byHash: make(map[uint64]*lease), overflow: make(map[requestKey]*lease), hash: fnvHash}
+}
+
+// fnvHash is FNV-1a over the key's strings, each followed by a 0 byte (fixed, as the FSM must be: no
+// random seed).
+func fnvHash(k requestKey) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, s := range [3]string{k.identity, k.holder, k.id} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+		h *= prime // the separator: h ^ 0 is h
+	}
+	return h
+}
+
+// get returns the live lease holding key k.
+func (x requestIndex) get(k requestKey) (*lease, bool) {
+	h := x.hash(k)
+	if l, ok := x.byHash[h]; ok && keyOf(l) == k {
+		return l, true
+	}
+	l, ok := x.overflow[k]
+	return l, ok
+}
+
+// add makes l the holder of k unless a live lease already holds it.
+func (x requestIndex) add(k requestKey, l *lease) {
+	if _, taken := x.get(k); taken {
 		return
 	}
-	if k := keyOf(l); f.byRequest[k] == l {
-		delete(f.byRequest, k)
+	if h := x.hash(k); x.byHash[h] == nil {
+		x.byHash[h] = l
+	} else {
+		x.overflow[k] = l
+	}
+}
+
+// remove forgets k if l holds it.
+func (x requestIndex) remove(k requestKey, l *lease) {
+	if h := x.hash(k); x.byHash[h] == l {
+		delete(x.byHash, h)
+	} else if x.overflow[k] == l {
+		delete(x.overflow, k)
 	}
 }
 
@@ -68,7 +121,7 @@ func (f *FSM) sameRequest(c *wirepb.AcquireCmd) (Result, bool) {
 	if (!c.GetCheckRequestParams() && c.GetLimit() == 0) || c.GetRequestId() == "" {
 		return Result{}, false
 	}
-	l, ok := f.byRequest[keyOfCmd(c)]
+	l, ok := f.byRequest.get(keyOfCmd(c))
 	if !ok {
 		return Result{}, false
 	}

@@ -76,6 +76,10 @@ type Result struct {
 	Reuse Reuse
 	// Stale is set for Superseded.
 	Stale StaleAttempt
+	// Handoff is, for a ReleaseHandoff entry, the result of the Acquire it carried, as an Acquire entry
+	// of its own would have produced it (its Events are also in Events, after the release's); the Code,
+	// Lease, Replayed and End above answer the release. Nil for every other command.
+	Handoff *Result
 	// Events are the grants, releases and expiries this command made, in order; each carries the entry's
 	// index. Watchers see exactly these.
 	Events []Event

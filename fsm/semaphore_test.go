@@ -196,12 +196,12 @@ func TestSnapshotRefusesTooManySlots(t *testing.T) {
 		{Resource: "b", Holder: "h", Token: 2, TtlMs: 1, Limit: 2},
 		{Resource: "b", Holder: "h", Token: 3, TtlMs: 1, Limit: 2},
 	}}
-	if _, err := fromBody(body); err == nil {
+	if _, err := Restore(sealed(t, body)); err == nil {
 		t.Fatal("three slots of a semaphore of two restored")
 	}
 	body.Leases = body.Leases[:2]
 	body.Leases[1].Limit = 3
-	if _, err := fromBody(body); err == nil {
+	if _, err := Restore(sealed(t, body)); err == nil {
 		t.Fatal("slots disagreeing on the limit restored")
 	}
 }

@@ -30,58 +30,35 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot encodes the whole state. Equal states encode to equal bytes.
 func (f *FSM) Snapshot() ([]byte, error) {
-	body := &wirepb.SnapshotBody{
-		AppliedIndex: f.applied,
-		HighestToken: f.highest,
-		Leases:       make([]*wirepb.LeaseRecord, 0, f.byResource.Len()),
-		LockDelays:   make([]*wirepb.LockDelayRecord, 0, len(f.delays)),
-	}
-	f.byResource.Ascend(func(e entry) bool {
-		body.Leases = append(body.Leases, e.lease.record())
-		return true
-	})
+	head := &wirepb.SnapshotBody{AppliedIndex: f.applied, HighestToken: f.highest}
+	rest := &wirepb.SnapshotBody{LockDelays: make([]*wirepb.LockDelayRecord, 0, len(f.delays))}
 	for _, r := range sortedKeys(f.delays) {
 		d := f.delays[r]
-		body.LockDelays = append(body.LockDelays, &wirepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
+		rest.LockDelays = append(rest.LockDelays, &wirepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
 	}
-	body.Ends = make([]*wirepb.LeaseEndRecord, 0, f.ends.len())
+	rest.Ends = make([]*wirepb.LeaseEndRecord, 0, f.ends.len())
 	f.ends.ascend(func(e leaseEnd) {
-		body.Ends = append(body.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
+		rest.Ends = append(rest.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
 	})
-	body.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
+	rest.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
 	if f.aclSet {
-		body.Acl = &wirepb.AclState{Rules: f.acl}
+		rest.Acl = &wirepb.AclState{Rules: f.acl}
 	}
-	body.Members, body.RemovedMembers = f.Members(), f.removedIDs()
-	body.AnsweredRequests = f.answeredRecords()
-	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
+	rest.Members, rest.RemovedMembers = f.Members(), f.removedIDs()
+	rest.AnsweredRequests = f.answeredRecords()
+	// One allocation of the exact size: the header, then the body encoded in place (snapshot_stream.go).
+	size := headerSize + proto.Size(head) + f.leasesSize() + proto.Size(rest)
+	out := make([]byte, headerSize, size)
+	out, err := f.encodeBody(out, head, rest)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
 	}
-	out := make([]byte, headerSize, headerSize+len(payload))
+	payload := out[headerSize:]
 	copy(out, snapshotMagic)
 	binary.BigEndian.PutUint32(out[8:], snapshotVersion)
 	binary.BigEndian.PutUint64(out[12:], uint64(len(payload)))
 	binary.BigEndian.PutUint32(out[20:], crc32.Checksum(payload, castagnoli))
-	return append(out, payload...), nil
-}
-
-func (l *lease) record() *wirepb.LeaseRecord {
-	return &wirepb.LeaseRecord{
-		Resource:     l.resource,
-		Holder:       l.holder.name,
-		Token:        l.token,
-		TtlMs:        l.ttlMs,
-		Value:        l.value,
-		LockDelayMs:  l.lockDelayMs,
-		RequestId:    l.requestID,
-		Checkpointed: l.has(flagCheckpointed),
-		RemainingMs:  l.remainingMs,
-		Renewed:      l.has(flagRenewed),
-		Identity:     l.identity,
-		Limit:        l.limit,
-		Proclaimed:   l.has(flagProclaimed),
-	}
+	return out, nil
 }
 
 // Restore decodes a snapshot into a new FSM. It checks the envelope and checksum and every record's
@@ -91,11 +68,11 @@ func Restore(data []byte) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := new(wirepb.SnapshotBody)
-	if err := proto.Unmarshal(payload, body); err != nil {
+	body, leases, err := decodeBody(payload)
+	if err != nil {
 		return nil, fmt.Errorf("%w: decode body: %v", ErrBadSnapshot, err)
 	}
-	return fromBody(body)
+	return fromBody(body, leases)
 }
 
 func openEnvelope(data []byte) ([]byte, error) {
@@ -118,15 +95,22 @@ func openEnvelope(data []byte) ([]byte, error) {
 	return payload, nil
 }
 
-// fromBody builds an FSM from a decoded body, rejecting anything a correct FSM could not have produced.
-func fromBody(body *wirepb.SnapshotBody) (*FSM, error) {
+// fromBody builds an FSM from a decoded body and its encoded lease records (decodeBody), rejecting
+// anything a correct FSM could not have produced. The records are decoded one at a time, into two
+// messages that take turns: each is compared with the one before it.
+func fromBody(body *wirepb.SnapshotBody, leases [][]byte) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
 	if f.highest > f.applied {
 		return nil, fmt.Errorf("%w: highest token %d beyond applied index %d", ErrBadSnapshot, f.highest, f.applied)
 	}
 	var prev *wirepb.LeaseRecord
-	for i, r := range body.Leases {
+	recs := [2]*wirepb.LeaseRecord{new(wirepb.LeaseRecord), new(wirepb.LeaseRecord)}
+	for i, data := range leases {
+		r := recs[i%2]
+		if err := proto.Unmarshal(data, r); err != nil {
+			return nil, fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
+		}
 		if err := checkRecord(r, prev, i, f.highest); err != nil {
 			return nil, err
 		}

@@ -64,6 +64,9 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	n.metrics.applied(res)
 	n.audit(index, res)
 	n.queue.applied(res)
+	if res.Handoff != nil { // the waiting acquire a release carried
+		n.proposals.deliver(cmd.GetReleaseHandoff().GetAcquireProposalId(), proposalOutcome{index: index, result: *res.Handoff})
+	}
 	n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: index, result: res})
 	return nil
 }

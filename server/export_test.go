@@ -74,3 +74,7 @@ func SetSnapshotStall(d time.Duration) (restore func()) {
 	snapshotStall = d
 	return func() { snapshotStall = old }
 }
+
+// OnHandoffProposing makes fn run after a release claimed the head waiter of its resource and before it
+// proposes the entry carrying that waiter's grant; nil removes it.
+func (s *Server) OnHandoffProposing(fn func()) { s.node.hooks.handoffProposing.Store(&fn) }

@@ -17,7 +17,9 @@ import (
 // (forward.go), which validate them beforehand and stamp the answer's header and status afterwards; reads
 // run on any node.
 
-// acquire proposes a grant and, with wait, queues FIFO until the resource frees.
+// acquire proposes a grant and, with wait, queues FIFO until the resource frees. A queued acquire is
+// granted either by its own entry, proposed when the resource looks free, or by the entry of a release
+// that carried it (waitqueue.go, "Handoff").
 func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
@@ -25,7 +27,9 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	if !req.GetWait() {
 		return n.acquireOnce(ctx, req, identity)
 	}
-	w, err := n.queue.enqueue(req.GetResource())
+	id, outcome := n.proposals.register()
+	defer func() { n.proposals.cancel(id) }()
+	w, err := n.queue.enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
@@ -43,24 +47,43 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	}
 	defer n.queue.leave(req.GetResource(), w)
 	for {
-		head, err := n.queue.head(req.GetResource(), w)
-		if err != nil {
-			return nil, err
-		}
-		if head && n.worthTrying(req) {
-			resp, err := n.acquireOnce(ctx, req, identity)
-			if !errors.Is(err, ErrHeld) {
-				return resp, err
-			}
+		if resp, err, done := n.tryQueued(ctx, req, identity, w); done {
+			return resp, err
 		}
 		select {
 		case <-w.wake:
+		case out := <-outcome:
+			// A release carried this acquire: the entry answers it as its own entry would have.
+			if out.err != nil {
+				return nil, out.err
+			}
+			resp, err := n.acquireAnswer(req, out.result)
+			if !errors.Is(err, ErrHeld) {
+				return resp, err
+			}
+			id, outcome = n.proposals.register()
+			n.queue.rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-n.done:
 			return nil, n.stoppedErr()
 		}
 	}
+}
+
+// tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
+// resource looks free. done reports an answer (a grant or a refusal other than held).
+func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waiter) (*leasepb.AcquireResponse, error, bool) {
+	head, err := n.queue.head(req.GetResource(), w)
+	if err != nil {
+		return nil, err, true
+	}
+	if !head || !n.worthTrying(req) || !n.queue.begin(w) {
+		return nil, nil, false
+	}
+	defer n.queue.end(w)
+	resp, err := n.acquireOnce(ctx, req, identity)
+	return resp, err, !errors.Is(err, ErrHeld)
 }
 
 // worthTrying reports whether a blocking acquire at the head of its queue should propose now: not while
@@ -89,7 +112,16 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 	if err := n.admitGrant(req.GetResource()); err != nil {
 		return nil, err
 	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
+	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: n.acquireCmd(req, identity)}})
+	if err != nil {
+		return nil, err
+	}
+	return n.acquireAnswer(req, res)
+}
+
+// acquireCmd is the entry's command for req.
+func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
+	return &wirepb.AcquireCmd{
 		Resource:           req.GetResource(),
 		Holder:             req.GetHolder(),
 		TtlMs:              req.GetTtlMs(),
@@ -102,10 +134,12 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		CheckRequestParams: true,
 		Attempt:            req.GetAttempt(),
 		Wait:               req.GetWait(),
-	}}})
-	if err != nil {
-		return nil, err
 	}
+}
+
+// acquireAnswer turns the FSM's result of an Acquire (its own entry's, or the one a release carried) into
+// the answer; held and lock-delayed wrap ErrHeld.
+func (n *node) acquireAnswer(req *leasepb.AcquireRequest, res fsm.Result) (*leasepb.AcquireResponse, error) {
 	now := n.clock.Now()
 	switch res.Code {
 	case fsm.OK:
@@ -232,9 +266,21 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
-	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{
-		Resource: req.GetResource(), Token: req.GetToken(), Identity: identity,
-	}}})
+	rel := &wirepb.ReleaseCmd{Resource: req.GetResource(), Token: req.GetToken(), Identity: identity}
+	cmd := &wirepb.Command{Op: &wirepb.Command_Release{Release: rel}}
+	// The head waiter's grant rides in the release's entry (waitqueue.go, "Handoff").
+	w := n.queue.claim(req.GetResource())
+	if w != nil {
+		acq, id := n.queue.carried(w)
+		cmd.Op = &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{Release: rel, Acquire: acq, AcquireProposalId: id}}
+		if hook := n.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
+			(*hook)()
+		}
+	}
+	res, index, err := n.propose(ctx, cmd)
+	if w != nil && err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+		n.queue.unclaim(w) // never entered the log: the waiter goes on as before
+	}
 	if err != nil {
 		return nil, err
 	}

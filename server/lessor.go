@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -42,6 +43,9 @@ type lessor struct {
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
 	lastScan  time.Time
+	// checkpointsApplied is when a checkpoint this leader proposed last applied, and checkpointsProposed
+	// the latest proposal time of one that applied (checkpointLost).
+	checkpointsApplied, checkpointsProposed mono
 
 	// expiryLag, when set, hears how late after its deadline each lease this leader expired was expired
 	// (leased_expiry_lag_seconds). Called with mu held.
@@ -57,7 +61,7 @@ type lessorCmd struct {
 }
 
 // mono is a reading of the lessor's clock as an offset from lessor.base: 8 bytes per lease, not a
-// time.Time's 24.
+// time.Time's 24. A node holds a leaseTimer per lease (a million of them), so every instant in it is one.
 type mono int64
 
 // at converts a reading of the node's clock; the first one fixes base. Called with l.mu held.
@@ -68,30 +72,42 @@ func (l *lessor) at(now time.Time) mono {
 	return mono(now.Sub(l.base))
 }
 
-// leaseTimer is the lessor's view of one lease.
+// add converts a duration after reading m, saturating rather than overflowing.
+func (m mono) add(d time.Duration) mono {
+	if d > 0 && m > math.MaxInt64-mono(d) {
+		return math.MaxInt64
+	}
+	return m + mono(d)
+}
+
+// leaseTimer is the lessor's view of one lease: 80 bytes (a size class), kept so by holding every
+// instant as a mono and the two checkpoint fields as the one instant they are used for.
 type leaseTimer struct {
 	resource string
 	token    uint64
 	ttl      time.Duration
 	// deadline is when the lease expires, valid while this node leads.
-	deadline time.Time
+	deadline mono
 	// renewedAt is when the lease was last granted, renewed, or taken over by this leader (leader only).
 	renewedAt mono
 	// checkpointedAt is when this leader proposed an idle checkpoint for the lease; checkpointing is set
 	// until a checkpoint for it applies (or this node takes over again: startDeadlines clears it).
 	checkpointedAt mono
-	checkpointing  bool
+	// due is the deadline that had passed when an Expire was proposed (expiring).
+	due mono
+	// checkpointEnd is when this node applied the lease's last checkpoint plus the remaining TTL it
+	// recorded: the deadline a new leader gives the lease while it is idle.
+	checkpointEnd mono
+	heapIdx       int32
+	checkpointing bool
 	// idle mirrors the FSM: checkpointed as not renewed, so the next renewal must be made durable.
 	idle bool
-	// expiring is set once an Expire was proposed: renewals are refused from then on; due is the
-	// deadline that had passed then.
+	// expiring is set once an Expire was proposed: renewals are refused from then on.
 	expiring bool
-	due      time.Time
-	// checkpointAt is when this node applied the lease's last checkpoint; checkpointRemaining its TTL then.
-	checkpointAt        time.Time
-	checkpointRemaining time.Duration
-	heapIdx             int
 }
+
+// A leaseTimer must stay within its 80-byte size class: this fails to compile if it grows past it.
+var _ [80 - unsafe.Sizeof(leaseTimer{})]struct{}
 
 type delayTimer struct {
 	token    uint64
@@ -121,8 +137,8 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	sm.Ascend(func(ls fsm.Lease) bool {
 		t := &leaseTimer{
 			resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
-			idle:         ls.Checkpointed && !ls.Renewed,
-			checkpointAt: now, checkpointRemaining: ms(ls.RemainingMs),
+			idle:          ls.Checkpointed && !ls.Renewed,
+			checkpointEnd: l.at(now).add(ms(ls.RemainingMs)),
 		}
 		l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
 		return true
@@ -149,14 +165,15 @@ func (l *lessor) promote(now time.Time, term uint64) {
 // checkpointed remainder (from when this node applied the checkpoint) for idle ones.
 func (l *lessor) startDeadlines(now time.Time) {
 	l.deadlines = l.deadlines[:0]
+	cur := l.at(now)
 	for _, t := range l.leases {
 		if t.idle {
-			t.deadline = t.checkpointAt.Add(t.checkpointRemaining)
+			t.deadline = t.checkpointEnd
 		} else {
-			t.deadline, t.renewedAt = now.Add(t.ttl), l.at(now)
+			t.deadline, t.renewedAt = cur.add(t.ttl), cur
 		}
 		t.checkpointing, t.expiring = false, false
-		t.heapIdx = len(l.deadlines)
+		t.heapIdx = int32(len(l.deadlines))
 		l.deadlines = append(l.deadlines, t)
 	}
 	heap.Init(&l.deadlines)
@@ -181,7 +198,7 @@ func (l *lessor) extend(gap time.Duration) {
 		return
 	}
 	for _, t := range l.leases {
-		t.deadline = t.deadline.Add(gap) // a uniform shift keeps the heap ordered
+		t.deadline = t.deadline.add(gap) // a uniform shift keeps the heap ordered
 	}
 	for _, d := range l.delays {
 		d.end = d.end.Add(gap)
@@ -200,7 +217,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 		case leasepb.EventType_EVENT_TYPE_RELEASED, leasepb.EventType_EVENT_TYPE_EXPIRED:
 			if t := l.current(e.Lease.Resource, e.Lease.Token); e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED &&
 				l.leader && t != nil && t.expiring && l.expiryLag != nil {
-				l.expiryLag(now.Sub(t.due).Seconds())
+				l.expiryLag(time.Duration(l.at(now) - t.due).Seconds())
 			}
 			l.remove(e.Lease.Resource, e.Lease.Token)
 		}
@@ -211,8 +228,11 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 	}
 	for _, cp := range ch.Checkpointed {
 		if t := l.leases[fsm.Ref{Resource: cp.Resource, Token: cp.Token}]; t != nil {
-			t.checkpointAt, t.checkpointRemaining, t.idle = now, ms(cp.RemainingMs), !cp.Renewed
-			t.checkpointing = false
+			t.checkpointEnd, t.idle = l.at(now).add(ms(cp.RemainingMs)), !cp.Renewed
+			if t.checkpointing {
+				t.checkpointing, l.checkpointsApplied = false, l.at(now)
+				l.checkpointsProposed = max(l.checkpointsProposed, t.checkpointedAt)
+			}
 		}
 	}
 	for _, r := range ch.Renewed {
@@ -231,21 +251,21 @@ func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 		return
 	}
 	t.idle, t.renewedAt = false, l.at(now)
-	if l.leader && !t.expiring && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
+	if l.leader && !t.expiring && l.queued(t) {
 		// The renewal may have been acknowledged by the previous leader, after this node took over with
 		// the lease counted as idle: it earns a full TTL from now.
-		if d := now.Add(t.ttl); d.After(t.deadline) {
+		if d := l.at(now).add(t.ttl); d > t.deadline {
 			t.deadline = d
-			heap.Fix(&l.deadlines, t.heapIdx)
+			heap.Fix(&l.deadlines, int(t.heapIdx))
 		}
 	}
 }
 
 func (l *lessor) add(now time.Time, ls fsm.Lease) {
+	cur := l.at(now)
 	t := &leaseTimer{
 		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
-		deadline: now.Add(ms(ls.TTLMs)), renewedAt: l.at(now),
-		checkpointAt: now, checkpointRemaining: ms(ls.TTLMs), heapIdx: -1,
+		deadline: cur.add(ms(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(ms(ls.TTLMs)), heapIdx: -1,
 	}
 	l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
 	if l.leader {
@@ -260,9 +280,14 @@ func (l *lessor) remove(resource string, token uint64) {
 		return
 	}
 	delete(l.leases, ref)
-	if l.leader && t.heapIdx >= 0 && t.heapIdx < len(l.deadlines) && l.deadlines[t.heapIdx] == t {
-		heap.Remove(&l.deadlines, t.heapIdx)
+	if l.leader && l.queued(t) {
+		heap.Remove(&l.deadlines, int(t.heapIdx))
 	}
+}
+
+// queued reports whether t is in the deadline heap.
+func (l *lessor) queued(t *leaseTimer) bool {
+	return t.heapIdx >= 0 && int(t.heapIdx) < len(l.deadlines) && l.deadlines[t.heapIdx] == t
 }
 
 func (l *lessor) current(resource string, token uint64) *leaseTimer {
@@ -286,13 +311,14 @@ func (l *lessor) tick(now time.Time) {
 
 func (l *lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
-	for len(l.deadlines) > 0 && !l.deadlines[0].deadline.After(now) {
+	cur := l.at(now)
+	for len(l.deadlines) > 0 && l.deadlines[0].deadline <= cur {
 		t := l.deadlines[0]
 		if !t.expiring {
 			t.expiring, t.due = true, t.deadline
 		}
 		// Keep it queued in case the proposal is lost; it is removed when the expiry applies.
-		t.deadline = now.Add(l.retry)
+		t.deadline = cur.add(l.retry)
 		heap.Fix(&l.deadlines, 0)
 		refs = append(refs, &leasepb.LeaseRef{Resource: t.resource, Token: t.token})
 		if len(refs) == l.batch {
@@ -322,9 +348,8 @@ func (l *lessor) endDelays(now time.Time) {
 // checkpoint marks idle, with its remaining TTL, every lease not renewed (nor granted, nor taken over)
 // for at least interval - scan and not yet idle in the log; scanned every scan period, each is marked
 // within one interval. Leases renewed since need no entry: the log already says "renewed", which is still
-// true; idle leases need none either: their checkpointed remainder still holds. A checkpoint not applied
-// within l.retry (dropped before reaching the log: a full queue, a refused proposal) is proposed again;
-// one that reached the log commits in this leader's term well within l.retry, or the term ends.
+// true; idle leases need none either: their checkpointed remainder still holds. A checkpoint lost before
+// reaching the log (a full queue, a refused proposal) is proposed again (checkpointLost).
 func (l *lessor) checkpoint(now time.Time) {
 	var cps []*wirepb.LeaseCheckpoint
 	cur, idleAfter := l.at(now), mono(l.interval-l.scan)
@@ -332,12 +357,12 @@ func (l *lessor) checkpoint(now time.Time) {
 		switch {
 		case t.idle || t.expiring || cur-t.renewedAt < idleAfter:
 			continue
-		case t.checkpointing && cur-t.checkpointedAt < mono(l.retry):
+		case t.checkpointing && !l.checkpointLost(t, cur):
 			continue
 		}
 		t.checkpointing, t.checkpointedAt = true, cur
 		cps = append(cps, &wirepb.LeaseCheckpoint{
-			Resource: t.resource, Token: t.token, RemainingMs: max(t.deadline.Sub(now), 0).Milliseconds(),
+			Resource: t.resource, Token: t.token, RemainingMs: time.Duration(max(t.deadline-cur, 0)).Milliseconds(),
 		})
 		if len(cps) == l.batch {
 			l.send(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
@@ -347,6 +372,20 @@ func (l *lessor) checkpoint(now time.Time) {
 	if len(cps) > 0 {
 		l.send(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
 	}
+}
+
+// checkpointLost reports whether the idle checkpoint proposed for t will not apply. The lessor's commands
+// reach the log in the order it sent them (one channel, one proposer), so once a checkpoint proposed
+// later applied, an earlier one still pending was lost. A checkpoint is also taken for lost when it is
+// older than l.retry and none applied for as long (the queue lost them all, or the log stalled). Merely
+// old is not enough: a leader that takes over a million leases checkpoints them all at once, a thousand
+// entries that may take longer than l.retry to apply, and re-proposing those each scan would add a
+// thousand more each time, faster than they apply, until no client's write applied again.
+func (l *lessor) checkpointLost(t *leaseTimer, cur mono) bool {
+	if t.checkpointedAt < l.checkpointsProposed {
+		return true
+	}
+	return cur-t.checkpointedAt >= mono(l.retry) && cur-l.checkpointsApplied >= mono(l.retry)
 }
 
 // send hands a command, tagged with this leader's term, to the proposer without blocking the Ready loop;
@@ -398,11 +437,12 @@ func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Durati
 	if t.idle || t.checkpointing {
 		return 0, errIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first
 	}
-	if d := at.Add(t.ttl); d.After(t.deadline) {
+	cur := l.at(at)
+	if d := cur.add(t.ttl); d > t.deadline {
 		t.deadline = d
-		heap.Fix(&l.deadlines, t.heapIdx)
+		heap.Fix(&l.deadlines, int(t.heapIdx))
 	}
-	t.renewedAt = l.at(at)
+	t.renewedAt = cur
 	return t.ttl, nil
 }
 
@@ -414,7 +454,7 @@ func (l *lessor) remaining(resource string, token uint64, now time.Time) time.Du
 	if !l.leader || t == nil {
 		return 0
 	}
-	return max(t.deadline.Sub(now), 0)
+	return time.Duration(max(t.deadline-l.at(now), 0))
 }
 
 // delayRemaining is the time left on a resource's lock-delay, as this node counts it.
@@ -440,14 +480,14 @@ func ms(v int64) time.Duration {
 type timerHeap []*leaseTimer
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h timerHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
+	h[i].heapIdx, h[j].heapIdx = int32(i), int32(j)
 }
 func (h *timerHeap) Push(x any) {
 	t := x.(*leaseTimer)
-	t.heapIdx = len(*h)
+	t.heapIdx = int32(len(*h))
 	*h = append(*h, t)
 }
 func (h *timerHeap) Pop() any {

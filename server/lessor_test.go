@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -331,5 +333,81 @@ func TestLessorReportsExpiryLag(t *testing.T) {
 	}
 	if got := time.Duration(lags[0][0] * float64(time.Second)); got < 19*time.Millisecond || got > 21*time.Millisecond {
 		t.Errorf("expiry lag %v, want 20ms", got)
+	}
+}
+
+// TestMonoAddSaturates: a deadline past the end of the lessor's clock saturates instead of wrapping to
+// the past (which would expire the lease at once).
+func TestMonoAddSaturates(t *testing.T) {
+	if got := mono(math.MaxInt64 - 5).add(time.Hour); got != math.MaxInt64 {
+		t.Fatalf("overflowing add = %d, want the clock's end", got)
+	}
+	if got := mono(10).add(-3); got != 7 {
+		t.Fatalf("mono(10).add(-3) = %d", got)
+	}
+	l := &lessor{}
+	now := time.Now()
+	if d := l.at(now).add(ms(math.MaxInt64)); d <= l.at(now.Add(100*365*24*time.Hour)) {
+		t.Fatalf("the longest TTL gives a deadline %d, before a century from now", d)
+	}
+}
+
+// checkpointBacklog starts a leader whose idle checkpoints go one lease per command, grants n leases and
+// ticks until it has decided a checkpoint for each, which it returns unapplied.
+func checkpointBacklog(t *testing.T, n int) (*lessorSim, []lessorCmd) {
+	cfg := TestConfig()
+	cfg.CheckpointInterval = time.Second
+	cfg.ExpiryBatch = 1
+	s := newLessorSim(t, 1, cfg)
+	s.elect(0)
+	for i := range n {
+		s.apply(acquireCmd(fmt.Sprintf("r%d", i), time.Minute))
+	}
+	var cmds []lessorCmd
+	for start := s.clock.Now(); len(cmds) < n; {
+		if s.clock.Now().Sub(start) > cfg.CheckpointInterval {
+			t.Fatalf("setup: %d checkpoints decided within an interval, want %d", len(cmds), n)
+		}
+		s.clock.Advance(10 * time.Millisecond)
+		s.lessors[0].tick(s.clock.Now())
+		for len(s.out) > 0 {
+			cmds = append(cmds, <-s.out)
+		}
+	}
+	return s, cmds
+}
+
+// TestCheckpointBacklogIsNotReproposed: checkpoints that apply more slowly than the retry period, one
+// after another, are not proposed again while they are still applying: re-proposing a backlog (a leader
+// taking over a million leases decides a thousand checkpoint entries at once) grows it faster than it
+// drains, and no other write would apply.
+func TestCheckpointBacklogIsNotReproposed(t *testing.T) {
+	const n = 6
+	s, backlog := checkpointBacklog(t, n)
+	l := s.lessors[0]
+	for _, c := range backlog {
+		for range 4 { // retry/2 between applies: the backlog takes 3 retry periods to drain
+			s.clock.Advance(l.retry / 8)
+			l.tick(s.clock.Now())
+		}
+		s.apply(c.cmd)
+		if len(s.out) > 0 {
+			t.Fatalf("a checkpoint still in the queue was proposed again: %v", (<-s.out).cmd)
+		}
+	}
+}
+
+// TestLostCheckpointIsReproposed: a checkpoint that never reached the log (dropped) is proposed again as
+// soon as one decided after it applies, and, when none applies at all, after the retry period.
+func TestLostCheckpointIsReproposed(t *testing.T) {
+	s, backlog := checkpointBacklog(t, 2)
+	l := s.lessors[0]
+	lost := backlog[0].cmd.GetCheckpoint().GetLeases()[0].GetResource()
+	// Both were decided in one scan: a later scan's checkpoint must apply to show the first was lost.
+	s.apply(backlog[1].cmd)
+	s.clock.Advance(l.retry + l.scan) // a scan after the retry period
+	l.tick(s.clock.Now())
+	if len(s.out) != 1 || (<-s.out).cmd.GetCheckpoint().GetLeases()[0].GetResource() != lost {
+		t.Fatalf("the lost checkpoint of %s was not proposed again after the retry period", lost)
 	}
 }

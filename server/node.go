@@ -83,6 +83,9 @@ type node struct {
 	confSnapshotDue bool
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
+	// appending is the last index of the log append in flight, whose entries the peers may already
+	// have (0: none; peerView.lastIndex).
+	appending atomic.Uint64
 
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
@@ -117,9 +120,10 @@ type node struct {
 	writeOp    atomic.Pointer[string]
 	logPath    string
 	faults     diskFaults // injected stalls; empty unless built with -tags faultinject
+	hooks      testHooks  // set only by tests (export_test.go)
 }
 
-// run is the Ready loop: tick, persist, send, apply, advance. It returns when stop is closed or on a
+// run is the Ready loop: tick, send, apply, persist (handleReady). It returns when stop is closed or on a
 // fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
 	defer n.halt()
@@ -129,18 +133,19 @@ func (n *node) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
-			if err := n.flushHardState(); err != nil {
-				n.log.Warn("could not persist the last commit index", "err", err)
-			}
+			n.flushOnStop()
 			return
 		case <-ticker.C:
 			n.tick()
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
+				if errors.Is(err, raft.ErrStopped) { // Close stopped raft while this Ready was handled
+					n.flushOnStop()
+					return
+				}
 				n.fail(err)
 				return
 			}
-			n.raft.Advance()
 		}
 	}
 }
@@ -174,6 +179,14 @@ func (n *node) fail(err error) {
 // halt stops the node serving: everything waiting on done gives up with stoppedErr.
 func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 
+// handleReady handles one Ready. Raft runs with asynchronous storage writes (startRaft): the log write
+// and the apply come as two messages in rd.Messages, to raft's LocalAppendThread and LocalApplyThread,
+// each carrying the responses to deliver once it is done (localstorage.go). The messages to peers go out
+// first, so the followers write new entries while this node writes them too; a leader's own
+// acknowledgement of them is one of the append's responses, stepped back into raft only once its write
+// is durable, so it counts itself toward a commit only then (decision 8). A follower's acknowledgement to
+// the leader is another: it leaves only after the follower's write. The apply, then the append, run here
+// on the loop; the loop takes the next Ready only after both.
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
@@ -182,25 +195,24 @@ func (n *node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		n.updateSoftState(rd.SoftState)
 	}
-	var snap *raftpb.Snapshot
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		snap = rd.Snapshot
+	appendMsg, applyMsg, peerMsgs := splitLocal(rd.Messages)
+	if appendMsg != nil {
+		// Peers may acknowledge these entries before this node's write of them returns: the peer checks
+		// count them as part of the log (peerView.lastIndex).
+		n.appending.Store(lastIndexOf(appendMsg))
 	}
-	if err := n.persist(rd, snap); err != nil {
-		return err
-	}
-	n.transport.Send(rd.Messages)
-	if snap != nil {
-		if err := n.restoreSnapshot(snap); err != nil {
+	n.transport.Send(peerMsgs)
+	// The apply first: its entries are committed and already durable here (raft hands out for apply only
+	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
+	if applyMsg != nil {
+		if err := n.applyLocal(applyMsg); err != nil {
 			return err
 		}
 	}
-	if len(rd.CommittedEntries) > 0 {
-		start := time.Now()
-		if err := n.applyEntries(rd.CommittedEntries); err != nil {
+	if appendMsg != nil {
+		if err := n.appendLocal(appendMsg, rd.MustSync); err != nil {
 			return err
 		}
-		n.metrics.applySeconds.Observe(since(start))
 	}
 	for _, rs := range rd.ReadStates {
 		n.reads.deliver(rs)
@@ -208,29 +220,30 @@ func (n *node) handleReady(rd raft.Ready) error {
 	return n.maybeSnapshot()
 }
 
-// persist makes a Ready durable before anything acts on it (decision 8): one bbolt transaction. A Ready
-// that raft says needs no sync (only the commit index moved) is not written at all: a stale commit index on
-// disk is safe, since committed entries are learned again from the leader after a restart. The newest such
-// HardState is kept and written with the next Save, and always before a snapshot (raft refuses to restart
-// with a commit index below its snapshot).
-func (n *node) persist(rd raft.Ready, snap *raftpb.Snapshot) error {
-	hs := rd.HardState
-	if !rd.MustSync && len(rd.Entries) == 0 && snap == nil {
+// persist makes a log append durable before anything acts on it (decision 8): one bbolt transaction.
+// An append that raft says needs no sync (mustSync false: no entries, and only the commit index moved)
+// is not written at all: a stale commit index on disk is safe, since committed entries are learned again
+// from the leader after a restart, and its responses attest nothing this write would add (the entries
+// they acknowledge were made durable by earlier appends, which the loop finished in order). The newest
+// such HardState is kept and written with the next Save, and always before a snapshot (raft refuses to
+// restart with a commit index below its snapshot).
+func (n *node) persist(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, mustSync bool) error {
+	if !mustSync && len(ents) == 0 && snap == nil {
 		if hs != nil && !raft.IsEmptyHardState(hs) {
 			n.unsyncedHS = hs
 		}
 		return nil
 	}
-	if raft.IsEmptyHardState(hs) && n.unsyncedHS != nil {
+	if (hs == nil || raft.IsEmptyHardState(hs)) && n.unsyncedHS != nil {
 		hs = n.unsyncedHS
 	}
 	start := time.Now()
-	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, rd.Entries, snap) }); err != nil {
+	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, ents, snap) }); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
 	n.metrics.fsyncSeconds.Observe(since(start))
 	n.unsyncedHS = nil
-	if len(rd.Entries) > 0 || snap != nil {
+	if len(ents) > 0 || snap != nil {
 		n.updateLogEntries()
 	}
 	return nil
@@ -245,6 +258,13 @@ func (n *node) updateLogEntries() {
 	last, err2 := n.logIndex.LastIndex()
 	if err1 == nil && err2 == nil && last+1 >= first {
 		n.metrics.logEntries.Set(float64(last + 1 - first))
+	}
+}
+
+// flushOnStop writes, as the loop ends, the HardState that persist held back.
+func (n *node) flushOnStop() {
+	if err := n.flushHardState(); err != nil {
+		n.log.Warn("could not persist the last commit index", "err", err)
 	}
 }
 

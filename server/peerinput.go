@@ -46,9 +46,11 @@ var peerTypes = map[raftpb.MessageType]bool{
 
 // peerView is what the checks need of the local node.
 type peerView struct {
-	self      uint64
-	isMember  func(id uint64) bool
-	lastIndex func() uint64 // the last index in the durable log
+	self     uint64
+	isMember func(id uint64) bool
+	// lastIndex is the last index in the log: the durable log, or the append in flight (whose entries a
+	// leader sends its followers while it writes them, so their acknowledgements may arrive first).
+	lastIndex func() uint64
 }
 
 // checkPeerMessage returns why m must be dropped, or "" to let raft have it.
@@ -154,11 +156,13 @@ func (n *node) peerView() peerView {
 		self:     n.id,
 		isMember: n.isMember,
 		lastIndex: func() uint64 {
+			// The append in flight first: once it is 0, its write returned and the log has its entries.
+			appending := n.appending.Load()
 			last, err := n.logIndex.LastIndex()
 			if err != nil {
 				return 0 // a closed log: drop what depends on it
 			}
-			return last
+			return max(last, appending)
 		},
 	}
 }

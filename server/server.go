@@ -395,6 +395,10 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
+		// The log write and the apply come as messages in the Ready (localstorage.go): a leader sends
+		// new entries to its followers while it writes them itself, and counts its own acknowledgement
+		// only once its write is durable (decision 8).
+		AsyncStorageWrites: true,
 		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
 		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
 		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.

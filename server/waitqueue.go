@@ -2,8 +2,10 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 )
 
@@ -11,6 +13,12 @@ import (
 // tries to acquire; it is woken when the resource frees (a release, an expiry, the end of a lock-delay) or
 // when the waiter ahead of it leaves. Losing leadership fails every waiter with Unavailable, and the client
 // retries on the new leader with the same request id.
+//
+// Handoff: a Release of a resource whose head waiter is idle claims that waiter and carries its Acquire in
+// the release's own entry (a ReleaseHandoff), so one entry both frees the resource and grants it to the
+// head; the waiter is answered from that entry's apply. A claimed waiter proposes nothing of its own until
+// the outcome is known, and a waiter that is proposing its own Acquire is not claimed, so no waiter has two
+// grants in flight at once.
 //
 // The queue is bounded (decision 14): at most maxTotal waiters in all (--max-waiters) and maxPerResource
 // for one resource (--max-waiters-per-resource); enqueue refuses past either.
@@ -25,6 +33,15 @@ type waitQueue struct {
 type waiter struct {
 	wake chan struct{} // capacity 1: a wake-up is never lost and never blocks the apply loop
 	err  error         // set, under the queue's lock, when the waiter is failed
+
+	// The fields below are guarded by the queue's lock.
+	// cmd is the Acquire a release may carry for this waiter, proposal the proposal id under which the
+	// entry's apply answers it (0: not registered, so not claimable).
+	cmd      *wirepb.AcquireCmd
+	proposal uint64
+	// trying: the waiter is proposing its own Acquire. claimed: a release carrying its Acquire was
+	// proposed, and its outcome is not known yet. Never both at once.
+	trying, claimed bool
 }
 
 func newWaitQueue(maxTotal, maxPerResource int) *waitQueue {
@@ -38,8 +55,9 @@ func (q *waitQueue) len() int {
 	return q.total
 }
 
-// enqueue appends a waiter for resource, or refuses past a limit.
-func (q *waitQueue) enqueue(resource string) (*waiter, error) {
+// enqueue appends a waiter for resource, or refuses past a limit. cmd and proposal (see waiter) make it
+// claimable by a release; a nil cmd never is.
+func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal uint64) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -48,13 +66,14 @@ func (q *waitQueue) enqueue(resource string) (*waiter, error) {
 	case len(q.queues[resource]) >= q.maxPerResource:
 		return nil, limited("--max-waiters-per-resource", "%d blocking acquires wait for %q, the most that may", q.maxPerResource, resource)
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), cmd: cmd, proposal: proposal}
 	q.queues[resource] = append(q.queues[resource], w)
 	q.total++
 	return w, nil
 }
 
-// head reports whether w may try to acquire now, or the error it was failed with.
+// head reports whether w may try to acquire now (it heads the queue and no release carries its grant),
+// or the error it was failed with.
 func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -62,7 +81,68 @@ func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
 		return false, w.err
 	}
 	ws := q.queues[resource]
-	return len(ws) > 0 && ws[0] == w, nil
+	return len(ws) > 0 && ws[0] == w && !w.claimed, nil
+}
+
+// begin marks w as proposing its own Acquire, so that no release claims it until end; it refuses if a
+// release claimed it since head said it may try (that release's entry will answer it).
+func (q *waitQueue) begin(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.claimed || w.err != nil {
+		return false
+	}
+	w.trying = true
+	return true
+}
+
+// end ends what begin began.
+func (q *waitQueue) end(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.trying = false
+}
+
+// claim claims the head waiter of resource for a release to carry its Acquire, if it is claimable: it
+// has a command and a proposal id, and is neither trying nor claimed already. It returns nil otherwise.
+func (q *waitQueue) claim(resource string) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[resource]
+	if len(ws) == 0 {
+		return nil
+	}
+	w := ws[0]
+	if w.cmd == nil || w.proposal == 0 || w.trying || w.claimed || w.err != nil {
+		return nil
+	}
+	w.claimed = true
+	return w
+}
+
+// carried is the Acquire and proposal id a claimed waiter's release carries.
+func (q *waitQueue) carried(w *waiter) (*wirepb.AcquireCmd, uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return w.cmd, w.proposal
+}
+
+// unclaim returns a claimed waiter to waiting when the release that claimed it never entered the log,
+// and wakes it to look again.
+func (q *waitQueue) unclaim(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.claimed = false
+	notify(w)
+}
+
+// rearm makes w claimable again under a new proposal id, after the entry that carried its Acquire
+// refused it (the resource was not free after all), and wakes it.
+func (q *waitQueue) rearm(w *waiter, proposal uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.claimed, w.proposal = false, proposal
+	notify(w)
 }
 
 // leave removes w (granted, cancelled or failed) and wakes the next waiter, which is now the head.
@@ -129,4 +209,11 @@ func notify(w *waiter) {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// testHooks are points where a test may step in; all nil outside tests.
+type testHooks struct {
+	// handoffProposing runs after a release claimed a waiter and before it proposes the entry that
+	// carries the waiter's grant, on the release's goroutine.
+	handoffProposing atomic.Pointer[func()]
 }

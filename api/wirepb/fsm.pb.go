@@ -47,6 +47,7 @@ type Command struct {
 	//	*Command_EndLockDelay
 	//	*Command_SetAcl
 	//	*Command_Proclaim
+	//	*Command_ReleaseHandoff
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -168,6 +169,15 @@ func (x *Command) GetProclaim() *ProclaimCmd {
 	return nil
 }
 
+func (x *Command) GetReleaseHandoff() *ReleaseHandoffCmd {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReleaseHandoff); ok {
+			return x.ReleaseHandoff
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -204,6 +214,10 @@ type Command_Proclaim struct {
 	Proclaim *ProclaimCmd `protobuf:"bytes,50,opt,name=proclaim,proto3,oneof"`
 }
 
+type Command_ReleaseHandoff struct {
+	ReleaseHandoff *ReleaseHandoffCmd `protobuf:"bytes,51,opt,name=release_handoff,json=releaseHandoff,proto3,oneof"`
+}
+
 func (*Command_Acquire) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
@@ -219,6 +233,8 @@ func (*Command_EndLockDelay) isCommand_Op() {}
 func (*Command_SetAcl) isCommand_Op() {}
 
 func (*Command_Proclaim) isCommand_Op() {}
+
+func (*Command_ReleaseHandoff) isCommand_Op() {}
 
 // AcquireCmd grants resource to holder if it is free (token = this entry's index). If holder already holds
 // it under the same non-empty request_id, the existing grant is returned unchanged.
@@ -1277,6 +1293,74 @@ func (x *ProclaimCmd) GetIdentity() string {
 	return ""
 }
 
+// ReleaseHandoffCmd is a Release that hands the resource to the head of its blocking-acquire queue in the
+// same entry: the state machine applies release exactly as a ReleaseCmd, then acquire exactly as an
+// AcquireCmd of this entry (token = this entry's index; refused by the usual rules, e.g. while the
+// resource is still held or in its lock-delay). It is a command kind of its own, not a field of
+// ReleaseCmd, so that a node of an earlier version stops on it instead of ignoring the grant and
+// diverging.
+type ReleaseHandoffCmd struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Release *ReleaseCmd            `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	Acquire *AcquireCmd            `protobuf:"bytes,2,opt,name=acquire,proto3" json:"acquire,omitempty"`
+	// acquire_proposal_id lets the leader that proposed the entry answer the waiting acquire (as
+	// Command.proposal_id answers the release). The state machine ignores it.
+	AcquireProposalId uint64 `protobuf:"varint,3,opt,name=acquire_proposal_id,json=acquireProposalId,proto3" json:"acquire_proposal_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ReleaseHandoffCmd) Reset() {
+	*x = ReleaseHandoffCmd{}
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHandoffCmd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHandoffCmd) ProtoMessage() {}
+
+func (x *ReleaseHandoffCmd) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHandoffCmd.ProtoReflect.Descriptor instead.
+func (*ReleaseHandoffCmd) Descriptor() ([]byte, []int) {
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReleaseHandoffCmd) GetRelease() *ReleaseCmd {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *ReleaseHandoffCmd) GetAcquire() *AcquireCmd {
+	if x != nil {
+		return x.Acquire
+	}
+	return nil
+}
+
+func (x *ReleaseHandoffCmd) GetAcquireProposalId() uint64 {
+	if x != nil {
+		return x.AcquireProposalId
+	}
+	return 0
+}
+
 // AnsweredRequestRecord is one remembered acquire intent in a snapshot: its dedup key (identity and
 // request_id, or without identity holder and request_id), the highest attempt answered with a refusal,
 // and whether a grant made under it has ended.
@@ -1293,7 +1377,7 @@ type AnsweredRequestRecord struct {
 
 func (x *AnsweredRequestRecord) Reset() {
 	*x = AnsweredRequestRecord{}
-	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1389,7 @@ func (x *AnsweredRequestRecord) String() string {
 func (*AnsweredRequestRecord) ProtoMessage() {}
 
 func (x *AnsweredRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_internal_v1_fsm_proto_msgTypes[15]
+	mi := &file_leased_internal_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1402,7 @@ func (x *AnsweredRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredRequestRecord.ProtoReflect.Descriptor instead.
 func (*AnsweredRequestRecord) Descriptor() ([]byte, []int) {
-	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_leased_internal_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AnsweredRequestRecord) GetIdentity() string {
@@ -1360,7 +1444,7 @@ var File_leased_internal_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xa2\x04\n" +
+	"\x1cleased/internal/v1/fsm.proto\x12\x12leased.internal.v1\x1a\x17leased/v1/cluster.proto\x1a\x16leased/v1/leases.proto\"\xf4\x04\n" +
 	"\aCommand\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\x04R\n" +
 	"proposalId\x12:\n" +
@@ -1374,7 +1458,8 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\x0eend_lock_delay\x18\a \x01(\v2#.leased.internal.v1.EndLockDelayCmdH\x00R\fendLockDelay\x128\n" +
 	"\aset_acl\x18\n" +
 	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
-	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaimB\x04\n" +
+	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaim\x12P\n" +
+	"\x0frelease_handoff\x183 \x01(\v2%.leased.internal.v1.ReleaseHandoffCmdH\x00R\x0ereleaseHandoffB\x04\n" +
 	"\x02op\"\xe5\x02\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
@@ -1459,7 +1544,11 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\"\xb6\x01\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\"\xb7\x01\n" +
+	"\x11ReleaseHandoffCmd\x128\n" +
+	"\arelease\x18\x01 \x01(\v2\x1e.leased.internal.v1.ReleaseCmdR\arelease\x128\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1e.leased.internal.v1.AcquireCmdR\aacquire\x12.\n" +
+	"\x13acquire_proposal_id\x18\x03 \x01(\x04R\x11acquireProposalId\"\xb6\x01\n" +
 	"\x15AnsweredRequestRecord\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
@@ -1481,7 +1570,7 @@ func file_leased_internal_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leased_internal_v1_fsm_proto_rawDescData
 }
 
-var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_leased_internal_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*Command)(nil),               // 0: leased.internal.v1.Command
 	(*AcquireCmd)(nil),            // 1: leased.internal.v1.AcquireCmd
@@ -1498,11 +1587,12 @@ var file_leased_internal_v1_fsm_proto_goTypes = []any{
 	(*SetAclCmd)(nil),             // 12: leased.internal.v1.SetAclCmd
 	(*AclState)(nil),              // 13: leased.internal.v1.AclState
 	(*ProclaimCmd)(nil),           // 14: leased.internal.v1.ProclaimCmd
-	(*AnsweredRequestRecord)(nil), // 15: leased.internal.v1.AnsweredRequestRecord
-	(*leasepb.LeaseRef)(nil),      // 16: leased.v1.LeaseRef
-	(*leasepb.Member)(nil),        // 17: leased.v1.Member
-	(leasepb.EventType)(0),        // 18: leased.v1.EventType
-	(*leasepb.AclRule)(nil),       // 19: leased.v1.AclRule
+	(*ReleaseHandoffCmd)(nil),     // 15: leased.internal.v1.ReleaseHandoffCmd
+	(*AnsweredRequestRecord)(nil), // 16: leased.internal.v1.AnsweredRequestRecord
+	(*leasepb.LeaseRef)(nil),      // 17: leased.v1.LeaseRef
+	(*leasepb.Member)(nil),        // 18: leased.v1.Member
+	(leasepb.EventType)(0),        // 19: leased.v1.EventType
+	(*leasepb.AclRule)(nil),       // 20: leased.v1.AclRule
 }
 var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leased.internal.v1.Command.acquire:type_name -> leased.internal.v1.AcquireCmd
@@ -1513,24 +1603,27 @@ var file_leased_internal_v1_fsm_proto_depIdxs = []int32{
 	7,  // 5: leased.internal.v1.Command.end_lock_delay:type_name -> leased.internal.v1.EndLockDelayCmd
 	12, // 6: leased.internal.v1.Command.set_acl:type_name -> leased.internal.v1.SetAclCmd
 	14, // 7: leased.internal.v1.Command.proclaim:type_name -> leased.internal.v1.ProclaimCmd
-	16, // 8: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
-	4,  // 9: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
-	16, // 10: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
-	16, // 11: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
-	8,  // 12: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
-	9,  // 13: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
-	11, // 14: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
-	13, // 15: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
-	17, // 16: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
-	15, // 17: leased.internal.v1.SnapshotBody.answered_requests:type_name -> leased.internal.v1.AnsweredRequestRecord
-	18, // 18: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
-	19, // 19: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
-	19, // 20: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	15, // 8: leased.internal.v1.Command.release_handoff:type_name -> leased.internal.v1.ReleaseHandoffCmd
+	17, // 9: leased.internal.v1.ExpireCmd.leases:type_name -> leased.v1.LeaseRef
+	4,  // 10: leased.internal.v1.CheckpointCmd.leases:type_name -> leased.internal.v1.LeaseCheckpoint
+	17, // 11: leased.internal.v1.RenewCmd.leases:type_name -> leased.v1.LeaseRef
+	17, // 12: leased.internal.v1.EndLockDelayCmd.delays:type_name -> leased.v1.LeaseRef
+	8,  // 13: leased.internal.v1.SnapshotBody.leases:type_name -> leased.internal.v1.LeaseRecord
+	9,  // 14: leased.internal.v1.SnapshotBody.lock_delays:type_name -> leased.internal.v1.LockDelayRecord
+	11, // 15: leased.internal.v1.SnapshotBody.ends:type_name -> leased.internal.v1.LeaseEndRecord
+	13, // 16: leased.internal.v1.SnapshotBody.acl:type_name -> leased.internal.v1.AclState
+	18, // 17: leased.internal.v1.SnapshotBody.members:type_name -> leased.v1.Member
+	16, // 18: leased.internal.v1.SnapshotBody.answered_requests:type_name -> leased.internal.v1.AnsweredRequestRecord
+	19, // 19: leased.internal.v1.LeaseEndRecord.how:type_name -> leased.v1.EventType
+	20, // 20: leased.internal.v1.SetAclCmd.rules:type_name -> leased.v1.AclRule
+	20, // 21: leased.internal.v1.AclState.rules:type_name -> leased.v1.AclRule
+	2,  // 22: leased.internal.v1.ReleaseHandoffCmd.release:type_name -> leased.internal.v1.ReleaseCmd
+	1,  // 23: leased.internal.v1.ReleaseHandoffCmd.acquire:type_name -> leased.internal.v1.AcquireCmd
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leased_internal_v1_fsm_proto_init() }
@@ -1547,6 +1640,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 		(*Command_EndLockDelay)(nil),
 		(*Command_SetAcl)(nil),
 		(*Command_Proclaim)(nil),
+		(*Command_ReleaseHandoff)(nil),
 	}
 	file_leased_internal_v1_fsm_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
@@ -1555,7 +1649,7 @@ func file_leased_internal_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_internal_v1_fsm_proto_rawDesc), len(file_leased_internal_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -156,16 +156,33 @@ func (r *run) resource(rng *rand.Rand) string {
 // acquire runs one recorded Acquire; an unknown outcome is retried (as a new recorded operation) with the
 // same request id, which is safe (decision 5), up to retries times.
 func (r *run) acquire(ctx context.Context, cl *client.Client, id int, holder, res, reqID string, ttl time.Duration, retries int) (*client.Lease, outcome) {
+	return r.acquireMaybeWaiting(ctx, cl, id, holder, res, reqID, ttl, retries, false)
+}
+
+// acquireMaybeWaiting is acquire, the first attempt queued (WithWait) if wait is set: it is then granted
+// when the resource frees, usually by the entry of the release that frees it (a handoff). A wait that
+// runs out is answered "held" by the SDK, but its grant may be in flight (a release carrying it, or its
+// own entry, proposed just before), so the harness records that outcome as unknown and retries it without
+// waiting under the same request id, which returns the grant if it was made.
+func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int, holder, res, reqID string, ttl time.Duration, retries int, wait bool) (*client.Lease, outcome) {
 	for attempt := 0; ; attempt++ {
 		in := opInput{Kind: opAcquire, Resource: res, Holder: holder, ReqID: reqID}
+		opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(reqID)}
+		waiting := wait && attempt == 0
+		if waiting {
+			opts = append(opts, client.WithWait())
+		}
 		call := r.hist.now()
 		actx, cancel := context.WithTimeout(ctx, acquireTimeout)
-		l, err := cl.Acquire(actx, res, client.WithTTL(ttl), client.WithRequestID(reqID))
+		l, err := cl.Acquire(actx, res, opts...)
+		ranOut := actx.Err() != nil
 		cancel()
 		ret := r.hist.now()
 		out := opOutput{Out: classify(err)}
 		var he *client.HeldError
 		switch {
+		case waiting && ranOut && out.Out == outHeld:
+			out.Out = outUnknown // no holder recorded: "held" is not the cluster's word on this instant
 		case err == nil:
 			out.Holder, out.Token = l.Holder(), l.Token()
 		case errors.As(err, &he):
@@ -248,7 +265,8 @@ func (r *run) worker(ctx context.Context, id int) {
 		switch x := rng.IntN(100); {
 		case x < 55:
 			reqID := fmt.Sprintf("%s-%d", holder, n)
-			l, _ := r.acquire(ctx, cl, id, holder, res, reqID, leaseTTL, 1)
+			// One acquire in four queues for the resource, so that releases hand resources over.
+			l, _ := r.acquireMaybeWaiting(ctx, cl, id, holder, res, reqID, leaseTTL, 1, rng.IntN(4) == 0)
 			if l == nil {
 				continue
 			}

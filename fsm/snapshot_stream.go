@@ -1,0 +1,177 @@
+package fsm
+
+import (
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leased/leased/api/wirepb"
+)
+
+// The leases are nearly all of a snapshot (a million of them at the design's scale), so they are encoded
+// and decoded one record at a time, straight between the FSM and the snapshot's bytes: no message per
+// lease is built for the whole state at once, which at a million leases was some 200 MB of garbage on
+// every snapshot and every restore, and a second copy of the encoded body. The bytes are exactly what
+// proto.MarshalOptions{Deterministic: true}.Marshal of the whole SnapshotBody gives
+// (TestStreamedSnapshotIsTheProtoEncoding): its fields in number order, applied_index and highest_token,
+// then the leases (field 3), then the rest, each encoded as protobuf does.
+
+// snapshotLeasesField is SnapshotBody.leases' field number.
+const snapshotLeasesField protowire.Number = 3
+
+// encodeBody appends the SnapshotBody of f to buf. head holds fields 1 and 2, rest the fields after 3.
+func (f *FSM) encodeBody(buf []byte, head, rest *wirepb.SnapshotBody) ([]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	buf, err := opts.MarshalAppend(buf, head)
+	if err != nil {
+		return nil, err
+	}
+	f.byResource.Ascend(func(e entry) bool {
+		buf = protowire.AppendTag(buf, snapshotLeasesField, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(e.lease.recordSize()))
+		buf = e.lease.appendRecord(buf)
+		return true
+	})
+	return opts.MarshalAppend(buf, rest)
+}
+
+// leasesSize is the encoded size of every lease record, with its tag and length.
+func (f *FSM) leasesSize() int {
+	n := 0
+	f.byResource.Ascend(func(e entry) bool {
+		s := e.lease.recordSize()
+		n += protowire.SizeTag(snapshotLeasesField) + protowire.SizeBytes(s)
+		return true
+	})
+	return n
+}
+
+// The LeaseRecord fields, by number (api/proto/leased/internal/v1/fsm.proto).
+const (
+	recResource     protowire.Number = 1
+	recHolder       protowire.Number = 2
+	recToken        protowire.Number = 3
+	recTTLMs        protowire.Number = 4
+	recValue        protowire.Number = 5
+	recLockDelayMs  protowire.Number = 6
+	recRequestID    protowire.Number = 7
+	recCheckpointed protowire.Number = 8
+	recRemainingMs  protowire.Number = 9
+	recRenewed      protowire.Number = 10
+	recIdentity     protowire.Number = 20
+	recLimit        protowire.Number = 60
+	recProclaimed   protowire.Number = 61
+)
+
+// appendRecord appends l's LeaseRecord as proto3 encodes it: fields in number order, zero values left out.
+func (l *lease) appendRecord(b []byte) []byte {
+	b = appendString(b, recResource, l.resource)
+	b = appendString(b, recHolder, l.holder.name)
+	b = appendVarint(b, recToken, l.token)
+	b = appendVarint(b, recTTLMs, uint64(l.ttlMs))
+	b = appendBytes(b, recValue, l.value)
+	b = appendVarint(b, recLockDelayMs, uint64(l.lockDelayMs))
+	b = appendString(b, recRequestID, l.requestID)
+	b = appendBool(b, recCheckpointed, l.has(flagCheckpointed))
+	b = appendVarint(b, recRemainingMs, uint64(l.remainingMs))
+	b = appendBool(b, recRenewed, l.has(flagRenewed))
+	b = appendString(b, recIdentity, l.identity)
+	b = appendVarint(b, recLimit, uint64(l.limit))
+	return appendBool(b, recProclaimed, l.has(flagProclaimed))
+}
+
+// recordSize is the length of appendRecord's output.
+func (l *lease) recordSize() int {
+	return sizeString(recResource, l.resource) + sizeString(recHolder, l.holder.name) +
+		sizeVarint(recToken, l.token) + sizeVarint(recTTLMs, uint64(l.ttlMs)) +
+		sizeBytes(recValue, l.value) + sizeVarint(recLockDelayMs, uint64(l.lockDelayMs)) +
+		sizeString(recRequestID, l.requestID) + sizeBool(recCheckpointed, l.has(flagCheckpointed)) +
+		sizeVarint(recRemainingMs, uint64(l.remainingMs)) + sizeBool(recRenewed, l.has(flagRenewed)) +
+		sizeString(recIdentity, l.identity) + sizeVarint(recLimit, uint64(l.limit)) +
+		sizeBool(recProclaimed, l.has(flagProclaimed))
+}
+
+func appendString(b []byte, n protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, n, protowire.BytesType), s)
+}
+
+func appendBytes(b []byte, n protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	return protowire.AppendBytes(protowire.AppendTag(b, n, protowire.BytesType), v)
+}
+
+func appendVarint(b []byte, n protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, n, protowire.VarintType), v)
+}
+
+func appendBool(b []byte, n protowire.Number, v bool) []byte {
+	if !v {
+		return b
+	}
+	return appendVarint(b, n, 1)
+}
+
+func sizeString(n protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(n) + protowire.SizeBytes(len(s))
+}
+
+func sizeBytes(n protowire.Number, v []byte) int {
+	if len(v) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(n) + protowire.SizeBytes(len(v))
+}
+
+func sizeVarint(n protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(n) + protowire.SizeVarint(v)
+}
+
+func sizeBool(n protowire.Number, v bool) int {
+	if !v {
+		return 0
+	}
+	return protowire.SizeTag(n) + 1
+}
+
+// decodeBody is proto.Unmarshal of a SnapshotBody that leaves the lease records encoded: body holds every
+// other field, leases the bytes of each record in order (slices of payload), for fromBody to decode one at
+// a time. A malformed body is an error.
+func decodeBody(payload []byte) (body *wirepb.SnapshotBody, leases [][]byte, err error) {
+	var rest []byte
+	for len(payload) > 0 {
+		num, typ, n := protowire.ConsumeTag(payload)
+		if n < 0 {
+			return nil, nil, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, payload[n:])
+		if m < 0 {
+			return nil, nil, protowire.ParseError(m)
+		}
+		field := payload[:n+m]
+		payload = payload[n+m:]
+		if num == snapshotLeasesField && typ == protowire.BytesType {
+			rec, _ := protowire.ConsumeBytes(field[n:])
+			leases = append(leases, rec)
+			continue
+		}
+		rest = append(rest, field...)
+	}
+	body = new(wirepb.SnapshotBody)
+	if err := proto.Unmarshal(rest, body); err != nil {
+		return nil, nil, err
+	}
+	return body, leases, nil
+}

@@ -1,0 +1,102 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"github.com/leased/leased/api/wirepb"
+)
+
+// TestStreamedSnapshotIsTheProtoEncoding: the streamed snapshot (snapshot_stream.go) is byte for byte
+// what the deterministic protobuf encoding of the whole SnapshotBody was, for random states (every
+// field of a lease record, lock-delays, ends), so snapshots stay readable both ways and equal states
+// still encode equally; and proto.Unmarshal of it restores the same state as Restore.
+func TestStreamedSnapshotIsTheProtoEncoding(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := New()
+		for i := uint64(1); i <= 80; i++ {
+			cmd := genCommand(i).Draw(t, "cmd")
+			if a := cmd.GetAcquire(); a != nil {
+				a.Value = []byte(rapid.SampledFrom([]string{"", "v", "a longer value"}).Draw(t, "value"))
+				a.Identity = rapid.SampledFrom([]string{"", "alice"}).Draw(t, "identity")
+				a.Limit = uint32(rapid.SampledFrom([]int{0, 0, 2}).Draw(t, "slots"))
+			}
+			if _, err := f.Apply(i, cmd); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(wholeBody(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[headerSize:], want) {
+			t.Fatalf("streamed body differs from the protobuf encoding:\n got %x\nwant %x", got[headerSize:], want)
+		}
+		g, err := Restore(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _ := g.Snapshot()
+		if !bytes.Equal(again, got) {
+			t.Fatal("restore -> snapshot changed the bytes")
+		}
+	})
+}
+
+// TestRestoreReadsFieldsInAnyOrder: a body whose fields come in another order than the deterministic one
+// (leases before applied_index, records split around other fields) is still a valid protobuf encoding of
+// the same body, and restores to the same state.
+func TestRestoreReadsFieldsInAnyOrder(t *testing.T) {
+	f := sampleState(t)
+	body := wholeBody(f)
+	opts := proto.MarshalOptions{Deterministic: true}
+	leasesOnly, _ := opts.Marshal(&wirepb.SnapshotBody{Leases: body.Leases})
+	body.Leases = nil
+	others, _ := opts.Marshal(body)
+	snap := envelope(append(leasesOnly, others...))
+	g, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mustSnapshot(t, g), mustSnapshot(t, f); !bytes.Equal(a, b) {
+		t.Fatal("a reordered body restored to another state")
+	}
+}
+
+// wholeBody is the SnapshotBody of f built as one message, the way Snapshot encoded it before streaming.
+func wholeBody(f *FSM) *wirepb.SnapshotBody {
+	var body wirepb.SnapshotBody
+	if err := proto.Unmarshal(mustBody(f), &body); err != nil {
+		panic(err)
+	}
+	body.Leases = nil
+	f.byResource.Ascend(func(e entry) bool {
+		l := e.lease
+		body.Leases = append(body.Leases, &wirepb.LeaseRecord{
+			Resource: l.resource, Holder: l.holder.name, Token: l.token, TtlMs: l.ttlMs, Value: l.value,
+			LockDelayMs: l.lockDelayMs, RequestId: l.requestID, Checkpointed: l.has(flagCheckpointed),
+			RemainingMs: l.remainingMs, Renewed: l.has(flagRenewed), Identity: l.identity, Limit: l.limit,
+			Proclaimed: l.has(flagProclaimed),
+		})
+		return true
+	})
+	body.Members, body.RemovedMembers = f.Members(), f.removedIDs()
+	body.AnsweredRequests = f.answeredRecords()
+	return &body
+}
+
+func mustBody(f *FSM) []byte {
+	snap, err := f.Snapshot()
+	if err != nil {
+		panic(fmt.Sprint(err))
+	}
+	return snap[headerSize:]
+}
