@@ -233,3 +233,28 @@ func TestAnsweredRequestsEvictOldestFirst(t *testing.T) {
 	wantCode(t, "id-8 (remembered)", b.apply(attempt("r", "w5", "id-8", 1)), Superseded)
 	wantCode(t, "id-0 (remembered anew)", b.apply(attempt("r", "w5", "id-0", 1)), Superseded)
 }
+
+// A release that carries the head waiter's acquire (ReleaseHandoff) applies it as an Acquire entry of its
+// own would: a stale attempt is not granted by the handoff either.
+func TestHandoffOfAStaleAttemptDoesNotGrant(t *testing.T) {
+	handoff := func(token uint64, carried *wirepb.Command) *wirepb.Command {
+		return &wirepb.Command{Op: &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{
+			Release: &wirepb.ReleaseCmd{Resource: "r", Token: token}, Acquire: carried.GetAcquire(),
+		}}}
+	}
+	a := newApplier(t)
+	a.apply(attempt("r", "w1", "r1", 1))                                // index 1
+	wantCode(t, "attempt 2", a.apply(attempt("r", "w5", "X", 2)), Held) // answered
+	res := a.apply(handoff(1, waitingAttempt("r", "w5", "X", 1)))
+	if res.Handoff == nil || res.Handoff.Code != Superseded {
+		t.Fatalf("handoff of stale attempt 1 = %+v", res.Handoff)
+	}
+	if _, held := a.f.Get("r"); held {
+		t.Fatal("the handoff granted a stale attempt")
+	}
+	a.apply(attempt("r", "w1", "r2", 1)) // index 4
+	res = a.apply(handoff(4, waitingAttempt("r", "w5", "X", 3)))
+	if res.Handoff == nil || res.Handoff.Code != OK || res.Handoff.Lease.Holder != "w5" {
+		t.Fatalf("handoff of attempt 3 = %+v", res.Handoff)
+	}
+}
