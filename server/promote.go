@@ -21,6 +21,7 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 	tick := time.NewTicker(n.cfg.ElectionTimeout())
 	defer tick.Stop()
 	since := map[uint64]time.Time{} // learner -> since when it has been caught up
+	waiting := learnerWatch{}       // learner -> since when it has been a learner under this leader
 	for {
 		select {
 		case <-stop:
@@ -29,8 +30,10 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 		}
 		if !n.isLeader() {
 			clear(since)
+			clear(waiting)
 			continue
 		}
+		waiting.report(n, time.Now())
 		if id, ok := n.learnerToPromote(since, time.Now()); ok {
 			if err := n.promoteMember(ctx, id); err != nil {
 				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
@@ -83,4 +86,41 @@ func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
 		}
 	}()
 	return ctx, cancel
+}
+
+// learnerWatch notices a learner that stays unpromoted much longer than catching up takes, and logs its
+// progress as the leader sees it, every slowLearner, so an operator (or a soak's artifacts) can tell a
+// learner that is behind from one whose answers do not reach the leader.
+type learnerWatch map[uint64]*learnerSeen
+
+// learnerSeen is when the leader first saw a learner, and when it last logged it.
+type learnerSeen struct{ first, logged time.Time }
+
+// slowLearner is how long a learner may stay one before its progress is logged.
+const slowLearner = 10 * time.Second
+
+func (w learnerWatch) report(n *node, now time.Time) {
+	st := n.raft.Status()
+	last := st.Progress[n.id].Match
+	for id := range w {
+		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
+			delete(w, id)
+		}
+	}
+	for id, pr := range st.Progress {
+		if !pr.IsLearner {
+			continue
+		}
+		seen, ok := w[id]
+		if !ok {
+			w[id] = &learnerSeen{first: now, logged: now}
+			continue
+		}
+		if now.Sub(seen.logged) >= slowLearner {
+			n.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", now.Sub(seen.first).Round(time.Second),
+				"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
+				"caught_up", caughtUp(pr.Match, last))
+			seen.logged = now // again in slowLearner
+		}
+	}
 }
