@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.etcd.io/raft/v3"
+
 	"github.com/leased/leased/api/leasepb"
 )
 
@@ -33,8 +35,9 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 			clear(waiting)
 			continue
 		}
-		waiting.report(n, time.Now())
-		if id, ok := n.learnerToPromote(since, time.Now()); ok {
+		st, now := n.raft.Status(), time.Now()
+		waiting.report(n, st, now)
+		if id, ok := n.learnerToPromote(st, since, now); ok {
 			if err := n.promoteMember(ctx, id); err != nil {
 				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
@@ -47,8 +50,7 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 
 // learnerToPromote updates since (learner -> since when it has been caught up) from raft's progress and
 // returns a learner caught up for long enough.
-func (n *node) learnerToPromote(since map[uint64]time.Time, now time.Time) (uint64, bool) {
-	st := n.raft.Status()
+func (n *node) learnerToPromote(st raft.Status, since map[uint64]time.Time, now time.Time) (uint64, bool) {
 	last := st.Progress[n.id].Match
 	for id := range since {
 		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
@@ -99,8 +101,7 @@ type learnerSeen struct{ first, logged time.Time }
 // slowLearner is how long a learner may stay one before its progress is logged.
 const slowLearner = 10 * time.Second
 
-func (w learnerWatch) report(n *node, now time.Time) {
-	st := n.raft.Status()
+func (w learnerWatch) report(n *node, st raft.Status, now time.Time) {
 	last := st.Progress[n.id].Match
 	for id := range w {
 		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
