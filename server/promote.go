@@ -14,16 +14,23 @@ import (
 // mid-snapshot or mid-burst, is not made a voter that would then slow every commit.
 func (c Config) promoteAfter() time.Duration { return 5 * c.ElectionTimeout() }
 
-// autoPromote runs on every node and acts while it leads: once per election timeout it looks at each
-// learner's progress, and promotes one that has been caught up and active for promoteAfter. It returns
-// when stop closes.
+// autoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
+// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when stop
+// closes.
+//
+// It samples every tick, not every election timeout, because raft clears a follower's RecentActive at each
+// of the leader's quorum checks (one per election timeout) and sets it again only when the next answer
+// arrives, a heartbeat later. Sampled once per election timeout, the ticker and the quorum check keep the
+// same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
+// (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
+// timeout.
 func (n *node) autoPromote(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
-	tick := time.NewTicker(n.cfg.ElectionTimeout())
+	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
-	since := map[uint64]time.Time{} // learner -> since when it has been caught up
-	waiting := learnerWatch{}       // learner -> since when it has been a learner under this leader
+	learners := learnerTracker{activeWithin: n.cfg.ElectionTimeout(), promoteAfter: n.cfg.promoteAfter()}
+	waiting := learnerWatch{} // learner -> since when it has been a learner under this leader
 	for {
 		select {
 		case <-stop:
@@ -31,46 +38,74 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		if !n.isLeader() {
-			clear(since)
+			learners.reset()
 			clear(waiting)
 			continue
 		}
 		st, now := n.raft.Status(), time.Now()
 		waiting.report(n, st, now)
-		if id, ok := n.learnerToPromote(st, since, now); ok {
+		if id, ok := learners.observe(n.id, st, now); ok {
 			if err := n.promoteMember(ctx, id); err != nil {
 				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
 				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
 			}
-			delete(since, id)
+			learners.forget(id)
 		}
 	}
 }
 
-// learnerToPromote updates since (learner -> since when it has been caught up) from raft's progress and
-// returns a learner caught up for long enough.
-func (n *node) learnerToPromote(st raft.Status, since map[uint64]time.Time, now time.Time) (uint64, bool) {
-	last := st.Progress[n.id].Match
-	for id := range since {
+// learnerTracker decides, from a series of samples of raft's progress, which learner is ready for
+// promotion: one whose log has stayed within promoteLag of the leader's and which has answered the leader
+// within activeWithin, continuously for promoteAfter.
+type learnerTracker struct {
+	activeWithin, promoteAfter time.Duration
+	learners                   map[uint64]*learnerState
+}
+
+// learnerState is what the tracker remembers of one learner.
+type learnerState struct {
+	heard time.Time // the last sample in which raft had heard from it since its last quorum check
+	ready time.Time // since when it has been caught up and active; zero if it is not
+}
+
+func (t *learnerTracker) reset() { clear(t.learners) }
+
+func (t *learnerTracker) forget(id uint64) { delete(t.learners, id) }
+
+// observe takes one sample of the leader's (self's) raft status and returns a learner ready for promotion.
+func (t *learnerTracker) observe(self uint64, st raft.Status, now time.Time) (uint64, bool) {
+	if t.learners == nil {
+		t.learners = map[uint64]*learnerState{}
+	}
+	for id := range t.learners {
 		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
-			delete(since, id)
+			delete(t.learners, id)
 		}
 	}
+	last := st.Progress[self].Match
 	for id, pr := range st.Progress {
 		if !pr.IsLearner {
 			continue
 		}
-		if !caughtUp(pr.Match, last) || !pr.RecentActive {
-			delete(since, id)
+		ls := t.learners[id]
+		if ls == nil {
+			ls = &learnerState{}
+			t.learners[id] = ls
+		}
+		if pr.RecentActive {
+			ls.heard = now
+		}
+		active := !ls.heard.IsZero() && now.Sub(ls.heard) <= t.activeWithin
+		if !caughtUp(pr.Match, last) || !active {
+			ls.ready = time.Time{}
 			continue
 		}
-		t, ok := since[id]
-		if !ok {
-			since[id] = now
+		if ls.ready.IsZero() {
+			ls.ready = now
 			continue
 		}
-		if now.Sub(t) >= n.cfg.promoteAfter() {
+		if now.Sub(ls.ready) >= t.promoteAfter {
 			return id, true
 		}
 	}
