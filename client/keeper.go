@@ -17,15 +17,18 @@ import (
 type keeper struct {
 	c *Client
 
-	mu      sync.Mutex
-	leases  map[leaseKey]*Lease
-	sent    map[uint64]time.Time // seq -> send time, for answers still expected
-	seq     uint64
-	started bool
-	closed  bool
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	mu     sync.Mutex
+	leases map[leaseKey]*Lease
+	sent   map[uint64]time.Time // seq -> send time, for answers still expected
+	seq    uint64
+	// nextRound is when the running session's next round of renewals is due (zero before the first), on
+	// the client's clock.
+	nextRound time.Time
+	started   bool
+	closed    bool
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
 	// draining counts abandoned streams still read for late answers (see drain); close waits for them.
 	draining sync.WaitGroup
 }
@@ -45,7 +48,8 @@ func newKeeper(c *Client) *keeper {
 	}
 }
 
-func (k *keeper) add(l *Lease) error {
+// add starts renewing l, which the client trusts until validUntil.
+func (k *keeper) add(l *Lease, validUntil time.Time) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -56,11 +60,26 @@ func (k *keeper) add(l *Lease) error {
 		k.started = true
 		go k.run()
 	}
-	select {
-	case k.wake <- struct{}{}:
-	default:
+	if k.renewSoonerFor(l.ttl, validUntil) {
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
+}
+
+// renewSoonerFor reports whether a new lease needs a round of renewals before the one scheduled: when it
+// would reach the scheduled round with less than half its TTL left. A lease renewed in step reaches each
+// round with about two thirds of its TTL left, and needs about half: the round's answer is due a sixth of
+// the TTL later, and a failover must fit in what remains after that (docs/client.md, "TTL floor"). A
+// fresh grant among leases of its TTL needs no round of its own (it was just granted, so it reaches the
+// next round with about two thirds left); a lease with a shorter TTL than every one held, or a grant that
+// arrived with little of its TTL left (a replay, a long wait), does. Waking for every new lease renewed
+// every held lease once per acquire, which made a client that keeps taking leases cost the leader work
+// quadratic in what it holds.
+func (k *keeper) renewSoonerFor(ttl time.Duration, validUntil time.Time) bool {
+	return k.nextRound.IsZero() || validUntil.Sub(k.nextRound) < ttl/2
 }
 
 func (k *keeper) remove(l *Lease) {
@@ -185,7 +204,7 @@ func (k *keeper) session() bool {
 			watchdog.Reset(k.watchdog())
 		}
 		rounds = append(rounds, round{last, time.Now()})
-		timer := time.NewTimer(k.interval())
+		timer := k.scheduleNextRound()
 	wait:
 		for {
 			select {
@@ -355,6 +374,10 @@ const minWatchdog = 250 * time.Millisecond
 func (k *keeper) interval() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.intervalLocked()
+}
+
+func (k *keeper) intervalLocked() time.Duration {
 	shortest := time.Duration(0)
 	for _, l := range k.leases {
 		if shortest == 0 || l.ttl < shortest {
@@ -364,7 +387,19 @@ func (k *keeper) interval() time.Duration {
 	if shortest == 0 {
 		return time.Second
 	}
-	return max(shortest/3, minRenewInterval)
+	return renewInterval(shortest)
+}
+
+// renewInterval is how often a lease with this TTL is renewed.
+func renewInterval(ttl time.Duration) time.Duration { return max(ttl/3, minRenewInterval) }
+
+// scheduleNextRound starts the timer of the next round of renewals and records when it is due, for add.
+func (k *keeper) scheduleNextRound() *time.Timer {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := k.intervalLocked()
+	k.nextRound = k.c.clock.Now().Add(d) // the clock validUntil is on
+	return time.NewTimer(d)
 }
 
 func sleepStop(stop <-chan struct{}, d time.Duration) error {

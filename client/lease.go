@@ -353,7 +353,7 @@ func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Durat
 	l.validUntil = validUntil
 	l.armLocked()
 	l.mu.Unlock()
-	if err := c.keeper.add(l); err != nil {
+	if err := c.keeper.add(l, validUntil); err != nil {
 		l.end(err)
 		return nil, err
 	}
