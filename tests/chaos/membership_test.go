@@ -157,14 +157,49 @@ func (r *run) membershipNemesis(rng *rand.Rand, ld int, k *int) {
 		if err != nil {
 			r.t.Errorf("membership nemesis: shrink and grow: %v", err)
 		}
-		r.faultEnd(id)
+		r.endStep(ctx, cl, id, err, a, b)
 		return
 	}
 	i := pick(ld)
 	*k++
 	id := r.faultStart("replace-node", i)
-	if err := r.replaceNode(ctx, cl, i, *k); err != nil {
+	err := r.replaceNode(ctx, cl, i, *k)
+	if err != nil {
 		r.t.Errorf("membership nemesis: replace %s: %v", r.c.Nodes[i].Name, err)
 	}
+	r.endStep(ctx, cl, id, err, i)
+}
+
+// endStep ends a membership step's fault. A step that failed may leave a node out of the voters (a
+// learner never promoted, a removal not followed by an add): the fault then lasts until each of its
+// nodes votes again, or to the end of the run if that does not happen within the step's time, so the L1
+// checker never counts a window with too few voters as a healthy majority (it counts processes).
+func (r *run) endStep(ctx context.Context, cl *client.Client, id int, err error, nodes ...int) {
+	voting := err == nil
+	for !voting && ctx.Err() == nil {
+		if voting = r.allVote(ctx, cl, nodes); !voting {
+			sleepCtx(ctx, 200*time.Millisecond) // poll: a late promotion
+		}
+	}
+	if !voting {
+		r.mu.Lock()
+		r.nemLog[id].Note = "step failed; its nodes count as impaired to the end of the run"
+		r.mu.Unlock()
+		return
+	}
 	r.faultEnd(id)
+}
+
+// allVote reports whether every one of nodes (under its current name) is a voter in the member table.
+func (r *run) allVote(ctx context.Context, cl *client.Client, nodes []int) bool {
+	ms, err := cl.MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, i := range nodes {
+		if !slices.ContainsFunc(ms, func(m client.Member) bool { return m.Name == r.c.Nodes[i].Name && !m.IsLearner }) {
+			return false
+		}
+	}
+	return true
 }
