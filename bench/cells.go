@@ -127,45 +127,70 @@ func renewCell(ctx context.Context, s system, cfg config, n int) (map[string]flo
 	return map[string]float64{k + "/rate": r.Rate(), k + "/errors": float64(r.Errors)}, nil
 }
 
-// failoverCell SIGKILLs the leader cfg.kills times and measures, each time, how long from the kill until
-// an acquire of a fresh name succeeds (each attempt bounded by 1 s, retried at once); the killed node is
-// restarted and waited for before the next kill.
+// failoverCell measures the leader's loss both ways, cfg.kills times each: SIGKILL (a crash: the
+// followers must notice and elect) and SIGTERM (a clean stop: the leader hands leadership over first).
+// Each time it measures how long from the signal until an acquire of a fresh name succeeds (each attempt
+// bounded by 1 s, retried at once); the stopped node is restarted and waited for before the next one.
 func failoverCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
 	op, err := s.acquire(ctx, 1, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	var gaps []float64
+	out := map[string]float64{}
 	seq := 0
-	for k := range cfg.kills {
-		var lead int
-		if err := poll(ctx, 30*time.Second, func() bool { lead = s.leader(ctx); return lead >= 0 }); err != nil {
-			return nil, fmt.Errorf("kill %d: no leader: %w", k+1, err)
+	for _, way := range []struct {
+		key  string
+		stop func(*proc) <-chan struct{}
+	}{{"failover", (*proc).killAsync}, {"handoff", (*proc).terminate}} {
+		var gaps []float64
+		for k := range cfg.kills {
+			gap, err := leaderGap(ctx, s, op, &seq, way.stop)
+			if err != nil {
+				return nil, fmt.Errorf("%s %d: %w", way.key, k+1, err)
+			}
+			gaps = append(gaps, gap.Seconds())
 		}
-		node := s.nodes()[lead]
-		node.kill()
-		killed := time.Now()
-		var last error
-		err := poll(ctx, 30*time.Second, func() bool {
-			actx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			last = op(actx, 0, seq)
-			seq++
-			return last == nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("kill %d: no acquire succeeded: %w (last: %v)", k+1, err, last)
-		}
-		gaps = append(gaps, time.Since(killed).Seconds())
-		if err := node.start(); err != nil {
-			return nil, err
-		}
-		if err := waitReady(ctx, s, lead, 60*time.Second); err != nil {
-			return nil, fmt.Errorf("kill %d: restarted %s not ready: %w", k+1, node.name, err)
-		}
+		slices.Sort(gaps)
+		out[way.key+"/median"], out[way.key+"/max"] = median(gaps), gaps[len(gaps)-1]
 	}
-	slices.Sort(gaps)
-	return map[string]float64{"failover/median": median(gaps), "failover/max": gaps[len(gaps)-1]}, nil
+	return out, nil
+}
+
+// leaderGap stops the leader with stop, measures the time from the signal until op succeeds, and
+// restarts the node once it has exited.
+func leaderGap(ctx context.Context, s system, op loadgen.Op, seq *int, stop func(*proc) <-chan struct{}) (time.Duration, error) {
+	var lead int
+	if err := poll(ctx, 30*time.Second, func() bool { lead = s.leader(ctx); return lead >= 0 }); err != nil {
+		return 0, fmt.Errorf("no leader: %w", err)
+	}
+	node := s.nodes()[lead]
+	signalled := time.Now()
+	exited := stop(node)
+	var last error
+	err := poll(ctx, 30*time.Second, func() bool {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		last = op(actx, 0, *seq)
+		*seq++
+		return last == nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("no acquire succeeded: %w (last: %v)", err, last)
+	}
+	gap := time.Since(signalled)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("%s did not exit within 30 s", node.name)
+	}
+	node.forget()
+	if err := node.start(); err != nil {
+		return 0, err
+	}
+	if err := waitReady(ctx, s, lead, 60*time.Second); err != nil {
+		return 0, fmt.Errorf("restarted %s not ready: %w", node.name, err)
+	}
+	return gap, nil
 }
 
 // settle is how long the memory cell lets followers apply the last entries and the runtime return

@@ -73,11 +73,27 @@ func (p *proc) kill() {
 	if p.cmd == nil {
 		return
 	}
-	_ = p.cmd.Process.Kill()
 	select {
-	case <-p.exited:
+	case <-p.killAsync():
 	case <-time.After(10 * time.Second):
 	}
+	p.forget()
+}
+
+// killAsync sends SIGKILL and returns a channel closed when p has exited.
+func (p *proc) killAsync() <-chan struct{} {
+	_ = p.cmd.Process.Kill()
+	return p.exited
+}
+
+// terminate sends SIGTERM (a clean stop) and returns a channel closed when p has exited.
+func (p *proc) terminate() <-chan struct{} {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	return p.exited
+}
+
+// forget takes an exited p off the list of processes killed at the bench's end.
+func (p *proc) forget() {
 	procs.mu.Lock()
 	delete(procs.all, p)
 	procs.mu.Unlock()

@@ -47,7 +47,9 @@ func rows(cfg config) []row {
 	if cfg.rows["failover"] {
 		out = append(out,
 			row{fmt.Sprintf("leader SIGKILL → next acquire (%s): median", plural(cfg.kills, "kill")), "failover/median", seconds, false},
-			row{fmt.Sprintf("leader SIGKILL → next acquire (%s): max", plural(cfg.kills, "kill")), "failover/max", seconds, false})
+			row{fmt.Sprintf("leader SIGKILL → next acquire (%s): max", plural(cfg.kills, "kill")), "failover/max", seconds, false},
+			row{fmt.Sprintf("leader SIGTERM → next acquire (%s): median", plural(cfg.kills, "stop")), "handoff/median", seconds, false},
+			row{fmt.Sprintf("leader SIGTERM → next acquire (%s): max", plural(cfg.kills, "stop")), "handoff/max", seconds, false})
 	}
 	if cfg.rows["memory"] {
 		n := fmt.Sprintf("%d held leases", cfg.leases)
