@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc/codes"
@@ -54,7 +56,7 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 			n.metrics.refused()
 			return nil, n.status(n.notLeaderErr())
 		}
-		return n.forward(ctx, req)
+		return n.forwardFollowing(ctx, req)
 	}
 	if err := n.authorizeWrite(req); err != nil {
 		n.metrics.refused()
@@ -91,8 +93,73 @@ func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirep
 	}
 }
 
-// forward sends a write to the leader over the peer connection and relays its answer (or its status).
+// forwardFollowing forwards a write to the leader, and follows a change of leader that happens meanwhile:
+// the old leader may be gone without a word (frozen, its disk stalled), and a write waiting on it would
+// wait for its caller's deadline although another leader is there. A renewal (KeepAlive, Renew) is then
+// served again, by this node if it now leads or by the new leader: renewing twice is harmless. Any other
+// write may have been run by the old leader, so its caller learns at once that the outcome is unknown,
+// with the new leader's hint, and retries there (its request id or token makes that safe).
+func (n *node) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	for switches := 0; ; switches++ {
+		resp, err := n.forward(ctx, req)
+		if !errors.Is(err, errLeaderSwitched) {
+			return resp, err
+		}
+		if !isRenewal(req) || switches == maxLeaderSwitches {
+			return nil, n.status(unknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
+		}
+		if err := n.awaitLeader(ctx); err != nil {
+			return nil, n.status(err)
+		}
+		if n.isLeader() {
+			return n.serveWrite(ctx, req, false)
+		}
+	}
+}
+
+// maxLeaderSwitches bounds how many changes of leader one renewal follows before it gives up.
+const maxLeaderSwitches = 3
+
+// awaitLeader returns once this node knows a leader (at once if it does), or ctx's error, or the
+// election timeout's: a renewal that follows a leader change waits out the election rather than bounce
+// its caller.
+func (n *node) awaitLeader(ctx context.Context) error {
+	timeout := time.NewTimer(n.cfg.ElectionTimeout())
+	defer timeout.Stop()
+	for {
+		switched := n.leaderSwitch.next()
+		if n.leader.Load() != raft.None {
+			return nil
+		}
+		select {
+		case <-switched:
+		case <-timeout.C:
+			return ErrNoLeader
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.done:
+			return n.stoppedErr()
+		}
+	}
+}
+
+// errLeaderSwitched: the leader this node forwarded a write to is no longer the leader it knows.
+var errLeaderSwitched = errors.New("the leader changed while the write was forwarded")
+
+// isRenewal reports whether req only renews leases (idempotent: it can be served twice).
+func isRenewal(req *wirepb.ForwardRequest) bool {
+	switch req.GetRequest().(type) {
+	case *wirepb.ForwardRequest_KeepAlive, *wirepb.ForwardRequest_Renew:
+		return true
+	}
+	return false
+}
+
+// forward sends a write to the leader over the peer connection and relays its answer (or its status). If
+// this node's view of the leader changes before the answer comes, it stops waiting and returns
+// errLeaderSwitched (bare, not a status).
 func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	switched := n.leaderSwitch.next()
 	leader := n.leader.Load()
 	if leader == raft.None || leader == n.id {
 		return nil, n.status(n.notLeaderErr())
@@ -101,9 +168,21 @@ func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb
 	if !ok {
 		return nil, n.status(ErrNoLeader)
 	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-switched:
+			cancel(errLeaderSwitched)
+		case <-fctx.Done():
+		}
+	}()
 	req.ClusterId, req.From = n.clusterID, n.id
-	resp, err := client.Forward(ctx, req)
+	resp, err := client.Forward(fctx, req)
 	if err != nil {
+		if errors.Is(context.Cause(fctx), errLeaderSwitched) && ctx.Err() == nil {
+			return nil, errLeaderSwitched
+		}
 		if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && (st.Code() != codes.Unavailable || hasLeaderHint(st)) {
 			return nil, err // the leader's own answer (it says whether the outcome is known), or a deadline
 		}

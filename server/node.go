@@ -70,6 +70,8 @@ type node struct {
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64
+	// leaderSwitch wakes forwarded writes when leader changes (forwardFollowing).
+	leaderSwitch leaderSwitch
 	// lastLeader is the last non-zero leader this node knew (Ready loop only), for leader changes.
 	lastLeader uint64
 	term       atomic.Uint64
@@ -289,8 +291,11 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		n.metrics.leaderChanges.Inc()
 		n.lastLeader = ss.Lead
 	}
-	n.leader.Store(ss.Lead)
 	n.role.Store(int32(ss.RaftState))
+	if n.leader.Swap(ss.Lead) != ss.Lead {
+		// Last, once the role and the lessor are the new leader's: a woken forward may serve here at once.
+		defer n.leaderSwitch.changed()
+	}
 	isLeader := ss.RaftState == raft.StateLeader
 	switch {
 	case isLeader && !wasLeader:

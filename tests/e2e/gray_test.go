@@ -93,3 +93,36 @@ func TestAcquireWithAFrozenFirstEndpointAnswersQuickly(t *testing.T) {
 	}
 	t.Logf("answered in %v", took)
 }
+
+// TestRenewThroughAFollowerOutlivesAFrozenLeader: a renewal sent to a follower just after the leader
+// froze is answered once the others elect a new leader. The follower used to forward it to the frozen
+// leader and wait there until the caller's deadline (a soak lost a lease that way: its holder's renewal
+// went to a node that was forwarding to a leader whose disk had stalled).
+func TestRenewThroughAFollowerOutlivesAFrozenLeader(t *testing.T) {
+	c := newCluster(t, 3, defaultTiming...)
+	leader, _ := c.waitLeader(15*time.Second, -1)
+	follower := (leader + 1) % len(c.Nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acq, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: "gray/renew-via-follower", Holder: "h", TtlMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The follower knows the grant, so it forwards the renewal rather than refuse it as unknown.
+	c.eventually(10*time.Second, "the follower applied the grant", func() bool {
+		st, err := c.Status(ctx, follower)
+		return err == nil && st.GetAppliedIndex() >= acq.GetLease().GetToken()
+	})
+	c.Signal(leader, syscall.SIGSTOP)
+	defer c.Signal(leader, syscall.SIGCONT)
+	// A deadline far beyond an election (1 s here): without following the new leader the call would
+	// wait on the frozen one all that time and fail.
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	start := time.Now()
+	_, err = c.Leases(follower).Renew(rctx, &leasepb.RenewRequest{Resource: "gray/renew-via-follower", Token: acq.GetLease().GetToken()})
+	if err != nil {
+		t.Fatalf("renew through the follower after %v: %v, want it renewed by the new leader", time.Since(start).Round(time.Millisecond), err)
+	}
+	t.Logf("renewed through the follower %v after the leader froze", time.Since(start).Round(time.Millisecond))
+}
