@@ -150,3 +150,25 @@ func (c *cluster) sameStates(timeout time.Duration) ([]nodeState, error) {
 	}
 	return slices.Clone(states), nil
 }
+
+// rejoinTimeout bounds how long a restarted node may take to rejoin before its kill fault ends anyway.
+const rejoinTimeout = 10 * time.Second
+
+// restartAndRejoin starts node i again and returns once it has rejoined — it answers, knows a leader, and
+// has applied what the cluster had committed when it started — or after rejoinTimeout. A kill fault ends
+// then, not when the process is launched: a node still starting or replaying its log is no healthy
+// member yet, and the L1 checker must not count it in a majority (soak E: a follower restarted 1.8 s
+// before a leader's disk stall was elected while it caught up, and a lease renewed through it was lost).
+func (r *run) restartAndRejoin(ctx context.Context, i int) {
+	var commit uint64
+	for j := range r.c.Nodes {
+		if st, err := r.c.Status(ctx, j); j != i && err == nil {
+			commit = max(commit, st.GetCommitIndex())
+		}
+	}
+	r.c.Start(i)
+	_ = proc.Poll(rejoinTimeout, func() bool {
+		st, err := r.c.Status(ctx, i)
+		return ctx.Err() != nil || (err == nil && st.GetLeaderId() != 0 && st.GetAppliedIndex() >= commit)
+	})
+}

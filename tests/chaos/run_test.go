@@ -617,7 +617,7 @@ func (r *run) nemesis(ctx context.Context) {
 			id := r.faultStart(map[bool]string{true: "kill-leader", false: "kill-follower"}[leader && ld >= 0], i)
 			r.c.Kill(i)
 			sleepCtx(ctx, hold)
-			r.c.Start(i)
+			r.restartAndRejoin(ctx, i)
 			r.faultEnd(id)
 		case 2:
 			leader := rng.IntN(3) > 0
