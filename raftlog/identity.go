@@ -61,7 +61,9 @@ func ReadIdentity(dir string) (id Identity, ok bool, err error) {
 	if err != nil {
 		return Identity{}, false, err
 	}
-	_, id, err = loadState(db, path)
+	var ds dbState
+	ds, err = loadDB(db, path)
+	id = ds.id
 	if cerr := closeBolt(db, path); err == nil {
 		err = cerr
 	}

@@ -71,11 +71,11 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	return snap, err
 }
 
-// update runs fn in one read-write transaction over a copy of the state and
-// installs the copy only if the commit succeeds. raft's own sentinels pass
-// through unwrapped, since raft-style callers compare them with ==. A panic
-// in bbolt (damage Open could not see) is rolled back by bbolt and reported
-// as ErrCorrupt.
+// update runs fn over a copy of the state, then makes its changes durable
+// (commit) and installs the copy only if that succeeds. raft's own
+// sentinels pass through unwrapped, since raft-style callers compare them
+// with ==. A panic in bbolt (damage Open could not see) is rolled back by
+// bbolt and reported as ErrCorrupt.
 func (s *Storage) update(op string, fn func(*writer) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -83,12 +83,15 @@ func (s *Storage) update(op string, fn func(*writer) error) error {
 		return s.closedErr(op)
 	}
 	next := s.st.clone()
-	err := guard(s.path, func() error {
-		return s.db.Update(func(tx *bolt.Tx) error { return fn(&writer{tx: tx, st: &next}) })
-	})
+	w := newWriter(&next)
+	err := fn(w)
+	if err == nil {
+		err = s.commit(w)
+	}
 	switch {
 	case err == nil:
 		s.st = next
+		s.dropSegments(w)
 		return nil
 	case err == raft.ErrCompacted, err == raft.ErrSnapOutOfDate:
 		return err
@@ -96,4 +99,72 @@ func (s *Storage) update(op string, fn func(*writer) error) error {
 		return err // from guard, already naming the file
 	}
 	return fmt.Errorf("raftlog: %s: %w", op, err)
+}
+
+// commit makes w's changes durable. WAL records go first, in one write
+// and one fdatasync; a snapshot then goes to raft.db in one bbolt
+// transaction that also points walfrom at the WAL's recReset record. A
+// crash between the two leaves a recReset raft.db does not point at,
+// which replay treats as the end of the log: the whole operation is lost,
+// never half of it. If the bbolt commit fails the WAL write is undone.
+func (s *Storage) commit(w *writer) error {
+	var seq uint64
+	var off int64
+	if len(w.buf) > 0 {
+		if !s.wal.fits(len(w.buf)) {
+			if err := s.wal.cut(s.st.point(s.st.last), s.st.hs); err != nil {
+				return err
+			}
+		}
+		seq = s.wal.last().seq
+		var err error
+		if off, err = s.wal.write(w.buf); err != nil {
+			return err
+		}
+	}
+	if w.snap != nil {
+		err := guard(s.path, func() error {
+			return s.db.Update(func(tx *bolt.Tx) error {
+				if err := putSnapshot(tx, w.snap, w.snapData); err != nil {
+					return err
+				}
+				if w.reset < 0 {
+					return nil
+				}
+				from := walFrom{seq: seq, off: off + int64(w.reset), at: point{w.snap.GetIndex(), w.snap.GetTerm()}}
+				return tx.Bucket(bucketMeta).Put(keyWALFrom, from.encode())
+			})
+		})
+		if err != nil {
+			if len(w.buf) > 0 {
+				return s.wal.undo(off, err)
+			}
+			return err
+		}
+	}
+	if len(w.buf) > 0 {
+		w.placeEntries(seq, off)
+		seg := s.wal.last()
+		seg.maxIndex = max(seg.maxIndex, w.maxIdx)
+		if w.reset >= 0 {
+			s.wal.compactSeq = 0
+		}
+		if w.compacted {
+			s.wal.compactSeq = seq
+		}
+	}
+	return nil
+}
+
+// dropSegments deletes the segments a committed operation made
+// unnecessary. It runs after the operation is durable and reported as
+// such, so a failure only leaves files that the next Compact or Open
+// deletes.
+func (s *Storage) dropSegments(w *writer) {
+	switch {
+	case w.reset >= 0:
+		_ = s.wal.dropBefore(s.wal.last().seq)
+	case w.compacted:
+		_ = s.wal.dropCompacted(s.st.offset())
+	}
 }

@@ -11,18 +11,20 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Storage is a raft log kept in a bbolt file. It implements raft.Storage
-// and adds the write side (Save, Compact, CreateSnapshot, ApplySnapshot).
+// Storage is a raft log kept in a write-ahead log (entries, HardState)
+// beside a bbolt file (identity, snapshot). It implements raft.Storage and
+// adds the write side (Save, Compact, CreateSnapshot, ApplySnapshot).
 //
 // It is safe for concurrent use. Writers are serialised with each other and
 // with readers; Term, FirstIndex, LastIndex and InitialState answer from
-// memory, while Entries and Snapshot read the file.
+// memory, while Entries and Snapshot read the files.
 type Storage struct {
 	path string
 
-	mu sync.RWMutex // guards db and st; held for the whole of a write transaction
-	db *bolt.DB     // nil once closed
-	st state
+	mu  sync.RWMutex // guards db, wal and st; held for the whole of a write
+	db  *bolt.DB     // nil once closed
+	wal *wal
+	st  state
 }
 
 var _ raft.Storage = (*Storage)(nil)
@@ -70,42 +72,28 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if lo > hi {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, ErrOutOfRange)
 	}
-	var ents []*raftpb.Entry
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		ents, err = readRange(tx.Bucket(bucketEntries), lo, hi, maxSize)
-		return err
-	})
+	ents, err := s.readRange(lo, hi, maxSize)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, err)
 	}
 	return ents, nil
 }
 
-// readRange decodes [lo, hi), stopping before the entry that would push the
-// total past maxSize, but always returning the first.
-func readRange(b *bolt.Bucket, lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+// readRange reads [lo, hi) from the WAL, stopping before the entry that
+// would push the total past maxSize, but always returning the first.
+func (s *Storage) readRange(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	ents := make([]*raftpb.Entry, 0, min(hi-lo, 1024))
 	var size uint64
-	c := b.Cursor()
-	k, v := c.Seek(indexKey(lo))
 	for i := lo; i < hi; i++ {
-		if k == nil {
-			return nil, fmt.Errorf("entry %d missing: %w", i, ErrCorrupt)
-		}
-		e, err := decodeEntry(k, v)
+		e, err := s.wal.readEntry(s.st.pos[i-s.st.offset()-1], i)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		if e.GetIndex() != i {
-			return nil, fmt.Errorf("%w: found entry %d where %d belongs", ErrCorrupt, e.GetIndex(), i)
+			return nil, err
 		}
 		size += uint64(proto.Size(e))
 		if len(ents) > 0 && size > maxSize {
 			break
 		}
 		ents = append(ents, e)
-		k, v = c.Next()
 	}
 	return ents, nil
 }
@@ -178,7 +166,8 @@ func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
 	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: md, Data: data}), nil
 }
 
-// Size returns the data file's size in bytes, or 0 once closed.
+// Size returns the bytes the log occupies on disk, raft.db plus the WAL
+// segments (preallocated space included), or 0 once closed.
 func (s *Storage) Size() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -187,8 +176,12 @@ func (s *Storage) Size() int64 {
 	}
 	var n int64
 	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
-	return n
+	return n + s.wal.size()
 }
+
+// WALDir returns the directory holding the WAL segments, for messages
+// that name the file being written.
+func (s *Storage) WALDir() string { return s.wal.dir }
 
 // Close releases the file and its lock. Later calls return ErrClosed;
 // closing twice is not an error.
@@ -200,7 +193,14 @@ func (s *Storage) Close() error {
 	}
 	db := s.db
 	s.db = nil
-	return closeBolt(db, s.path)
+	werr := s.wal.close()
+	if err := closeBolt(db, s.path); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("raftlog: close %s: %w", s.wal.dir, werr)
+	}
+	return nil
 }
 
 // view runs a read transaction, reporting a panic in bbolt as ErrCorrupt.
