@@ -17,8 +17,8 @@ import (
 //
 //  1. any wal/ directory is removed (only an interrupted migration of this
 //     file can have left one, since raft.db still says format 1);
-//  2. segment 1 is written complete, with a recReset at the old offset
-//     carrying the HardState, then every entry, and fsynced under a
+//  2. segment 1 is written complete, one batch holding a recReset at the
+//     old offset carrying the HardState, then every entry, and fsynced under a
 //     temporary name before it is renamed into place;
 //  3. one bbolt transaction points walfrom at that recReset, drops the
 //     entries bucket and the HardState and sets format 2.
@@ -77,6 +77,10 @@ func migrateV1(db *bolt.DB, path, walDir string) (walFrom, error) {
 	return from, nil
 }
 
+// migrateBatchSize bounds the batches a migration writes, well below
+// maxRecordSize.
+const migrateBatchSize = 16 << 20
+
 // v1Records reads a format 1 log (checking it as format 1 Open did) and
 // returns the records of its WAL segment 1 and where its recReset lies.
 func v1Records(tx *bolt.Tx) ([]byte, walFrom, error) {
@@ -104,11 +108,10 @@ func v1Records(tx *bolt.Tx) ([]byte, walFrom, error) {
 		return nil, from, err
 	}
 	from = walFrom{seq: 1, off: int64(len(rec)), at: at}
-	reset, err := resetRecord(at, hs)
+	batch, err := appendReset(newBatch(), at, hs)
 	if err != nil {
 		return nil, from, err
 	}
-	rec = append(rec, reset...)
 	last := at.index
 	for k, v = c.Next(); k != nil; k, v = c.Next() {
 		e, err := decodeEntry(k, v)
@@ -119,9 +122,17 @@ func v1Records(tx *bolt.Tx) ([]byte, walFrom, error) {
 			return nil, from, fmt.Errorf("log gap: entry %d follows %d", e.GetIndex(), last)
 		}
 		last = e.GetIndex()
-		if rec, err = appendProtoRecord(rec, recEntry, e); err != nil {
+		if batch, err = appendProtoRecord(batch, recEntry, e); err != nil {
 			return nil, from, err
 		}
+		if len(batch) > migrateBatchSize {
+			sealBatch(batch)
+			rec, batch = append(rec, batch...), newBatch()
+		}
+	}
+	if len(batch) > batchHeaderSize {
+		sealBatch(batch)
+		rec = append(rec, batch...)
 	}
 	return rec, from, nil
 }

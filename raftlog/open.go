@@ -187,24 +187,25 @@ func createIfMissing(dir, path string, id Identity) error {
 }
 
 // createWAL makes walDir afresh with segment 1 holding the empty log: a
-// base record and the recReset walfrom points at.
+// base record and a batch holding just the recReset walfrom points at.
 func createWAL(walDir string) (walFrom, error) {
 	zero := point{}
 	base, err := baseRecord(1, zero, nil)
 	if err != nil {
 		return walFrom{}, err
 	}
-	reset, err := resetRecord(zero, nil)
+	batch, err := appendReset(newBatch(), zero, nil)
 	if err != nil {
 		return walFrom{}, err
 	}
+	sealBatch(batch)
 	if err := os.RemoveAll(walDir); err != nil {
 		return walFrom{}, err
 	}
 	if err := os.Mkdir(walDir, 0o700); err != nil {
 		return walFrom{}, err
 	}
-	seg, _, err := createSegment(walDir, 1, append(base, reset...))
+	seg, _, err := createSegment(walDir, 1, append(base, batch...))
 	if err != nil {
 		return walFrom{}, err
 	}

@@ -110,7 +110,8 @@ func (s *Storage) update(op string, fn func(*writer) error) error {
 func (s *Storage) commit(w *writer) error {
 	var seq uint64
 	var off int64
-	if len(w.buf) > 0 {
+	if !w.empty() {
+		sealBatch(w.buf)
 		if !s.wal.fits(len(w.buf)) {
 			if err := s.wal.cut(s.st.point(s.st.last), s.st.hs); err != nil {
 				return err
@@ -123,30 +124,18 @@ func (s *Storage) commit(w *writer) error {
 		}
 	}
 	if w.snap != nil {
-		err := guard(s.path, func() error {
-			return s.db.Update(func(tx *bolt.Tx) error {
-				if err := putSnapshot(tx, w.snap, w.snapData); err != nil {
-					return err
-				}
-				if w.reset < 0 {
-					return nil
-				}
-				from := walFrom{seq: seq, off: off + int64(w.reset), at: point{w.snap.GetIndex(), w.snap.GetTerm()}}
-				return tx.Bucket(bucketMeta).Put(keyWALFrom, from.encode())
-			})
-		})
-		if err != nil {
-			if len(w.buf) > 0 {
+		if err := s.commitSnapshot(w, seq, off); err != nil {
+			if !w.empty() {
 				return s.wal.undo(off, err)
 			}
 			return err
 		}
 	}
-	if len(w.buf) > 0 {
+	if !w.empty() {
 		w.placeEntries(seq, off)
 		seg := s.wal.last()
 		seg.maxIndex = max(seg.maxIndex, w.maxIdx)
-		if w.reset >= 0 {
+		if w.reset {
 			s.wal.compactSeq = 0
 		}
 		if w.compacted {
@@ -156,13 +145,41 @@ func (s *Storage) commit(w *writer) error {
 	return nil
 }
 
+// commitSnapshot stores w's snapshot in raft.db and, for an
+// installation, points walfrom at the batch just written at (seq, off).
+func (s *Storage) commitSnapshot(w *writer, seq uint64, off int64) error {
+	if err := commitHook("wal written"); err != nil {
+		return err
+	}
+	err := guard(s.path, func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if err := putSnapshot(tx, w.snap, w.snapData); err != nil {
+				return err
+			}
+			if !w.reset {
+				return nil
+			}
+			from := walFrom{seq: seq, off: off, at: point{w.snap.GetIndex(), w.snap.GetTerm()}}
+			return tx.Bucket(bucketMeta).Put(keyWALFrom, from.encode())
+		})
+	})
+	if err == nil {
+		_ = commitHook("raft.db committed")
+	}
+	return err
+}
+
+// commitHook lets tests observe (by copying the files: what a crash there
+// would leave) or fail a snapshot installation between its steps.
+var commitHook = func(step string) error { return nil }
+
 // dropSegments deletes the segments a committed operation made
 // unnecessary. It runs after the operation is durable and reported as
 // such, so a failure only leaves files that the next Compact or Open
 // deletes.
 func (s *Storage) dropSegments(w *writer) {
 	switch {
-	case w.reset >= 0:
+	case w.reset:
 		_ = s.wal.dropBefore(s.wal.last().seq)
 	case w.compacted:
 		_ = s.wal.dropCompacted(s.st.offset())

@@ -47,7 +47,32 @@ const (
 	// recCompact makes (index, term) the new dummy entry, dropping every
 	// entry before it. Payload: index, term.
 	recCompact recordType = 5
+	// recBatch holds the records of one write (one Save, Compact or
+	// snapshot installation), each framed as above. Its checksum covers
+	// them all, so a write cut short by a crash is dropped whole: a Save's
+	// entries never survive without its HardState. Every record after a
+	// segment's recBase is inside a recBatch.
+	recBatch recordType = 6
 )
+
+// batchHeaderSize is a recBatch record's framing: header and type byte.
+// Writers reserve it at the start of their buffer (newBatch) and fill it
+// in once the inner records are known (sealBatch).
+const batchHeaderSize = recordHeaderSize + 1
+
+// newBatch returns a buffer with room for a recBatch header.
+func newBatch() []byte {
+	b := make([]byte, batchHeaderSize, 4096)
+	b[recordHeaderSize] = byte(recBatch)
+	return b
+}
+
+// sealBatch fills in the recBatch header of a buffer from newBatch.
+func sealBatch(b []byte) {
+	body := b[recordHeaderSize:]
+	binary.BigEndian.PutUint32(b, uint32(len(body)))
+	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(body, castagnoli))
+}
 
 // maxRecordSize bounds a record's declared length, so a damaged length
 // field cannot make replay allocate gigabytes.
@@ -166,13 +191,13 @@ func baseRecord(seq uint64, last point, hs *raftpb.HardState) ([]byte, error) {
 	return appendRecord(nil, recBase, append(b, hsb...)), nil
 }
 
-// resetRecord builds a recReset record.
-func resetRecord(p point, hs *raftpb.HardState) ([]byte, error) {
+// appendReset appends a recReset record to buf.
+func appendReset(buf []byte, p point, hs *raftpb.HardState) ([]byte, error) {
 	hsb, err := marshalHardState(hs)
 	if err != nil {
 		return nil, err
 	}
-	return appendRecord(nil, recReset, append(appendPoint(nil, p), hsb...)), nil
+	return appendRecord(buf, recReset, append(appendPoint(nil, p), hsb...)), nil
 }
 
 // decodeBase splits a recBase payload.

@@ -104,10 +104,18 @@ func (r *replayer) segment(seg *segment, from walFrom, isLast bool) error {
 	for {
 		t, payload, n, perr := parseRecord(buf[off:])
 		if perr == nil && n == 0 {
-			break
+			if allZero(buf[off:]) {
+				break
+			}
+			// Not the preallocated zeros: a damaged length, or a write
+			// whose first bytes never reached the disk.
+			perr = fmt.Errorf("data after the end of the records")
 		}
-		if perr == nil && t == recReset {
-			perr = fmt.Errorf("snapshot installation at offset %d that raft.db never recorded", off)
+		if perr == nil && t != recBatch {
+			perr = fmt.Errorf("record of type %d outside a batch", t)
+		}
+		if perr == nil && startsWithReset(payload) {
+			perr = fmt.Errorf("snapshot installation that raft.db never recorded")
 		}
 		if perr != nil {
 			if isLast {
@@ -115,12 +123,36 @@ func (r *replayer) segment(seg *segment, from walFrom, isLast bool) error {
 			}
 			return corruptf(seg.path, "offset %d: %v", off, perr)
 		}
-		if err := r.apply(t, payload, entryPos{seg.seq, off, int64(n)}); err != nil {
+		if err := r.batch(payload, off+batchHeaderSize); err != nil {
 			return corruptf(seg.path, "offset %d: %v", off, err)
 		}
 		off += int64(n)
 	}
 	r.tail = off
+	return nil
+}
+
+// startsWithReset reports whether a recBatch payload opens with recReset.
+func startsWithReset(payload []byte) bool {
+	t, _, n, err := parseRecord(payload)
+	return err == nil && n > 0 && t == recReset
+}
+
+// batch replays the records of a recBatch whose payload starts at off.
+func (r *replayer) batch(payload []byte, off int64) error {
+	for len(payload) > 0 {
+		t, body, n, err := parseRecord(payload)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("zero length record")
+		}
+		if err != nil {
+			return fmt.Errorf("record in batch at %d: %v", off, err)
+		}
+		if err := r.apply(t, body, entryPos{r.seg.seq, off, int64(n)}); err != nil {
+			return err
+		}
+		payload, off = payload[n:], off+int64(n)
+	}
 	return nil
 }
 
@@ -167,15 +199,17 @@ func (r *replayer) start(buf []byte, from walFrom) (int64, error) {
 	return int64(n), nil
 }
 
-// reset starts the log at from's recReset record.
+// reset starts the log at the batch from points at, which must open with
+// the recReset from describes.
 func (r *replayer) reset(buf []byte, from walFrom) (int64, error) {
 	if from.off < 0 || from.off > int64(len(buf)) {
 		return 0, fmt.Errorf("raft.db points at offset %d past the end", from.off)
 	}
-	t, payload, n, err := parseRecord(buf[from.off:])
-	if err != nil || n == 0 || t != recReset {
+	t, batch, n, err := parseRecord(buf[from.off:])
+	if err != nil || n == 0 || t != recBatch || !startsWithReset(batch) {
 		return 0, fmt.Errorf("no snapshot record at offset %d, where raft.db points", from.off)
 	}
+	_, payload, rn, _ := parseRecord(batch)
 	p, rest, err := decodePoint(payload)
 	if err != nil {
 		return 0, err
@@ -189,6 +223,9 @@ func (r *replayer) reset(buf []byte, from walFrom) (int64, error) {
 	r.st.terms.resetTo(p.index, p.term)
 	r.st.last = p.index
 	r.seg.maxIndex = max(r.seg.maxIndex, p.index)
+	if err := r.batch(batch[rn:], from.off+batchHeaderSize+int64(rn)); err != nil {
+		return 0, err
+	}
 	return from.off + int64(n), nil
 }
 

@@ -15,12 +15,12 @@ import (
 // installs st only if that succeeds.
 type writer struct {
 	st  *state
-	buf []byte // WAL records, written with one write and one fdatasync
+	buf []byte // one recBatch record (newBatch), written with one write and one fdatasync
 
 	pending []pendingEntry // entry records in buf, positioned after the write
 	maxIdx  uint64         // highest index buf's records name
 
-	reset     int       // offset in buf of the recReset record, or -1
+	reset     bool                     // buf starts with a recReset
 	snap      *raftpb.SnapshotMetadata // non-nil: raft.db gets this snapshot
 	snapData  []byte
 	compacted bool // buf holds a recCompact
@@ -33,7 +33,10 @@ type pendingEntry struct {
 	n     int
 }
 
-func newWriter(st *state) *writer { return &writer{st: st, reset: -1} }
+func newWriter(st *state) *writer { return &writer{st: st, buf: newBatch()} }
+
+// empty reports whether the operation writes nothing to the WAL.
+func (w *writer) empty() bool { return len(w.buf) == batchHeaderSize }
 
 // applySnapshot replaces the whole log with snap, exactly as
 // MemoryStorage.ApplySnapshot does: every stored entry goes, even those past
@@ -46,13 +49,14 @@ func (w *writer) applySnapshot(snap *raftpb.Snapshot) error {
 	if cur := w.st.snap.GetIndex(); cur != 0 && cur >= md.GetIndex() {
 		return raft.ErrSnapOutOfDate
 	}
-	rec, err := resetRecord(point{md.GetIndex(), md.GetTerm()}, w.st.hs)
-	if err != nil {
+	if !w.empty() {
+		return fmt.Errorf("internal error: snapshot after other records in one write")
+	}
+	var err error
+	if w.buf, err = appendReset(w.buf, point{md.GetIndex(), md.GetTerm()}, w.st.hs); err != nil {
 		return err
 	}
-	w.reset = len(w.buf)
-	w.buf = append(w.buf, rec...)
-	w.pending = nil
+	w.reset = true
 	w.maxIdx = max(w.maxIdx, md.GetIndex())
 	w.snap, w.snapData = md, snap.GetData()
 	w.st.snap = md
@@ -160,7 +164,8 @@ func (w *writer) setHardState(hs *raftpb.HardState) error {
 }
 
 // placeEntries records where the entry records landed once buf was
-// written at off in segment seq.
+// written at off in segment seq. Positions point at the inner records, so
+// reading an entry checks its own checksum only.
 func (w *writer) placeEntries(seq uint64, off int64) {
 	for _, p := range w.pending {
 		w.st.setPos(p.index, entryPos{seq, off + int64(p.rel), int64(p.n)})
