@@ -179,9 +179,16 @@ func (s *Storage) Size() int64 {
 	return n + s.wal.size()
 }
 
-// WALDir returns the directory holding the WAL segments, for messages
-// that name the file being written.
-func (s *Storage) WALDir() string { return s.wal.dir }
+// WALPath returns the WAL segment that Save and Compact write, for
+// messages that name the file being written. Unlike the other methods it
+// does not wait for a write in flight, so a disk watchdog can call it
+// while a Save hangs.
+func (s *Storage) WALPath() string {
+	if p := s.wal.writing.Load(); p != nil {
+		return *p
+	}
+	return s.wal.dir
+}
 
 // Close releases the file and its lock. Later calls return ErrClosed;
 // closing twice is not an error.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -27,6 +28,9 @@ type wal struct {
 	// broken is set when a failed write could not be undone; every later
 	// write returns it, since the file's tail is no longer known.
 	broken error
+	// writing is the last segment's path, readable without the Storage's
+	// mutex: a disk watchdog names it while a write holds that mutex.
+	writing atomic.Pointer[string]
 }
 
 // entryPos locates an entry's record: segment, offset and length.
@@ -66,6 +70,7 @@ func (w *wal) cut(last point, hs *raftpb.HardState) error {
 	}
 	seg.maxIndex = last.index
 	w.segs = append(w.segs, seg)
+	w.writing.Store(&seg.path)
 	w.pos, w.alloc, w.fresh = int64(len(base)), alloc, int64(len(base))
 	return nil
 }
