@@ -10,12 +10,13 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Save makes one Ready's worth of state durable in a single bbolt
-// transaction (one commit, two fdatasyncs): first the snapshot if it is not
-// empty (replacing the whole log, as ApplySnapshot does), then the entries
-// (replacing any stored suffix they overlap, ignoring any at or below the
-// offset), then the HardState if it is not empty. Either all of it is on
-// disk when Save returns nil, or none of it is and the Storage is unchanged.
+// Save makes one Ready's worth of state durable as one WAL batch (one
+// write, one fdatasync): first the snapshot if it is not empty (replacing
+// the whole log, as ApplySnapshot does; it also costs a bbolt commit), then
+// the entries (replacing any stored suffix they overlap, ignoring any at or
+// below the offset), then the HardState if it is not empty. Either all of
+// it is on disk when Save returns nil, or none of it is and the Storage is
+// unchanged.
 //
 // Entries must be consecutive and must not leave a gap after LastIndex
 // (ErrOutOfRange); a snapshot older than the stored one is
@@ -51,7 +52,8 @@ func (s *Storage) ApplySnapshot(snap *raftpb.Snapshot) error {
 
 // Compact discards the entries before compactIndex, which stays as the
 // offset whose term Term still reports. compactIndex at or below the offset
-// is raft.ErrCompacted (bare); beyond LastIndex is ErrOutOfRange.
+// is raft.ErrCompacted (bare); beyond LastIndex is ErrOutOfRange. It costs
+// one WAL write and fdatasync, then deletes the segments it emptied.
 func (s *Storage) Compact(compactIndex uint64) error {
 	return s.update("compact", func(w *writer) error { return w.compact(compactIndex) })
 }
