@@ -95,8 +95,9 @@ state machines of up to tens of megabytes, not more.
 counting up from 1 (consecutive: a missing one is ErrCorrupt). Each is
 preallocated with zeros, preallocChunk at a time (4 MiB), so that
 fdatasync flushes data only, and is cut once the next write would take it
-past 64 MiB. Every Open starts a new segment, after truncating the previous
-one to its last good record. A record is framed as length (uint32
+past 64 MiB. Open truncates the last segment after its last good record
+(durably, before appending to it), so nothing a crash left behind can be
+read as records later. A record is framed as length (uint32
 big-endian), CRC-32C (Castagnoli) of type and payload, a type byte and the
 payload (see wal_record.go); a length of 0 ends the records. A segment
 holds a base record (its seq, the log's last index and term and the

@@ -68,12 +68,6 @@ func openLocked(dir, path string, db *bolt.DB, id Identity) (*Storage, error) {
 		return nil, err
 	}
 	st.snap = ds.snap
-	// New writes go to a new segment, so that whatever a crash left after
-	// the old one's last good record can never be read as records.
-	if err := w.cut(st.point(st.last), st.hs); err != nil {
-		_ = w.close()
-		return nil, fmt.Errorf("raftlog: open %s: %w", walDir, err)
-	}
 	return &Storage{path: path, db: db, st: st, wal: w}, nil
 }
 

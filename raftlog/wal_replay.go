@@ -38,7 +38,8 @@ type replayer struct {
 // before from's are superseded and deleted. A damaged or incomplete record
 // ends the log if it lies in the last segment (a write cut short by a
 // crash) and is ErrCorrupt anywhere else. The last segment is truncated
-// after its last good record; the caller starts a new one before writing.
+// after its last good record, durably, before anything is appended to it:
+// whatever a crash left after that record can never be read as records.
 func replayWAL(dir string, from walFrom) (st state, w *wal, err error) {
 	seqs, err := listSegments(dir)
 	if err != nil {
@@ -81,7 +82,8 @@ func replayWAL(dir string, from walFrom) (st state, w *wal, err error) {
 	if err := last.f.Sync(); err != nil {
 		return st, w, fmt.Errorf("raftlog: sync %s: %w", last.path, err)
 	}
-	w.pos, w.alloc = r.tail, r.tail
+	w.pos, w.alloc, w.fresh = r.tail, r.tail, -1
+	w.writing.Store(&last.path)
 	for _, seq := range stale {
 		if err := os.Remove(filepath.Join(dir, segmentName(seq))); err != nil {
 			return st, w, fmt.Errorf("raftlog: remove superseded WAL segment: %w", err)

@@ -34,11 +34,11 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offs := recordOffsets(seg)
-	if len(offs) != 4 { // base, two batches, end
-		t.Fatalf("segment has records at %v, want base and two batches", offs)
+	offs := recordOffsets(seg) // base, the empty log's reset, the two Saves, end
+	if len(offs) != 5 {
+		t.Fatalf("segment has records at %v, want base, reset and two batches", offs)
 	}
-	lastStart, lastEnd := offs[2], offs[3]
+	lastStart, lastEnd := offs[3], offs[4]
 	for cut := lastStart; cut < lastEnd; cut++ {
 		short := seg[:cut]
 		garbage := append([]byte(nil), seg...)
@@ -55,9 +55,17 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 				t.Fatalf("cut at %d (%s): Open: %v", cut, name, err)
 			}
 			checkLog(t, s, 1, 5, hardState(1, 1, 5))
-			// The log goes on from there, and keeps what it is given.
-			if err := s.Save(hardState(3, 1, 7), entries(6, 8, 3), nil); err != nil {
+			// The log goes on from there, and keeps what it is given, also once
+			// the torn segment is no longer the last (this Save cuts a new one).
+			limit := segmentSizeLimit
+			segmentSizeLimit = 1
+			err = s.Save(hardState(3, 1, 7), entries(6, 8, 3), nil)
+			segmentSizeLimit = limit
+			if err != nil {
 				t.Fatal(err)
+			}
+			if n := len(s.wal.segs); n != 2 {
+				t.Fatalf("%d segments after a Save past the size limit, want 2", n)
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
