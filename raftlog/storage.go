@@ -81,21 +81,42 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 
 // readRange reads [lo, hi) from the WAL, stopping before the entry that
 // would push the total past maxSize, but always returning the first.
+// Entries next to each other in a segment are read with one pread.
 func (s *Storage) readRange(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	ents := make([]*raftpb.Entry, 0, min(hi-lo, 1024))
 	var size uint64
-	for i := lo; i < hi; i++ {
-		e, err := s.wal.readEntry(s.st.pos[i-s.st.offset()-1], i)
+	pos := s.st.pos[lo-s.st.firstIndex() : hi-s.st.firstIndex()]
+	for len(pos) > 0 {
+		n := readSpan(pos, min(maxReadSpan, maxSize-min(size, maxSize)))
+		got, err := s.wal.readEntries(pos[:n], lo+uint64(len(ents)))
 		if err != nil {
 			return nil, err
 		}
-		size += uint64(proto.Size(e))
-		if len(ents) > 0 && size > maxSize {
-			break
+		for _, e := range got {
+			size += uint64(proto.Size(e))
+			if len(ents) > 0 && size > maxSize {
+				return ents, nil
+			}
+			ents = append(ents, e)
 		}
-		ents = append(ents, e)
+		pos = pos[n:]
 	}
 	return ents, nil
+}
+
+// maxReadSpan bounds one pread of Entries.
+const maxReadSpan = 1 << 20
+
+// readSpan returns how many of pos, at least one, lie in one segment, in
+// file order, within budget bytes of the first (which keeps a small
+// maxSize from reading far more than it returns).
+func readSpan(pos []entryPos, budget uint64) int {
+	n := 1
+	for n < len(pos) && pos[n].seq == pos[0].seq && pos[n].off > pos[0].off &&
+		uint64(pos[n].off+pos[n].n-pos[0].off) <= budget {
+		n++
+	}
+	return n
 }
 
 // Term implements raft.Storage from memory: the term of entry i, for i in

@@ -119,25 +119,33 @@ func (w *wal) undo(off int64, cause error) error {
 	return cause
 }
 
-// readEntry reads and checks the entry record at p.
-func (w *wal) readEntry(p entryPos, want uint64) (*raftpb.Entry, error) {
-	seg := w.segment(p.seq)
+// readEntries reads and checks the entry records at pos, all in one
+// segment and in file order (see readSpan), for indexes first on.
+func (w *wal) readEntries(pos []entryPos, first uint64) ([]*raftpb.Entry, error) {
+	seg := w.segment(pos[0].seq)
 	if seg == nil {
-		return nil, fmt.Errorf("%w: entry %d: segment %d is gone", ErrCorrupt, want, p.seq)
+		return nil, fmt.Errorf("%w: entry %d: segment %d is gone", ErrCorrupt, first, pos[0].seq)
 	}
-	buf := make([]byte, p.n)
-	if _, err := seg.f.ReadAt(buf, p.off); err != nil {
+	base := pos[0].off
+	last := pos[len(pos)-1]
+	buf := make([]byte, last.off+last.n-base)
+	if _, err := seg.f.ReadAt(buf, base); err != nil {
 		return nil, fmt.Errorf("read %s: %w", seg.path, err)
 	}
-	t, payload, _, err := parseRecord(buf)
-	if err != nil || t != recEntry {
-		return nil, fmt.Errorf("%w: %s offset %d: entry %d: record damaged", ErrCorrupt, seg.path, p.off, want)
+	ents := make([]*raftpb.Entry, len(pos))
+	for k, p := range pos {
+		i := first + uint64(k)
+		t, payload, _, err := parseRecord(buf[p.off-base : p.off-base+p.n])
+		if err != nil || t != recEntry {
+			return nil, fmt.Errorf("%w: %s offset %d: entry %d: record damaged", ErrCorrupt, seg.path, p.off, i)
+		}
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(payload, e); err != nil || e.GetIndex() != i {
+			return nil, fmt.Errorf("%w: %s offset %d: entry %d does not decode", ErrCorrupt, seg.path, p.off, i)
+		}
+		ents[k] = e
 	}
-	e := &raftpb.Entry{}
-	if err := proto.Unmarshal(payload, e); err != nil || e.GetIndex() != want {
-		return nil, fmt.Errorf("%w: %s offset %d: entry %d does not decode", ErrCorrupt, seg.path, p.off, want)
-	}
-	return e, nil
+	return ents, nil
 }
 
 // dropBefore deletes the segments before seq, oldest first, so that a
