@@ -149,9 +149,14 @@ func (w *wal) readEntries(pos []entryPos, first uint64) ([]*raftpb.Entry, error)
 }
 
 // dropBefore deletes the segments before seq, oldest first, so that a
-// crash part way leaves a consecutive run. Deletion need not be durable:
-// a segment that reappears after a crash replays to the same log.
+// crash part way leaves a consecutive run, and syncs the directory, so
+// that no file system can bring back a later one without the earlier
+// (a gap is ErrCorrupt). Segments that reappear replay to the same log.
 func (w *wal) dropBefore(seq uint64) error {
+	if len(w.segs) < 2 || w.segs[0].seq >= seq {
+		return nil
+	}
+	defer func() { _ = syncDir(w.dir) }()
 	for len(w.segs) > 1 && w.segs[0].seq < seq {
 		seg := w.segs[0]
 		_ = seg.f.Close()
