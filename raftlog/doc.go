@@ -1,13 +1,15 @@
 /*
-Package raftlog is the durable storage behind a node's raft log: entries,
-HardState, ConfState and snapshots, kept in one bbolt file. Storage implements
+Package raftlog is the durable storage behind a node's raft log: entries and
+the HardState in an append-only write-ahead log (WAL), and the identity,
+ConfState and snapshots in one bbolt file beside it. Storage implements
 go.etcd.io/raft/v3's raft.Storage, answering exactly as raft's MemoryStorage
 does, and adds the write side a Ready loop needs.
 
 # Basics
 
 Open a data directory with the node's identity; the first Open creates
-<dir>/raft.db, later ones check that it belongs to the same cluster and node:
+<dir>/raft.db and <dir>/wal/, later ones check that they belong to the same
+cluster and node:
 
 	s, err := raftlog.Open(dir, raftlog.Identity{ClusterID: cid, NodeID: nid})
 	if err != nil {
@@ -22,10 +24,11 @@ applying anything:
 		return err // the node must stop: raft's state is ahead of the disk
 	}
 
-Save writes the snapshot (if any), the entries (replacing any stored suffix
-they overlap) and the HardState (if any) in one bbolt transaction, so one
-Ready costs one commit. Once the application has applied far enough it calls
-CreateSnapshot and then Compact to bound the log.
+Save appends the entries (replacing any stored suffix they overlap) and the
+HardState (if any) to the WAL as one batch, with one write and one
+fdatasync. A Save carrying a snapshot also commits one bbolt transaction.
+Once the application has applied far enough it calls CreateSnapshot and then
+Compact to bound the log.
 
 ReadIdentity lets a server learn the identity recorded in a directory before
 it opens it.
@@ -34,27 +37,36 @@ it opens it.
 
   - Save, Compact, CreateSnapshot and ApplySnapshot are atomic and durable:
     when they return nil, the change has been fsynced; when they return an
-    error, neither the file nor the in-memory view has changed. After a crash
-    the log reopens as a consecutive prefix of what was written, containing
-    everything whose Save returned, with the HardState saved alongside it.
+    error, the in-memory view has not changed and the change will not be
+    replayed (a failed WAL write is zeroed out again; if even that fails,
+    the Storage refuses every later write until it is reopened). After a
+    crash the log reopens as a consecutive prefix of what was written,
+    containing everything whose Save returned, with the HardState saved
+    alongside it: a write cut short by the crash is dropped whole.
   - The read methods answer like MemoryStorage holding the same history,
     including its errors: raft.ErrCompacted, raft.ErrUnavailable and
     raft.ErrSnapOutOfDate are returned unwrapped, because raft compares them
     with ==. Where MemoryStorage panics (an index past the log, a gap in
     appended entries) Storage returns an error wrapping ErrOutOfRange.
   - Term, FirstIndex, LastIndex and InitialState are answered from memory;
-    only Entries and Snapshot read the file.
+    only Entries and Snapshot read the files.
   - Open either returns a Storage whose every stored record has been read
     and checked, or an error. It never panics, never hangs on a damaged
-    file, and never starts empty over a file that exists: an empty, foreign,
-    truncated or damaged file is ErrCorrupt, naming the file.
+    file, and never starts empty over a log that exists: an empty, foreign,
+    truncated or damaged raft.db or WAL segment is ErrCorrupt, naming the
+    file. The one exception is the tail of the last segment, where a crash
+    mid-write leaves a torn record: from the first incomplete or damaged
+    record on it is cut off, as that write never returned.
   - A second Open of the same directory, from this or another process, fails
     with ErrLocked after about a second instead of blocking.
+  - A data dir written by the format 1 code (entries inside raft.db) is
+    migrated to the WAL on its first Open, safely against a crash at any
+    step; a format newer than this code knows is ErrCorrupt saying so.
 
 # Caveats
 
 A Storage is safe for concurrent use, but writes take an exclusive lock for
-the whole transaction, fsync included, so readers wait behind a Save.
+the whole write, fsync included, so readers wait behind a Save.
 
 ApplySnapshot (and Save with a snapshot) drops every stored entry, not just
 those up to the snapshot index, exactly like MemoryStorage.ApplySnapshot:
@@ -65,35 +77,68 @@ does not compact the log, and the log may be compacted past the snapshot
 (which the application should avoid, since followers that fall behind then
 need a snapshot that no longer covers the gap).
 
-Open reads the whole file, so it takes time proportional to the log's size;
-compact regularly.
+Open replays the whole WAL, so it takes time proportional to the log's size
+(compact regularly) and reads one segment into memory at a time. In memory
+the Storage keeps 24 bytes per entry (where its record is) and the terms;
+Entries reads the records from the segment files (the page cache, in
+practice), so RSS does not grow with the payloads.
 
-Snapshot data is held in the file and returned in full by Snapshot; it suits
+Damage inside the last segment cannot be told from a torn write, so it cuts
+the log there, losing what followed; damage anywhere else is ErrCorrupt.
+
+Snapshot data is held in raft.db and returned in full by Snapshot; it suits
 state machines of up to tens of megabytes, not more.
 
 # File layout
+
+<dir>/wal/<seq>.wal are the WAL segments, seq a 16-digit hex sequence number
+counting up from 1 (consecutive: a missing one is ErrCorrupt). Each is
+preallocated with zeros, preallocChunk at a time (4 MiB), so that
+fdatasync flushes data only, and is cut once the next write would take it
+past 64 MiB. Open truncates the last segment after its last good record
+(durably, before appending to it), so nothing a crash left behind can be
+read as records later. A record is framed as length (uint32
+big-endian), CRC-32C (Castagnoli) of type and payload, a type byte and the
+payload (see wal_record.go); a length of 0 ends the records. A segment
+holds a base record (its seq, the log's last index and term and the
+HardState when it was cut, so it can be replayed once earlier segments are
+deleted) followed by batch records, one per write, each holding framed
+inner records: entries, HardStates, compactions, and a reset that starts
+the log afresh at a snapshot. Positions in memory point at the inner
+records, so reading an entry checks only its own checksum.
 
 raft.db is a bbolt file (bbolt keeps its own page checksums only for its two
 meta pages; every value below is therefore stored behind a 4-byte
 big-endian CRC-32C of the rest, written as "sealed"). Buckets:
 
 	meta
-	    "format"     uint32 big-endian, the layout version (1)
+	    "format"     uint32 big-endian, the layout version (2)
 	    "identity"   sealed 16 bytes: ClusterID, NodeID, big-endian
-	    "hardstate"  sealed raftpb.HardState; absent until one is saved
 	    "snapmeta"   sealed raftpb.SnapshotMetadata (index, term, ConfState)
+	    "walfrom"    sealed segment seq, offset, index, term (uint64 each):
+	                 the batch whose reset starts the log
 	snapshot
 	    "data"       sealed snapshot payload; absent when the snapshot has none
-	entries
-	    8-byte big-endian index -> sealed raftpb.Entry
 
-The entries bucket holds consecutive indexes. Its lowest key is the "dummy"
-entry at the offset (the last compacted or snapshotted index, 0 in a fresh
-file): only its term is used, answering Term(FirstIndex()-1). A fresh file
-holds the dummy entry {Index: 0, Term: 0} and an empty snapshot.
+Format 1 also had an entries bucket (8-byte big-endian index -> sealed
+raftpb.Entry, starting with the dummy entry at the offset) and a
+"hardstate" key; migrateV1 moves them into segment 1.
 
-The file is created under a temporary name and linked into place, so raft.db
-is never seen half-initialised. bbolt's freelist is not persisted (it is
+Replay starts at the batch walfrom points at, or, once compaction deleted
+that segment, at the base record of the first segment left, and applies
+every later batch. A snapshot installation writes its batch (a reset, then
+the Ready's entries and HardState) to the WAL first and then commits the
+snapshot and the new walfrom in one bbolt transaction: a crash between the
+two leaves a reset that walfrom does not point at, which replay treats as
+the end of the log, so the installation is lost whole, never half done.
+Compact writes a compaction record and then deletes the oldest segments
+holding nothing above the new offset; segments before walfrom's are
+superseded and deleted too.
+
+raft.db is created under a temporary name and linked into place after the
+WAL it points at, so raft.db is never seen half-initialised; a wal/
+directory without raft.db is what an interrupted creation (or restore)
+leaves, and Open replaces it. bbolt's freelist is not persisted (it is
 rebuilt on open). Before bbolt reads an existing file, Open checks its page
 structure independently (see pagecheck.go), because bbolt trusts its pages
 and can fault or recurse without end on damaged ones.

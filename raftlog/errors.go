@@ -8,11 +8,12 @@ import "errors"
 // (raft.ErrCompacted, raft.ErrUnavailable, raft.ErrSnapOutOfDate), wrapped or
 // bare, with the meaning raft gives them.
 var (
-	// ErrCorrupt means the data file exists but cannot be trusted: it is not a
-	// bbolt file, its pages are damaged, it lacks this package's buckets, it
-	// has an unknown format version, or a record in it fails its checksum or
-	// does not decode. Open never starts empty over such a file; an operator
-	// has to move it aside.
+	// ErrCorrupt means the log exists but cannot be trusted: raft.db is not
+	// a bbolt file, its pages are damaged, it lacks this package's buckets
+	// or has an unknown format version, or a record in it or in a WAL
+	// segment (other than the torn tail of the last one) fails its
+	// checksum or does not fit the log. Open never starts empty over such a
+	// log; an operator has to move it aside.
 	ErrCorrupt = errors.New("raft log file is corrupt")
 
 	// ErrIdentityMismatch means the data file was created for a different

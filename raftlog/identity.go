@@ -47,9 +47,9 @@ func decodeIdentity(v []byte) (Identity, error) {
 
 // ReadIdentity returns the identity recorded in dir's data file, so a server
 // can learn who it is before calling Open. ok is false, with a nil error, when
-// dir holds no data file. The file is opened read-only and fully checked, so
-// a damaged file yields ErrCorrupt here too; a file held open by a running
-// Storage yields ErrLocked.
+// dir holds no data file. raft.db is opened read-only and fully checked, so
+// a damaged file yields ErrCorrupt here too (the WAL is checked by Open); a
+// file held open by a running Storage yields ErrLocked.
 func ReadIdentity(dir string) (id Identity, ok bool, err error) {
 	path := filepath.Join(dir, fileName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -61,7 +61,9 @@ func ReadIdentity(dir string) (id Identity, ok bool, err error) {
 	if err != nil {
 		return Identity{}, false, err
 	}
-	_, id, err = loadState(db, path)
+	var ds dbState
+	ds, err = loadDB(db, path)
+	id = ds.id
 	if cerr := closeBolt(db, path); err == nil {
 		err = cerr
 	}

@@ -19,9 +19,12 @@ const (
 	// (a restore).
 	FileName = fileName
 
-	// formatVersion is written once when a file is created. Bump it only
-	// together with code that migrates or rejects older files.
-	formatVersion uint32 = 1
+	// formatVersion is written when a file is created or migrated. Bump it
+	// only together with code that migrates or rejects older files.
+	// Format 1 kept entries and the HardState in raft.db (see migrate.go);
+	// format 2 keeps them in the WAL.
+	formatVersion uint32 = 2
+	formatV1      uint32 = 1
 )
 
 var (
@@ -34,6 +37,7 @@ var (
 	keyHardState = []byte("hardstate") // sealed raftpb.HardState
 	keySnapMeta  = []byte("snapmeta")  // sealed raftpb.SnapshotMetadata
 	keySnapData  = []byte("data")      // sealed snapshot payload, in bucketSnapshot
+	keyWALFrom   = []byte("walfrom")   // sealed walFrom: where WAL replay starts
 )
 
 // indexKey encodes a log index as an entries-bucket key. Big-endian keeps
@@ -87,4 +91,23 @@ func sealProto(m proto.Message) ([]byte, error) {
 	}
 	binary.BigEndian.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
 	return b, nil
+}
+
+// encode seals from for raft.db: seq, offset, index, term, big-endian.
+func (f walFrom) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, f.seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(f.off))
+	return seal(appendPoint(b, f.at))
+}
+
+func decodeWALFrom(v []byte) (walFrom, error) {
+	b, err := unseal(v)
+	if err != nil {
+		return walFrom{}, fmt.Errorf("walfrom: %w", err)
+	}
+	if len(b) != 32 {
+		return walFrom{}, fmt.Errorf("walfrom of %d bytes, want 32", len(b))
+	}
+	p, _, _ := decodePoint(b[16:])
+	return walFrom{seq: binary.BigEndian.Uint64(b), off: int64(binary.BigEndian.Uint64(b[8:])), at: p}, nil
 }

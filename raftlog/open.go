@@ -18,11 +18,13 @@ import (
 // so a short wait suffices and a real conflict fails fast.
 const lockTimeout = time.Second
 
-// Open opens the raft log in dir, creating dir (mode 0700) and a fresh data
-// file recording id if none exists. An existing file is checked completely
-// before Open returns: bbolt's page structure, this package's buckets and
-// format version, and every stored record. A file that fails any check is
-// reported as ErrCorrupt and left untouched; Open never replaces it.
+// Open opens the raft log in dir, creating dir (mode 0700), a fresh
+// raft.db recording id and an empty WAL if raft.db does not exist. An
+// existing log is checked completely before Open returns: bbolt's page
+// structure, this package's buckets and format version, and every WAL
+// record. A log that fails any check is reported as ErrCorrupt and left
+// untouched; Open never replaces it. A format 1 file (entries inside
+// raft.db) is migrated to the WAL first (see migrateV1).
 //
 // A non-zero id must equal the identity the file records, else Open fails
 // with ErrIdentityMismatch. A zero id accepts any recorded identity.
@@ -38,15 +40,35 @@ func Open(dir string, id Identity) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, stored, err := loadState(db, path)
-	if err == nil && !id.IsZero() && id != stored {
-		err = fmt.Errorf("raftlog: open %s: %w: file has %v, caller is %v", path, ErrIdentityMismatch, stored, id)
-	}
+	s, err := openLocked(dir, path, db, id)
 	if err != nil {
 		_ = closeBolt(db, path)
 		return nil, err
 	}
-	return &Storage{path: path, db: db, st: st}, nil
+	return s, nil
+}
+
+// openLocked loads raft.db and replays the WAL once db holds the lock.
+func openLocked(dir, path string, db *bolt.DB, id Identity) (*Storage, error) {
+	ds, err := loadDB(db, path)
+	if err != nil {
+		return nil, err
+	}
+	if !id.IsZero() && id != ds.id {
+		return nil, fmt.Errorf("raftlog: open %s: %w: file has %v, caller is %v", path, ErrIdentityMismatch, ds.id, id)
+	}
+	walDir := filepath.Join(dir, walDirName)
+	if ds.format == formatV1 {
+		if ds.from, err = migrateV1(db, path, walDir); err != nil {
+			return nil, err
+		}
+	}
+	st, w, err := replayWAL(walDir, ds.from)
+	if err != nil {
+		return nil, err
+	}
+	st.snap = ds.snap
+	return &Storage{path: path, db: db, st: st, wal: w}, nil
 }
 
 // boltOptions are the bbolt settings for the raft log. The freelist is not
@@ -122,13 +144,19 @@ func checkOpenFile(f *os.File, name string, exclusive bool) error {
 
 // createIfMissing creates the data file with its buckets and identity under
 // a temporary name and links it into place, so raft.db never exists half
-// made: a crash leaves either no file or a complete one.
+// made: a crash leaves either no file or a complete one. The WAL it points
+// at (segment 1, holding the empty log) is made first; a wal/ directory
+// without raft.db is what an interrupted creation leaves, and is replaced.
 func createIfMissing(dir, path string, id Identity) error {
 	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		if err != nil {
 			return fmt.Errorf("raftlog: stat %s: %w", path, err)
 		}
 		return nil
+	}
+	from, err := createWAL(filepath.Join(dir, walDirName))
+	if err != nil {
+		return fmt.Errorf("raftlog: create WAL: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, fileName+".init-*")
 	if err != nil {
@@ -139,7 +167,7 @@ func createIfMissing(dir, path string, id Identity) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("raftlog: create data file: %w", err)
 	}
-	if err := initFile(tmpName, id); err != nil {
+	if err := initFile(tmpName, id, from); err != nil {
 		return fmt.Errorf("raftlog: create data file: %w", err)
 	}
 	// Link, unlike rename, fails if a concurrent Open created the file first.
@@ -152,12 +180,41 @@ func createIfMissing(dir, path string, id Identity) error {
 	return nil
 }
 
-func initFile(name string, id Identity) error {
+// createWAL makes walDir afresh with segment 1 holding the empty log: a
+// base record and a batch holding just the recReset walfrom points at.
+func createWAL(walDir string) (walFrom, error) {
+	zero := point{}
+	base, err := baseRecord(1, zero, nil)
+	if err != nil {
+		return walFrom{}, err
+	}
+	batch, err := appendReset(newBatch(), zero, nil)
+	if err != nil {
+		return walFrom{}, err
+	}
+	sealBatch(batch)
+	if err := os.RemoveAll(walDir); err != nil {
+		return walFrom{}, err
+	}
+	if err := os.Mkdir(walDir, 0o700); err != nil {
+		return walFrom{}, err
+	}
+	seg, _, err := createSegment(walDir, 1, append(base, batch...))
+	if err != nil {
+		return walFrom{}, err
+	}
+	if err := seg.f.Close(); err != nil {
+		return walFrom{}, err
+	}
+	return walFrom{seq: 1, off: int64(len(base)), at: zero}, syncDir(filepath.Dir(walDir))
+}
+
+func initFile(name string, id Identity, from walFrom) error {
 	db, err := bolt.Open(name, 0o600, boltOptions(false, nil))
 	if err != nil {
 		return err
 	}
-	err = db.Update(func(tx *bolt.Tx) error { return initLayout(tx, id) })
+	err = db.Update(func(tx *bolt.Tx) error { return initLayout(tx, id, from) })
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}

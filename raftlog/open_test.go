@@ -86,20 +86,19 @@ func TestOpenRejectsForeignFilesAndLeavesThemAlone(t *testing.T) {
 			return err
 		})},
 		{"bbolt file with an unknown format version", writeBolt(func(tx *bolt.Tx) error {
-			if err := initLayout(tx, testID); err != nil {
+			if err := initLayout(tx, testID, walFrom{}); err != nil {
 				return err
 			}
 			return tx.Bucket(bucketMeta).Put(keyFormat, []byte{0, 0, 0, 99})
 		})},
-		{"bbolt file with a gap in the log", writeBolt(func(tx *bolt.Tx) error {
-			if err := initLayout(tx, testID); err != nil {
+		{"format 1 file with a gap in the log", writeBolt(func(tx *bolt.Tx) error {
+			if err := initV1Layout(tx, testID); err != nil {
 				return err
 			}
-			w := &writer{tx: tx, st: &state{}}
-			return w.putEntry(entry(2, 1))
+			return putV1Entry(tx, entry(2, 1))
 		})},
-		{"bbolt file with a damaged entry", writeBolt(func(tx *bolt.Tx) error {
-			if err := initLayout(tx, testID); err != nil {
+		{"format 1 file with a damaged entry", writeBolt(func(tx *bolt.Tx) error {
+			if err := initV1Layout(tx, testID); err != nil {
 				return err
 			}
 			v, _ := sealProto(entry(1, 1))

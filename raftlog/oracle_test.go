@@ -20,7 +20,26 @@ import (
 // durability of each operation as well as its semantics. Operations for
 // which MemoryStorage panics (a gap, an index past the log) are run only
 // against raftlog, which must return ErrOutOfRange and change nothing.
+//
+// It runs with production WAL segments and with segments so small that
+// nearly every write cuts a new one, so compaction deletes segments and
+// replay starts from a segment's base record.
 func TestStorageAnswersLikeMemoryStorage(t *testing.T) {
+	t.Run("segments=64MiB", runOracle)
+	t.Run("segments=300B", func(t *testing.T) {
+		withSegmentSize(t, 300)
+		runOracle(t)
+	})
+}
+
+// withSegmentSize lowers the segment size limit for one (non-parallel) test.
+func withSegmentSize(t *testing.T, n int64) {
+	old := segmentSizeLimit
+	segmentSizeLimit = n
+	t.Cleanup(func() { segmentSizeLimit = old })
+}
+
+func runOracle(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir, err := os.MkdirTemp(t.TempDir(), "oracle")
 		if err != nil {

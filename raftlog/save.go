@@ -10,12 +10,13 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Save makes one Ready's worth of state durable in a single bbolt
-// transaction (one commit, two fdatasyncs): first the snapshot if it is not
-// empty (replacing the whole log, as ApplySnapshot does), then the entries
-// (replacing any stored suffix they overlap, ignoring any at or below the
-// offset), then the HardState if it is not empty. Either all of it is on
-// disk when Save returns nil, or none of it is and the Storage is unchanged.
+// Save makes one Ready's worth of state durable as one WAL batch (one
+// write, one fdatasync): first the snapshot if it is not empty (replacing
+// the whole log, as ApplySnapshot does; it also costs a bbolt commit), then
+// the entries (replacing any stored suffix they overlap, ignoring any at or
+// below the offset), then the HardState if it is not empty. Either all of
+// it is on disk when Save returns nil, or none of it is and the Storage is
+// unchanged.
 //
 // Entries must be consecutive and must not leave a gap after LastIndex
 // (ErrOutOfRange); a snapshot older than the stored one is
@@ -51,7 +52,8 @@ func (s *Storage) ApplySnapshot(snap *raftpb.Snapshot) error {
 
 // Compact discards the entries before compactIndex, which stays as the
 // offset whose term Term still reports. compactIndex at or below the offset
-// is raft.ErrCompacted (bare); beyond LastIndex is ErrOutOfRange.
+// is raft.ErrCompacted (bare); beyond LastIndex is ErrOutOfRange. It costs
+// one WAL write and fdatasync, then deletes the segments it emptied.
 func (s *Storage) Compact(compactIndex uint64) error {
 	return s.update("compact", func(w *writer) error { return w.compact(compactIndex) })
 }
@@ -71,11 +73,11 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	return snap, err
 }
 
-// update runs fn in one read-write transaction over a copy of the state and
-// installs the copy only if the commit succeeds. raft's own sentinels pass
-// through unwrapped, since raft-style callers compare them with ==. A panic
-// in bbolt (damage Open could not see) is rolled back by bbolt and reported
-// as ErrCorrupt.
+// update runs fn over a copy of the state, then makes its changes durable
+// (commit) and installs the copy only if that succeeds. raft's own
+// sentinels pass through unwrapped, since raft-style callers compare them
+// with ==. A panic in bbolt (damage Open could not see) is rolled back by
+// bbolt and reported as ErrCorrupt.
 func (s *Storage) update(op string, fn func(*writer) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -83,12 +85,15 @@ func (s *Storage) update(op string, fn func(*writer) error) error {
 		return s.closedErr(op)
 	}
 	next := s.st.clone()
-	err := guard(s.path, func() error {
-		return s.db.Update(func(tx *bolt.Tx) error { return fn(&writer{tx: tx, st: &next}) })
-	})
+	w := newWriter(&next)
+	err := fn(w)
+	if err == nil {
+		err = s.commit(w)
+	}
 	switch {
 	case err == nil:
 		s.st = next
+		s.dropSegments(w)
 		return nil
 	case err == raft.ErrCompacted, err == raft.ErrSnapOutOfDate:
 		return err
@@ -96,4 +101,89 @@ func (s *Storage) update(op string, fn func(*writer) error) error {
 		return err // from guard, already naming the file
 	}
 	return fmt.Errorf("raftlog: %s: %w", op, err)
+}
+
+// commit makes w's changes durable. WAL records go first, in one write
+// and one fdatasync; a snapshot then goes to raft.db in one bbolt
+// transaction that also points walfrom at the WAL's recReset record. A
+// crash between the two leaves a recReset raft.db does not point at,
+// which replay treats as the end of the log: the whole operation is lost,
+// never half of it. If the bbolt commit fails the WAL write is undone.
+func (s *Storage) commit(w *writer) error {
+	var seq uint64
+	var off int64
+	if !w.empty() {
+		sealBatch(w.buf)
+		if !s.wal.fits(len(w.buf)) {
+			if err := s.wal.cut(s.st.point(s.st.last), s.st.hs); err != nil {
+				return err
+			}
+		}
+		seq = s.wal.last().seq
+		var err error
+		if off, err = s.wal.write(w.buf); err != nil {
+			return err
+		}
+	}
+	if w.snap != nil {
+		if err := s.commitSnapshot(w, seq, off); err != nil {
+			if !w.empty() {
+				return s.wal.undo(off, err)
+			}
+			return err
+		}
+	}
+	if !w.empty() {
+		w.placeEntries(seq, off)
+		seg := s.wal.last()
+		seg.maxIndex = max(seg.maxIndex, w.maxIdx)
+		if w.reset {
+			s.wal.compactSeq = 0
+		}
+		if w.compacted {
+			s.wal.compactSeq = seq
+		}
+	}
+	return nil
+}
+
+// commitSnapshot stores w's snapshot in raft.db and, for an
+// installation, points walfrom at the batch just written at (seq, off).
+func (s *Storage) commitSnapshot(w *writer, seq uint64, off int64) error {
+	if err := commitHook("wal written"); err != nil {
+		return err
+	}
+	err := guard(s.path, func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if err := putSnapshot(tx, w.snap, w.snapData); err != nil {
+				return err
+			}
+			if !w.reset {
+				return nil
+			}
+			from := walFrom{seq: seq, off: off, at: point{w.snap.GetIndex(), w.snap.GetTerm()}}
+			return tx.Bucket(bucketMeta).Put(keyWALFrom, from.encode())
+		})
+	})
+	if err == nil {
+		_ = commitHook("raft.db committed")
+	}
+	return err
+}
+
+// commitHook lets tests observe (by copying the files: what a crash there
+// would leave) or fail a snapshot installation between its steps.
+var commitHook = func(step string) error { return nil }
+
+// dropSegments deletes the segments a committed operation made
+// unnecessary. It runs after the operation is durable and reported as
+// such, so a failure only leaves files that the next Compact or Open
+// deletes.
+func (s *Storage) dropSegments(w *writer) {
+	switch {
+	case w.reset:
+		_ = s.wal.dropBefore(s.wal.last().seq)
+	case w.compacted:
+		_ = s.wal.dropCompacted(s.st.offset())
+	}
 }

@@ -11,18 +11,20 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Storage is a raft log kept in a bbolt file. It implements raft.Storage
-// and adds the write side (Save, Compact, CreateSnapshot, ApplySnapshot).
+// Storage is a raft log kept in a write-ahead log (entries, HardState)
+// beside a bbolt file (identity, snapshot). It implements raft.Storage and
+// adds the write side (Save, Compact, CreateSnapshot, ApplySnapshot).
 //
 // It is safe for concurrent use. Writers are serialised with each other and
 // with readers; Term, FirstIndex, LastIndex and InitialState answer from
-// memory, while Entries and Snapshot read the file.
+// memory, while Entries and Snapshot read the files.
 type Storage struct {
 	path string
 
-	mu sync.RWMutex // guards db and st; held for the whole of a write transaction
-	db *bolt.DB     // nil once closed
-	st state
+	mu  sync.RWMutex // guards db, wal and st; held for the whole of a write
+	db  *bolt.DB     // nil once closed
+	wal *wal
+	st  state
 }
 
 var _ raft.Storage = (*Storage)(nil)
@@ -70,44 +72,51 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if lo > hi {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, ErrOutOfRange)
 	}
-	var ents []*raftpb.Entry
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		ents, err = readRange(tx.Bucket(bucketEntries), lo, hi, maxSize)
-		return err
-	})
+	ents, err := s.readRange(lo, hi, maxSize)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, err)
 	}
 	return ents, nil
 }
 
-// readRange decodes [lo, hi), stopping before the entry that would push the
-// total past maxSize, but always returning the first.
-func readRange(b *bolt.Bucket, lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+// readRange reads [lo, hi) from the WAL, stopping before the entry that
+// would push the total past maxSize, but always returning the first.
+// Entries next to each other in a segment are read with one pread.
+func (s *Storage) readRange(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	ents := make([]*raftpb.Entry, 0, min(hi-lo, 1024))
 	var size uint64
-	c := b.Cursor()
-	k, v := c.Seek(indexKey(lo))
-	for i := lo; i < hi; i++ {
-		if k == nil {
-			return nil, fmt.Errorf("entry %d missing: %w", i, ErrCorrupt)
-		}
-		e, err := decodeEntry(k, v)
+	pos := s.st.pos[lo-s.st.firstIndex() : hi-s.st.firstIndex()]
+	for len(pos) > 0 {
+		n := readSpan(pos, min(maxReadSpan, maxSize-min(size, maxSize)))
+		got, err := s.wal.readEntries(pos[:n], lo+uint64(len(ents)))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return nil, err
 		}
-		if e.GetIndex() != i {
-			return nil, fmt.Errorf("%w: found entry %d where %d belongs", ErrCorrupt, e.GetIndex(), i)
+		for _, e := range got {
+			size += uint64(proto.Size(e))
+			if len(ents) > 0 && size > maxSize {
+				return ents, nil
+			}
+			ents = append(ents, e)
 		}
-		size += uint64(proto.Size(e))
-		if len(ents) > 0 && size > maxSize {
-			break
-		}
-		ents = append(ents, e)
-		k, v = c.Next()
+		pos = pos[n:]
 	}
 	return ents, nil
+}
+
+// maxReadSpan bounds one pread of Entries.
+const maxReadSpan = 1 << 20
+
+// readSpan returns how many of pos, at least one, lie in one segment, in
+// file order, within budget bytes of the first (which keeps a small
+// maxSize from reading far more than it returns).
+func readSpan(pos []entryPos, budget uint64) int {
+	n := 1
+	for n < len(pos) && pos[n].seq == pos[0].seq && pos[n].off > pos[0].off &&
+		uint64(pos[n].off+pos[n].n-pos[0].off) <= budget {
+		n++
+	}
+	return n
 }
 
 // Term implements raft.Storage from memory: the term of entry i, for i in
@@ -178,7 +187,8 @@ func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
 	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: md, Data: data}), nil
 }
 
-// Size returns the data file's size in bytes, or 0 once closed.
+// Size returns the bytes the log occupies on disk, raft.db plus the WAL
+// segments (preallocated space included), or 0 once closed.
 func (s *Storage) Size() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -187,7 +197,18 @@ func (s *Storage) Size() int64 {
 	}
 	var n int64
 	_ = s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
-	return n
+	return n + s.wal.size()
+}
+
+// WALPath returns the WAL segment that Save and Compact write, for
+// messages that name the file being written. Unlike the other methods it
+// does not wait for a write in flight, so a disk watchdog can call it
+// while a Save hangs.
+func (s *Storage) WALPath() string {
+	if p := s.wal.writing.Load(); p != nil {
+		return *p
+	}
+	return s.wal.dir
 }
 
 // Close releases the file and its lock. Later calls return ErrClosed;
@@ -200,7 +221,14 @@ func (s *Storage) Close() error {
 	}
 	db := s.db
 	s.db = nil
-	return closeBolt(db, s.path)
+	werr := s.wal.close()
+	if err := closeBolt(db, s.path); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("raftlog: close %s: %w", s.wal.dir, werr)
+	}
+	return nil
 }
 
 // view runs a read transaction, reporting a panic in bbolt as ErrCorrupt.

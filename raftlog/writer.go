@@ -3,47 +3,66 @@ package raftlog
 import (
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// writer applies changes inside one bbolt read-write transaction and keeps
-// st, a private copy of the Storage state, in step with them.
+// writer collects one operation's changes: WAL records in buf, and for
+// snapshots the raft.db update, while keeping st, a private copy of the
+// Storage state, in step with them. Storage.update makes them durable and
+// installs st only if that succeeds.
 type writer struct {
-	tx *bolt.Tx
-	st *state
+	st  *state
+	buf []byte // one recBatch record (newBatch), written with one write and one fdatasync
+
+	pending []pendingEntry // entry records in buf, positioned after the write
+	maxIdx  uint64         // highest index buf's records name
+
+	reset     bool                     // buf starts with a recReset
+	snap      *raftpb.SnapshotMetadata // non-nil: raft.db gets this snapshot
+	snapData  []byte
+	compacted bool // buf holds a recCompact
 }
+
+// pendingEntry is an entry record at rel in buf, n bytes long.
+type pendingEntry struct {
+	index uint64
+	rel   int
+	n     int
+}
+
+func newWriter(st *state) *writer { return &writer{st: st, buf: newBatch()} }
+
+// empty reports whether the operation writes nothing to the WAL.
+func (w *writer) empty() bool { return len(w.buf) == batchHeaderSize }
 
 // applySnapshot replaces the whole log with snap, exactly as
 // MemoryStorage.ApplySnapshot does: every stored entry goes, even those past
 // the snapshot index, since raft only installs a snapshot whose index/term
 // the log does not match, and the entries after it came from another
-// history.
+// history. The WAL gets a recReset record that raft.db's walfrom will
+// point at once the snapshot is committed there.
 func (w *writer) applySnapshot(snap *raftpb.Snapshot) error {
 	md := raftpb.EnsureSnapshotMetadata(proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata))
 	if cur := w.st.snap.GetIndex(); cur != 0 && cur >= md.GetIndex() {
 		return raft.ErrSnapOutOfDate
 	}
-	// Dropping the bucket frees its pages in one step instead of deleting
-	// the log key by key.
-	if err := w.tx.DeleteBucket(bucketEntries); err != nil {
+	if !w.empty() {
+		return fmt.Errorf("internal error: snapshot after other records in one write")
+	}
+	var err error
+	if w.buf, err = appendReset(w.buf, point{md.GetIndex(), md.GetTerm()}, w.st.hs); err != nil {
 		return err
 	}
-	if _, err := w.tx.CreateBucket(bucketEntries); err != nil {
-		return err
-	}
-	if err := w.putSnapshot(md, snap.GetData()); err != nil {
-		return err
-	}
-	dummy := &raftpb.Entry{Index: new(md.GetIndex()), Term: new(md.GetTerm())}
-	if err := w.putEntry(dummy); err != nil {
-		return err
-	}
+	w.reset = true
+	w.maxIdx = max(w.maxIdx, md.GetIndex())
+	w.snap, w.snapData = md, snap.GetData()
+	w.st.snap = md
 	w.st.terms.resetTo(md.GetIndex(), md.GetTerm())
 	w.st.last = md.GetIndex()
+	w.st.pos = nil
 	return nil
 }
 
@@ -69,17 +88,18 @@ func (w *writer) appendEntries(ents []*raftpb.Entry) error {
 	if start > w.st.last+1 {
 		return fmt.Errorf("append at %d leaves a gap after last index %d: %w", start, w.st.last, ErrOutOfRange)
 	}
-	if err := w.deleteEntries(lastNew+1, w.st.last); err != nil {
-		return err
-	}
 	w.st.terms.truncate(start)
 	for _, e := range ents {
-		if err := w.putEntry(e); err != nil {
+		rel := len(w.buf)
+		var err error
+		if w.buf, err = appendProtoRecord(w.buf, recEntry, e); err != nil {
 			return err
 		}
+		w.pending = append(w.pending, pendingEntry{e.GetIndex(), rel, len(w.buf) - rel})
 		w.st.terms.add(e.GetIndex(), e.GetTerm())
 	}
 	w.st.last = lastNew
+	w.maxIdx = max(w.maxIdx, lastNew)
 	return nil
 }
 
@@ -101,15 +121,18 @@ func (w *writer) compact(i uint64) error {
 	if i > w.st.last {
 		return fmt.Errorf("compact %d beyond last index %d: %w", i, w.st.last, ErrOutOfRange)
 	}
-	if err := w.deleteEntries(offset, i-1); err != nil {
-		return err
-	}
+	p := w.st.point(i)
+	w.buf = appendRecord(w.buf, recCompact, appendPoint(nil, p))
+	w.compacted = true
+	w.maxIdx = max(w.maxIdx, i)
+	w.st.compactPos(i)
 	w.st.terms.compact(i)
 	return nil
 }
 
 // createSnapshot records a snapshot at index i, as
 // MemoryStorage.CreateSnapshot does; a nil cs keeps the previous ConfState.
+// It changes raft.db only.
 func (w *writer) createSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
 	if i <= w.st.snap.GetIndex() {
 		return nil, raft.ErrSnapOutOfDate
@@ -125,65 +148,28 @@ func (w *writer) createSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*r
 	if cs != nil {
 		md.ConfState = proto.Clone(cs).(*raftpb.ConfState)
 	}
-	if err := w.putSnapshot(md, data); err != nil {
-		return nil, err
-	}
+	w.snap, w.snapData = md, data
+	w.st.snap = md
 	snap := &raftpb.Snapshot{Metadata: proto.Clone(md).(*raftpb.SnapshotMetadata), Data: cloneBytes(data)}
 	return raftpb.EnsureSnapshot(snap), nil
 }
 
 func (w *writer) setHardState(hs *raftpb.HardState) error {
-	v, err := sealProto(hs)
-	if err != nil {
-		return err
-	}
-	if err := w.tx.Bucket(bucketMeta).Put(keyHardState, v); err != nil {
+	var err error
+	if w.buf, err = appendProtoRecord(w.buf, recHardState, hs); err != nil {
 		return err
 	}
 	w.st.hs = proto.Clone(hs).(*raftpb.HardState)
 	return nil
 }
 
-// putSnapshot stores snapshot metadata and data; nil data is stored as
-// absent so Snapshot returns nil, as MemoryStorage would.
-func (w *writer) putSnapshot(md *raftpb.SnapshotMetadata, data []byte) error {
-	v, err := sealProto(md)
-	if err != nil {
-		return err
+// placeEntries records where the entry records landed once buf was
+// written at off in segment seq. Positions point at the inner records, so
+// reading an entry checks its own checksum only.
+func (w *writer) placeEntries(seq uint64, off int64) {
+	for _, p := range w.pending {
+		w.st.setPos(p.index, entryPos{seq, off + int64(p.rel), int64(p.n)})
 	}
-	if err := w.tx.Bucket(bucketMeta).Put(keySnapMeta, v); err != nil {
-		return err
-	}
-	sb := w.tx.Bucket(bucketSnapshot)
-	if data == nil {
-		err = sb.Delete(keySnapData)
-	} else {
-		err = sb.Put(keySnapData, seal(data))
-	}
-	if err != nil {
-		return err
-	}
-	w.st.snap = md
-	return nil
-}
-
-func (w *writer) putEntry(e *raftpb.Entry) error {
-	v, err := sealProto(e)
-	if err != nil {
-		return err
-	}
-	return w.tx.Bucket(bucketEntries).Put(indexKey(e.GetIndex()), v)
-}
-
-// deleteEntries deletes the stored entries lo..hi inclusive (none if lo > hi).
-func (w *writer) deleteEntries(lo, hi uint64) error {
-	b := w.tx.Bucket(bucketEntries)
-	for i := lo; i <= hi && i >= lo; i++ {
-		if err := b.Delete(indexKey(i)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func cloneBytes(b []byte) []byte {

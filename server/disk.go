@@ -58,7 +58,7 @@ func (n *node) watchDisk(stop <-chan struct{}) {
 			op, age, ok := n.inFlightWrite()
 			if counted := w.observe(now, n.writeStart.Load(), age, ok); counted > timeout {
 				n.fail(fmt.Errorf("raft log %s to %s has not returned for %v (disk stall timeout %v): %w",
-					op, n.logPath, counted.Round(time.Millisecond), timeout, ErrDiskStalled))
+					op, n.writePath(op), counted.Round(time.Millisecond), timeout, ErrDiskStalled))
 				n.halt()
 				return
 			}
@@ -92,4 +92,13 @@ func (w *writeAge) observe(now time.Time, start int64, age time.Duration, ok boo
 		w.age += awake
 	}
 	return w.age
+}
+
+// writePath names the file a raft log write of kind op is writing: raft.db for a snapshot, the WAL
+// segment for a save or a compaction (a save carrying a snapshot writes both; the WAL first).
+func (n *node) writePath(op string) string {
+	if op == "snapshot" || n.walPath == nil {
+		return n.logPath
+	}
+	return n.walPath()
 }

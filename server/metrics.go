@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.commit.Load()) }),
 		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.applied.Load()) }),
 		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.liveLeases()) }),
-		gauge("leased_db_size_bytes", "Size of the raft log file (raft.db).", func() float64 { return float64(n.storage.Size()) }),
+		gauge("leased_db_size_bytes", "Bytes the raft log occupies on disk: raft.db plus the WAL segments (preallocated space included).", func() float64 { return float64(n.storage.Size()) }),
 		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.len()) }),
 		gauge("leased_watchers", "Watch streams subscribed on this node.", func() float64 { return float64(n.watch.len()) }),
 		gauge("leased_quota_bytes", "The state size at which new grants are refused (--quota-bytes).", func() float64 { return float64(n.cfg.Limits.QuotaBytes) }),

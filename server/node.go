@@ -120,9 +120,10 @@ type node struct {
 	epoch      time.Time
 	writeStart atomic.Int64
 	writeOp    atomic.Pointer[string]
-	logPath    string
-	faults     diskFaults // injected stalls; empty unless built with -tags faultinject
-	hooks      testHooks  // set only by tests (export_test.go)
+	logPath    string        // raft.db: where snapshots are written
+	walPath    func() string // the WAL segment Save and Compact write; nil: logPath
+	faults     diskFaults    // injected stalls; empty unless built with -tags faultinject
+	hooks      testHooks     // set only by tests (export_test.go)
 }
 
 // run is the Ready loop: tick, send, apply, persist (handleReady). It returns when stop is closed or on a

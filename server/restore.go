@@ -153,8 +153,10 @@ func checkEmptyDir(dir string) error {
 }
 
 // writeDataDir creates the raft log of a restored member in a temporary directory inside dir and moves
-// the finished file into place, so dir holds either no raft.db or a complete one. Building it inside dir
-// (not beside it) keeps the rename on one file system when dir is a mount point or a volume.
+// the finished log into place: the WAL directory first, raft.db last, so dir holds either no raft.db or a
+// complete log (raftlog discards a WAL directory without raft.db beside it as an interrupted creation).
+// Building it inside dir (not beside it) keeps the renames on one file system when dir is a mount point
+// or a volume.
 func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *raftpb.Snapshot) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("restore: %w", err)
@@ -179,11 +181,13 @@ func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *r
 	if err != nil {
 		return fmt.Errorf("restore: write raft log: %w", err)
 	}
-	if err := os.Rename(filepath.Join(tmp, raftlog.FileName), filepath.Join(dir, raftlog.FileName)); err != nil {
-		return fmt.Errorf("restore: move into place: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		return err
+	for _, name := range []string{raftlog.WALDirName, raftlog.FileName} {
+		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("restore: move into place: %w", err)
+		}
+		if err := syncDir(dir); err != nil {
+			return err
+		}
 	}
 	return syncDir(filepath.Dir(filepath.Clean(dir)))
 }

@@ -190,8 +190,10 @@ func TestRestoreIntoAnEmptyDirectory(t *testing.T) {
 		if info.TokenFloor != index+server.DefaultTokenFloorBump {
 			t.Fatalf("default floor %d, want %d", info.TokenFloor, index+server.DefaultTokenFloorBump)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{"raft.db", "wal"} { // the raft log: raft.db and its WAL directory
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -286,6 +286,9 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		epoch:       time.Now(),
 		logPath:     cfg.DataDir,
 	}
+	if w, ok := storage.(interface{ WALPath() string }); ok {
+		n.walPath = w.WALPath
+	}
 	if p, ok := storage.(interface{ Path() string }); ok {
 		n.logPath = p.Path()
 		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }

@@ -81,20 +81,48 @@ func TestCorruptedDataFileRefused(t *testing.T) {
 			if err := os.WriteFile(file, tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			other := proc.FreeAddrs(t, 2)
-			cmd := exec.CommandContext(ctx, leasedBin, "--name="+p.Name, "--data-dir="+p.DataDir,
-				"--client-addr="+other[0], "--peer-addr="+p.PeerAddr, "--admin-addr="+other[1],
-				"--initial-cluster="+p.Name+"="+p.PeerAddr)
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-				t.Fatalf("got %v, want exit code 1; output:\n%s", err, out)
-			}
-			if !strings.Contains(string(out), file) {
-				t.Errorf("message does not name %s:\n%s", file, out)
-			}
+			expectRefused(t, p, file)
 		})
+	}
+	// The WAL beside raft.db: a damaged segment header (every segment's first record) is refused too,
+	// naming the segment. (A damaged tail of the last segment is what a crash mid-write leaves: raftlog
+	// cuts it off; its own tests cover every byte.)
+	t.Run("damaged WAL segment", func(t *testing.T) {
+		if err := os.WriteFile(file, good, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		segs, err := filepath.Glob(filepath.Join(p.DataDir, "wal", "*.wal"))
+		if err != nil || len(segs) == 0 {
+			t.Fatalf("no WAL segments in %s (%v)", p.DataDir, err)
+		}
+		seg := segs[len(segs)-1] // names sort by sequence number
+		data, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[12] ^= 0xff
+		if err := os.WriteFile(seg, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		expectRefused(t, p, seg)
+	})
+}
+
+// expectRefused starts leased on p's data dir and expects exit code 1 with a message naming file.
+func expectRefused(t *testing.T, p *proc.Node, file string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	other := proc.FreeAddrs(t, 2)
+	cmd := exec.CommandContext(ctx, leasedBin, "--name="+p.Name, "--data-dir="+p.DataDir,
+		"--client-addr="+other[0], "--peer-addr="+p.PeerAddr, "--admin-addr="+other[1],
+		"--initial-cluster="+p.Name+"="+p.PeerAddr)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit code 1; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), file) {
+		t.Errorf("message does not name %s:\n%s", file, out)
 	}
 }

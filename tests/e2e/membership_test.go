@@ -277,8 +277,10 @@ func TestUnspecifiedAddressNeedsAdvertise(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "advertise client address") {
 		t.Fatalf("0.0.0.0 without --advertise-client-addr: %v\n%s", err, out)
 	}
-	if _, err := os.Stat(dir + "/raft.db"); err == nil {
-		t.Error("the refused start created a data file")
+	for _, name := range []string{"/raft.db", "/wal"} {
+		if _, err := os.Stat(dir + name); err == nil {
+			t.Errorf("the refused start created %s", name)
+		}
 	}
 
 	cmd := exec.Command(leasedBin, append(base, "--advertise-client-addr="+addrs[0])...)
