@@ -49,7 +49,12 @@ it opens it.
     with ==. Where MemoryStorage panics (an index past the log, a gap in
     appended entries) Storage returns an error wrapping ErrOutOfRange.
   - Term, FirstIndex, LastIndex and InitialState are answered from memory;
-    only Entries and Snapshot read the files.
+    only Entries and Snapshot read the files, and Entries not for the
+    newest entries, which it keeps in memory (up to 4 MiB).
+  - Entries returns slices the caller may append to; the entries in them
+    are shared with the Storage (and, for recent ones, are the very entries
+    passed to Save) and must not be modified, as with MemoryStorage. raft
+    never modifies them.
   - Open either returns a Storage whose every stored record has been read
     and checked, or an error. It never panics, never hangs on a damaged
     file, and never starts empty over a log that exists: an empty, foreign,
@@ -79,9 +84,11 @@ need a snapshot that no longer covers the gap).
 
 Open replays the whole WAL, so it takes time proportional to the log's size
 (compact regularly) and reads one segment into memory at a time. In memory
-the Storage keeps 24 bytes per entry (where its record is) and the terms;
-Entries reads the records from the segment files (the page cache, in
-practice), so RSS does not grow with the payloads.
+the Storage keeps 24 bytes per entry (where its record is) and the terms,
+and the newest entries up to 4 MiB (recent.go: raft reads back every entry
+it commits, and with asynchronous storage writes the entry has usually left
+raft's own memory by then); Entries reads older records from the segment
+files (the page cache, in practice), so RSS does not grow with the log.
 
 Damage inside the last segment cannot be told from a torn write, so it cuts
 the log there, losing what followed; damage anywhere else is ErrCorrupt.

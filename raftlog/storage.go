@@ -72,6 +72,9 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if lo > hi {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, ErrOutOfRange)
 	}
+	if ents, ok := s.st.cached(lo, hi, maxSize); ok {
+		return ents, nil
+	}
 	ents, err := s.readRange(lo, hi, maxSize)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, err)

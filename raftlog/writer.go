@@ -63,6 +63,7 @@ func (w *writer) applySnapshot(snap *raftpb.Snapshot) error {
 	w.st.terms.resetTo(md.GetIndex(), md.GetTerm())
 	w.st.last = md.GetIndex()
 	w.st.pos = nil
+	w.st.recent, w.st.recentBytes = nil, 0
 	return nil
 }
 
@@ -89,6 +90,7 @@ func (w *writer) appendEntries(ents []*raftpb.Entry) error {
 		return fmt.Errorf("append at %d leaves a gap after last index %d: %w", start, w.st.last, ErrOutOfRange)
 	}
 	w.st.terms.truncate(start)
+	w.st.cacheAppend(start, ents)
 	for _, e := range ents {
 		rel := len(w.buf)
 		var err error
@@ -126,6 +128,7 @@ func (w *writer) compact(i uint64) error {
 	w.compacted = true
 	w.maxIdx = max(w.maxIdx, i)
 	w.st.compactPos(i)
+	w.st.cacheCompact(i)
 	w.st.terms.compact(i)
 	return nil
 }

@@ -1,0 +1,64 @@
+package raftlog
+
+import (
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// TestRecentCacheIsBoundedAndASuffix: the cache of recent entries stays within maxRecentBytes and always
+// ends at the last index, across appends, an overwrite, a compaction past it and a snapshot.
+func TestRecentCacheIsBoundedAndASuffix(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	data := make([]byte, 64<<10)
+	next := uint64(1)
+	for range 100 { // 6.4 MiB of entries in batches of 4
+		ents := make([]*raftpb.Entry, 4)
+		for k := range ents {
+			ents[k] = &raftpb.Entry{Index: new(next), Term: new(uint64(1)), Data: data}
+			next++
+		}
+		if err := s.Save(nil, ents, nil); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s)
+	}
+	if s.st.recentBytes > maxRecentBytes || len(s.st.recent) == 0 {
+		t.Fatalf("cache holds %d bytes in %d entries, bound %d", s.st.recentBytes, len(s.st.recent), maxRecentBytes)
+	}
+	// Overwrite the last ten entries under a new term.
+	if err := s.Save(nil, []*raftpb.Entry{{Index: new(next - 10), Term: new(uint64(2))}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(t, s)
+	if got, _ := s.Entries(next-10, next-9, 1<<30); got[0].GetTerm() != 2 {
+		t.Fatalf("entry %d after the overwrite has term %d", next-10, got[0].GetTerm())
+	}
+	if err := s.Compact(next - 12); err != nil {
+		t.Fatal(err)
+	}
+	check(t, s)
+	if err := s.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(next + 5), Term: new(uint64(3))}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.st.recent) != 0 {
+		t.Fatalf("cache holds %d entries after a snapshot replaced the log", len(s.st.recent))
+	}
+}
+
+// check verifies that the cache is a suffix of the log ending at its last index, with its size right.
+func check(t *testing.T, s *Storage) {
+	t.Helper()
+	st := &s.st
+	for k, e := range st.recent {
+		if want := st.recentFirst() + uint64(k); e.GetIndex() != want {
+			t.Fatalf("cache entry %d has index %d, want %d (last %d)", k, e.GetIndex(), want, st.last)
+		}
+	}
+	if len(st.recent) > 0 && st.recent[len(st.recent)-1].GetIndex() != st.last {
+		t.Fatalf("cache ends at %d, log at %d", st.recent[len(st.recent)-1].GetIndex(), st.last)
+	}
+	if got := sizeOf(st.recent); got != st.recentBytes {
+		t.Fatalf("cache counts %d bytes, holds %d", st.recentBytes, got)
+	}
+}
