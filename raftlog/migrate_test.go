@@ -35,10 +35,9 @@ func formatOneHistory(t *testing.T, ms *raft.MemoryStorage) {
 	must(ms.Append(entries(240, 300, 3)))
 }
 
-// TestFormatOneDirMigratesToTheSameLog opens a data dir made by the old
-// code path: it must migrate to the WAL once, answer exactly as the old
-// log did, stay that way across reopens, and accept writes.
-func TestFormatOneDirMigratesToTheSameLog(t *testing.T) {
+// formatOneDir is a new data dir holding testdata/format1's raft.db, made by the bbolt-only code.
+func formatOneDir(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	img, err := os.ReadFile(filepath.Join("testdata", "format1", fileName))
 	if err != nil {
@@ -47,6 +46,14 @@ func TestFormatOneDirMigratesToTheSameLog(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, fileName), img, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// TestFormatOneDirMigratesToTheSameLog opens a data dir made by the old
+// code path: it must migrate to the WAL once, answer exactly as the old
+// log did, stay that way across reopens, and accept writes.
+func TestFormatOneDirMigratesToTheSameLog(t *testing.T) {
+	dir := formatOneDir(t)
 	ms := raft.NewMemoryStorage()
 	formatOneHistory(t, ms)
 	for round := range 2 {
@@ -74,14 +81,7 @@ func TestFormatOneDirMigratesToTheSameLog(t *testing.T) {
 // the new WAL and the bbolt commit leaves (a complete wal/ beside a format
 // 1 raft.db, plus a stray temporary segment) and checks Open redoes it.
 func TestInterruptedMigrationStartsOver(t *testing.T) {
-	dir := t.TempDir()
-	img, err := os.ReadFile(filepath.Join("testdata", "format1", fileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, fileName), img, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := formatOneDir(t)
 	walDir := filepath.Join(dir, walDirName)
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
 		t.Fatal(err)
