@@ -19,8 +19,9 @@ const maxRecentBytes = 4 << 20
 func (s *state) recentFirst() uint64 { return s.last + 1 - uint64(len(s.recent)) }
 
 // cacheAppend records ents, which the writer stores from index start on (replacing entries from start),
-// before st.last moves to their end. The caller has already trimmed ents to start.
-func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry) {
+// before st.last moves to their end; size is their proto size (the writer has just marshalled them). The
+// caller has already trimmed ents to start.
+func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry, size int) {
 	if first := s.recentFirst(); start < first || start > s.last+1 {
 		s.recent, s.recentBytes = nil, 0 // not contiguous with the cache: start a new one
 	} else if keep := int(start - first); keep < len(s.recent) {
@@ -28,7 +29,7 @@ func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry) {
 		s.recent = append(make([]*raftpb.Entry, 0, keep+len(ents)), s.recent[:keep]...) // never write the shared array
 	}
 	s.recent = append(s.recent, ents...)
-	s.recentBytes += sizeOf(ents)
+	s.recentBytes += size
 	for len(s.recent) > 1 && s.recentBytes > maxRecentBytes {
 		s.recentBytes -= proto.Size(s.recent[0])
 		s.recent = s.recent[1:]
@@ -53,6 +54,9 @@ func (s *state) cached(lo, hi, maxSize uint64) ([]*raftpb.Entry, bool) {
 		return nil, false
 	}
 	ents := s.recent[lo-first : hi-first]
+	if maxSize >= uint64(s.recentBytes) { // the whole cache fits: no need to size each entry
+		return ents[:len(ents):len(ents)], true
+	}
 	size := uint64(proto.Size(ents[0]))
 	n := 1
 	for ; n < len(ents); n++ {
