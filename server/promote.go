@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/leased/leased/api/leasepb"
 )
@@ -29,8 +30,7 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 	defer cancel()
 	tick := time.NewTicker(n.cfg.TickInterval)
 	defer tick.Stop()
-	learners := learnerTracker{activeWithin: n.cfg.ElectionTimeout(), promoteAfter: n.cfg.promoteAfter()}
-	waiting := learnerWatch{} // learner -> since when it has been a learner under this leader
+	learners := learnerTracker{activeWithin: n.cfg.ElectionTimeout(), promoteAfter: n.cfg.promoteAfter(), slow: n.logSlowLearner}
 	for {
 		select {
 		case <-stop:
@@ -39,18 +39,16 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 		}
 		if !n.isLeader() {
 			learners.reset()
-			clear(waiting)
 			continue
 		}
 		st, now := n.raft.Status(), time.Now()
-		waiting.report(n, st, now)
 		if id, ok := learners.observe(n.id, st, now); ok {
 			if err := n.promoteMember(ctx, id); err != nil {
 				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
 				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
 			}
-			learners.forget(id)
+			learners.restart(id)
 		}
 	}
 }
@@ -58,8 +56,13 @@ func (n *node) autoPromote(stop <-chan struct{}) {
 // learnerTracker decides, from a series of samples of raft's progress, which learner is ready for
 // promotion: one whose log has stayed within promoteLag of the leader's and which has answered the leader
 // within activeWithin, continuously for promoteAfter.
+//
+// It also notices a learner that stays unpromoted much longer than catching up takes, and hands its
+// progress as the leader sees it to slow (if set) every slowLearner, so an operator (or a soak's
+// artifacts) can tell a learner that is behind from one whose answers do not reach the leader.
 type learnerTracker struct {
 	activeWithin, promoteAfter time.Duration
+	slow                       func(id uint64, pr tracker.Progress, leaderLast uint64, unpromotedFor time.Duration)
 	learners                   map[uint64]*learnerState
 }
 
@@ -67,11 +70,21 @@ type learnerTracker struct {
 type learnerState struct {
 	heard time.Time // the last sample in which raft had heard from it since its last quorum check
 	ready time.Time // since when it has been caught up and active; zero if it is not
+	// first is when this leader first saw it as a learner; logged when it last reported it slow.
+	first, logged time.Time
 }
+
+// slowLearner is how long a learner may stay one before its progress is reported.
+const slowLearner = 10 * time.Second
 
 func (t *learnerTracker) reset() { clear(t.learners) }
 
-func (t *learnerTracker) forget(id uint64) { delete(t.learners, id) }
+// restart makes a learner earn its promotion again (after a promotion that did not happen).
+func (t *learnerTracker) restart(id uint64) {
+	if ls := t.learners[id]; ls != nil {
+		ls.ready = time.Time{}
+	}
+}
 
 // observe takes one sample of the leader's (self's) raft status and returns a learner ready for promotion.
 func (t *learnerTracker) observe(self uint64, st raft.Status, now time.Time) (uint64, bool) {
@@ -90,8 +103,12 @@ func (t *learnerTracker) observe(self uint64, st raft.Status, now time.Time) (ui
 		}
 		ls := t.learners[id]
 		if ls == nil {
-			ls = &learnerState{}
+			ls = &learnerState{first: now, logged: now}
 			t.learners[id] = ls
+		}
+		if t.slow != nil && now.Sub(ls.logged) >= slowLearner {
+			t.slow(id, pr, last, now.Sub(ls.first))
+			ls.logged = now // again in slowLearner
 		}
 		if pr.RecentActive {
 			ls.heard = now
@@ -125,38 +142,9 @@ func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
-// learnerWatch notices a learner that stays unpromoted much longer than catching up takes, and logs its
-// progress as the leader sees it, every slowLearner, so an operator (or a soak's artifacts) can tell a
-// learner that is behind from one whose answers do not reach the leader.
-type learnerWatch map[uint64]*learnerSeen
-
-// learnerSeen is when the leader first saw a learner, and when it last logged it.
-type learnerSeen struct{ first, logged time.Time }
-
-// slowLearner is how long a learner may stay one before its progress is logged.
-const slowLearner = 10 * time.Second
-
-func (w learnerWatch) report(n *node, st raft.Status, now time.Time) {
-	last := st.Progress[n.id].Match
-	for id := range w {
-		if pr, ok := st.Progress[id]; !ok || !pr.IsLearner {
-			delete(w, id)
-		}
-	}
-	for id, pr := range st.Progress {
-		if !pr.IsLearner {
-			continue
-		}
-		seen, ok := w[id]
-		if !ok {
-			w[id] = &learnerSeen{first: now, logged: now}
-			continue
-		}
-		if now.Sub(seen.logged) >= slowLearner {
-			n.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", now.Sub(seen.first).Round(time.Second),
-				"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
-				"caught_up", caughtUp(pr.Match, last))
-			seen.logged = now // again in slowLearner
-		}
-	}
+// logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
+func (n *node) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
+	n.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
+		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
+		"caught_up", caughtUp(pr.Match, last))
 }
