@@ -224,6 +224,16 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	return s, nil
 }
 
+// The client port's flow-control windows for what clients send. Setting them turns off gRPC's
+// bandwidth-delay estimator, which otherwise answers nearly every request of a client that is not
+// streaming bulk data with a window update and a PING (and the client with a PING ack): two more
+// writes per request. Requests are small (Limits.MaxRequestBytes); these bound what one connection can
+// have buffered unread, below the estimator's own ceiling (16 MiB).
+const (
+	clientStreamWindow = 1 << 20
+	clientConnWindow   = 4 << 20
+)
+
 // clientServerOptions are the client port's gRPC options: the request size limit, and keepalive both
 // ways — the node pings idle connections so that a vanished client's streams end (KeepAlive, Watch and
 // the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
@@ -231,6 +241,9 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 func clientServerOptions(cfg Config) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes),
+		// Fixed receive windows: see clientStreamWindow.
+		grpc.InitialWindowSize(clientStreamWindow),
+		grpc.InitialConnWindowSize(clientConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
 	}

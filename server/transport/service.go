@@ -40,6 +40,8 @@ func (t *Transport) ServerOptions() []grpc.ServerOption {
 	}
 	return append(creds,
 		grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: t.cfg.KeepAliveTime, Timeout: t.cfg.KeepAliveTimeout}),
 		// Every peer pings at KeepAliveTime, streams or not: accept that with room for timer jitter.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: t.cfg.KeepAliveTime / 2, PermitWithoutStream: true}),

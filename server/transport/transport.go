@@ -71,6 +71,8 @@ func New(cfg Config) (*Transport, error) {
 		// this a peer that comes back would stay unreachable long after our own backoff retried.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: cfg.DialTimeout}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout, PermitWithoutStream: true}),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallSendMsgSize(cfg.MaxMsgBytes),
 			grpc.MaxCallRecvMsgSize(cfg.MaxMsgBytes),

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -503,4 +504,55 @@ func TestStatsAccounting(t *testing.T) {
 		s := a.tr.Stats()
 		return s.Sent+s.Dropped+s.Filtered == uint64(total) && uint64(b.raft.count()) == s.Sent
 	})
+}
+
+// A receiver answers the messages of a lightly loaded link with nothing: gRPC's bandwidth-delay
+// estimator, left on, makes it write a window update and a PING back for nearly every message (and the
+// sender a PING ack), two more writes per raft message on each node (config.go, streamWindow).
+func TestReceiverWritesNothingBackPerMessage(t *testing.T) {
+	const n = 200
+	b := &node{id: 2, raft: newFakeRaft()}
+	b.tr = newTransport(t, testConfig(t, 2, b.raft))
+	lis := &countingListener{Listener: listen(t, "127.0.0.1:0")}
+	b.addr = lis.Addr().String()
+	b.srv = serve(t, b.tr, lis)
+	a := startNode(t, 1, nil)
+	a.tr.AddPeer(2, b.addr)
+
+	// One message at a time, each delivered before the next is sent: the estimator's case, a sender
+	// that never has a second message queued.
+	a.tr.Send([]*raftpb.Message{msgApp(1, 2, 1, []byte("x"))})
+	waitFor(t, "the first message", func() bool { return b.raft.count() == 1 })
+	before := lis.writes.Load()
+	for i := range uint64(n) {
+		a.tr.Send([]*raftpb.Message{msgApp(1, 2, i+2, []byte("x"))})
+		waitFor(t, "the message", func() bool { return b.raft.count() == int(i)+2 })
+	}
+	if w := lis.writes.Load() - before; w > n/10 {
+		t.Fatalf("the receiver wrote %d times to the sender while receiving %d messages, want at most %d", w, n, n/10)
+	}
+}
+
+// countingListener counts the writes to the connections it accepted.
+type countingListener struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, writes: &l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }
