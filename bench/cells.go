@@ -36,6 +36,9 @@ func cells(cfg config) []cell {
 			}})
 		}
 	}
+	if cfg.rows["batched"] {
+		out = append(out, cell{"batched", batchedCell})
+	}
 	if cfg.rows["failover"] {
 		out = append(out, cell{"failover", failoverCell})
 	}
@@ -125,6 +128,73 @@ func renewCell(ctx context.Context, s system, cfg config, n int) (map[string]flo
 	}
 	k := fmt.Sprintf("renew-%d", n)
 	return map[string]float64{k + "/rate": r.Rate(), k + "/errors": float64(r.Errors)}, nil
+}
+
+// batchedCell measures renewals of many held leases in batches over keep-alive streams (one worker per
+// stream), and the leader's CPU meanwhile (the node that serves them: renewals are leader reads).
+func batchedCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+	op, err := s.keepAlive(ctx, cfg.batchStreams, cfg.batchLeases, cfg.batchSize)
+	if err != nil {
+		return nil, err
+	}
+	leader := s.leader(ctx)
+	if leader < 0 {
+		return nil, fmt.Errorf("no leader")
+	}
+	pid := s.nodes()[leader].pid()
+	before, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	r, err := measure(ctx, cfg, cfg.batchStreams, op)
+	if err != nil {
+		return nil, err
+	}
+	after, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	renewals := float64((r.Ops - r.Errors) * cfg.batchSize)
+	return map[string]float64{
+		"batched/rate":   r.Rate() * float64(cfg.batchSize),
+		"batched/cores":  (after - before) / r.Elapsed.Seconds(),
+		"batched/cpu":    (after - before) / renewals * 1e6 * 1000, // µs per 1,000 renewals
+		"batched/errors": float64(r.Errors),
+	}, nil
+}
+
+// batchStart is the first lease (of leases) that operation seq of worker renews: the workers take turns
+// through the leases in batches, so that every lease is renewed as often as any other.
+func batchStart(worker, seq, workers, leases, batch int) int {
+	return ((seq*workers + worker) * batch) % leases
+}
+
+// parallel runs fn(ctx, i) for i in [0, n) on 64 goroutines, each call bounded by opTimeout, and returns
+// the first error.
+func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	const workers = 64
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := w; i < n; i += workers {
+				cctx, cancel := context.WithTimeout(ctx, opTimeout)
+				err := fn(cctx, i)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // failoverCell measures the leader's loss both ways, cfg.kills times each: SIGKILL (a crash: the

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -194,4 +195,46 @@ func (s *etcdSystem) leader(ctx context.Context) int {
 		}
 	}
 	return -1
+}
+
+// keepAlive grants leases leases (TTL 60 s) and opens one LeaseKeepAlive stream per worker; an operation
+// renews batch of them by pipelining batch requests on the worker's stream, then reading the batch
+// answers: etcd renews one lease per request, so this is the closest to a batch it has.
+func (s *etcdSystem) keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error) {
+	ids := make([]int64, leases)
+	err := parallel(ctx, leases, func(ctx context.Context, i int) error {
+		g, err := s.probe.Grant(ctx, 60)
+		if err == nil {
+			ids[i] = int64(g.ID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("grant the leases to renew: %w", err)
+	}
+	streams := make([]pb.Lease_LeaseKeepAliveClient, workers)
+	for w := range streams {
+		if streams[w], err = pb.NewLeaseClient(s.probe.ActiveConnection()).LeaseKeepAlive(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return func(_ context.Context, worker, seq int) error {
+		st := streams[worker]
+		first := batchStart(worker, seq, workers, leases, batch)
+		for i := range batch {
+			if err := st.Send(&pb.LeaseKeepAliveRequest{ID: ids[(first+i)%leases]}); err != nil {
+				return err
+			}
+		}
+		for range batch {
+			resp, err := st.Recv()
+			if err != nil {
+				return err
+			}
+			if resp.TTL <= 0 {
+				return fmt.Errorf("etcd: lease %x not renewed", resp.ID)
+			}
+		}
+		return nil
+	}, nil
 }

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
@@ -23,6 +27,7 @@ type leasedSystem struct {
 	clientEps []string
 	adminEps  []string
 	pools     []*loadgen.Pool
+	conns     []*grpc.ClientConn // raw API connections (keepAlive)
 	probe     *client.Client
 }
 
@@ -72,6 +77,10 @@ func (s *leasedSystem) stop() {
 		_ = p.Close()
 	}
 	s.pools = nil
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.conns = nil
 	if s.probe != nil {
 		_ = s.probe.Close()
 		s.probe = nil
@@ -128,4 +137,61 @@ func (s *leasedSystem) leader(ctx context.Context) int {
 		}
 	}
 	return -1
+}
+
+// keepAlive takes leases leases (TTL 60 s) and opens one KeepAlive stream per worker to the leader; an
+// operation renews batch of them in one request.
+func (s *leasedSystem) keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error) {
+	leader := s.leader(ctx)
+	if leader < 0 {
+		return nil, errors.New("no leader to renew on")
+	}
+	conn, err := grpc.NewClient(s.clientEps[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	s.conns = append(s.conns, conn)
+	api := leasepb.NewLeasesClient(conn)
+	refs := make([]*leasepb.LeaseRef, leases)
+	err = parallel(ctx, leases, func(ctx context.Context, i int) error {
+		resp, err := api.Acquire(ctx, &leasepb.AcquireRequest{
+			Resource: fmt.Sprintf("bench/batched/%d", i), Holder: fmt.Sprintf("bench-batched-%d", i/1000), TtlMs: 60_000,
+		})
+		if err == nil {
+			refs[i] = &leasepb.LeaseRef{Resource: resp.GetLease().GetResource(), Token: resp.GetLease().GetToken()}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire the leases to renew: %w", err)
+	}
+	streams := make([]grpc.BidiStreamingClient[leasepb.KeepAliveRequest, leasepb.KeepAliveResponse], workers)
+	for w := range streams {
+		if streams[w], err = api.KeepAlive(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return func(_ context.Context, worker, seq int) error {
+		first := batchStart(worker, seq, workers, leases, batch)
+		req := &leasepb.KeepAliveRequest{Seq: uint64(seq), Leases: make([]*leasepb.LeaseRef, batch)}
+		for i := range batch {
+			req.Leases[i] = refs[(first+i)%leases]
+		}
+		if err := streams[worker].Send(req); err != nil {
+			return err
+		}
+		resp, err := streams[worker].Recv()
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.GetResults() {
+			if r.GetGone() || r.GetTtlMs() <= 0 {
+				return fmt.Errorf("leased: lease %s not renewed", r.GetResource())
+			}
+		}
+		if len(resp.GetResults()) != batch {
+			return fmt.Errorf("leased: %d results for %d leases", len(resp.GetResults()), batch)
+		}
+		return nil
+	}, nil
 }

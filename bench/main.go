@@ -28,7 +28,7 @@ import (
 )
 
 // allRows are the row groups --rows selects from.
-var allRows = []string{"acquire", "contended", "renew", "failover", "memory"}
+var allRows = []string{"acquire", "contended", "renew", "batched", "failover", "memory"}
 
 // config is the command line.
 type config struct {
@@ -40,6 +40,9 @@ type config struct {
 	renewClients       []int
 	contendedClients   int
 	kills              int
+	batchLeases        int           // held leases of the batched row
+	batchSize          int           // leases renewed per operation
+	batchStreams       int           // keep-alive streams (workers) of the batched row
 	leases             int           // held leases of the memory row
 	fillTimeout        time.Duration // bound on taking them
 	maxOps             int           // per load cell
@@ -76,6 +79,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	clientsFlag := fs.String("clients", env("CLIENTS", "1,16,64,256"), "client counts of the acquire rows (env BENCH_CLIENTS)")
 	renewFlag := fs.String("renew-clients", env("RENEW_CLIENTS", "1,64"), "client counts of the renew rows (env BENCH_RENEW_CLIENTS)")
 	contFlag := fs.String("contended-clients", env("CONTENDED_CLIENTS", "16"), "clients of the contended row (env BENCH_CONTENDED_CLIENTS)")
+	batchLeasesFlag := fs.String("batch-leases", env("BATCH_LEASES", "20000"), "held leases of the batched row (env BENCH_BATCH_LEASES)")
+	batchSizeFlag := fs.String("batch-size", env("BATCH_SIZE", "1000"), "leases renewed per operation of the batched row (env BENCH_BATCH_SIZE)")
+	batchStreamsFlag := fs.String("batch-streams", env("BATCH_STREAMS", "4"), "keep-alive streams of the batched row (env BENCH_BATCH_STREAMS)")
 	killsFlag := fs.String("kills", env("KILLS", "3"), "leader kills of the failover row (env BENCH_KILLS)")
 	leasesFlag := fs.String("leases", env("LEASES", "1000000"), "held leases of the memory and restart rows (env BENCH_LEASES)")
 	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "30m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
@@ -107,6 +113,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	cfg.reps = positive("reps", *repsFlag, &errs)
 	cfg.contendedClients = positive("contended-clients", *contFlag, &errs)
 	cfg.kills = positive("kills", *killsFlag, &errs)
+	cfg.batchLeases = positive("batch-leases", *batchLeasesFlag, &errs)
+	cfg.batchSize = positive("batch-size", *batchSizeFlag, &errs)
+	cfg.batchStreams = positive("batch-streams", *batchStreamsFlag, &errs)
 	cfg.leases = positive("leases", *leasesFlag, &errs)
 	cfg.maxOps = positive("max-ops", *maxOpsFlag, &errs)
 	cfg.clients = positives("clients", *clientsFlag, &errs)

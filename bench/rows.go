@@ -21,6 +21,7 @@ func millis(v float64) string  { return fmt.Sprintf("%.2f ms", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.2f s", v) }
 func micros(v float64) string  { return fmt.Sprintf("%.0f µs", v) }
 func mbytes(v float64) string  { return fmt.Sprintf("+%.1f MB", v) }
+func cores(v float64) string   { return fmt.Sprintf("%.2f cores", v) }
 func bytes(v float64) string   { return fmt.Sprintf("%.0f B", v) }
 
 // rows lists the table's rows for cfg, in the order.
@@ -43,6 +44,13 @@ func rows(cfg config) []row {
 		for _, n := range cfg.renewClients {
 			out = append(out, row{"unary renew, " + plural(n, "client"), fmt.Sprintf("renew-%d/rate", n), perSec, true})
 		}
+	}
+	if cfg.rows["batched"] {
+		what := fmt.Sprintf("batched renewals (%d leases, %d per batch, %s)", cfg.batchLeases, cfg.batchSize, plural(cfg.batchStreams, "stream"))
+		out = append(out,
+			row{what + ": rate", "batched/rate", perSec, true},
+			row{what + ": leader CPU", "batched/cores", cores, false},
+			row{what + ": leader CPU per 1,000", "batched/cpu", micros, false})
 	}
 	if cfg.rows["failover"] {
 		out = append(out,

@@ -26,6 +26,9 @@ type system interface {
 	contended(ctx context.Context, clients int) (loadgen.Op, error)
 	// renew returns an Op that renews the worker's own lease once.
 	renew(ctx context.Context, clients int) (loadgen.Op, error)
+	// keepAlive holds leases leases and returns an Op that renews batch of them at once over the worker's
+	// own keep-alive stream, as a client holding many leases does.
+	keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error)
 	// leader is the index of the node that leads (-1 if none answers as leader).
 	leader(ctx context.Context) int
 	// readyURL is the HTTP URL that answers 200 once node i is ready to serve.

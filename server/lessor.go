@@ -174,7 +174,7 @@ func (l *lessor) startDeadlines(now time.Time) {
 		}
 		t.checkpointing, t.expiring = false, false
 		t.heapIdx = int32(len(l.deadlines))
-		l.deadlines = append(l.deadlines, t)
+		l.deadlines = append(l.deadlines, queuedTimer{at: t.deadline, t: t})
 	}
 	heap.Init(&l.deadlines)
 	l.lastScan = now
@@ -198,7 +198,10 @@ func (l *lessor) extend(gap time.Duration) {
 		return
 	}
 	for _, t := range l.leases {
-		t.deadline = t.deadline.add(gap) // a uniform shift keeps the heap ordered
+		t.deadline = t.deadline.add(gap)
+	}
+	for i := range l.deadlines {
+		l.deadlines[i].at = l.deadlines[i].at.add(gap) // a uniform shift keeps the heap ordered
 	}
 	for _, d := range l.delays {
 		d.end = d.end.Add(gap)
@@ -254,10 +257,7 @@ func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 	if l.leader && !t.expiring && l.queued(t) {
 		// The renewal may have been acknowledged by the previous leader, after this node took over with
 		// the lease counted as idle: it earns a full TTL from now.
-		if d := l.at(now).add(t.ttl); d > t.deadline {
-			t.deadline = d
-			heap.Fix(&l.deadlines, int(t.heapIdx))
-		}
+		t.deadline = max(t.deadline, l.at(now).add(t.ttl)) // the heap catches up lazily (expireDue)
 	}
 }
 
@@ -269,7 +269,7 @@ func (l *lessor) add(now time.Time, ls fsm.Lease) {
 	}
 	l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
 	if l.leader {
-		heap.Push(&l.deadlines, t)
+		heap.Push(&l.deadlines, queuedTimer{at: t.deadline, t: t})
 	}
 }
 
@@ -287,7 +287,7 @@ func (l *lessor) remove(resource string, token uint64) {
 
 // queued reports whether t is in the deadline heap.
 func (l *lessor) queued(t *leaseTimer) bool {
-	return t.heapIdx >= 0 && int(t.heapIdx) < len(l.deadlines) && l.deadlines[t.heapIdx] == t
+	return t.heapIdx >= 0 && int(t.heapIdx) < len(l.deadlines) && l.deadlines[t.heapIdx].t == t
 }
 
 func (l *lessor) current(resource string, token uint64) *leaseTimer {
@@ -312,13 +312,19 @@ func (l *lessor) tick(now time.Time) {
 func (l *lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	cur := l.at(now)
-	for len(l.deadlines) > 0 && l.deadlines[0].deadline <= cur {
-		t := l.deadlines[0]
+	for len(l.deadlines) > 0 && l.deadlines[0].at <= cur {
+		t := l.deadlines[0].t
+		if t.deadline > l.deadlines[0].at { // renewed since it was queued: requeue at its deadline
+			l.deadlines[0].at = t.deadline
+			heap.Fix(&l.deadlines, 0)
+			continue
+		}
 		if !t.expiring {
 			t.expiring, t.due = true, t.deadline
 		}
 		// Keep it queued in case the proposal is lost; it is removed when the expiry applies.
 		t.deadline = cur.add(l.retry)
+		l.deadlines[0].at = t.deadline
 		heap.Fix(&l.deadlines, 0)
 		refs = append(refs, &leasepb.LeaseRef{Resource: t.resource, Token: t.token})
 		if len(refs) == l.batch {
@@ -438,10 +444,7 @@ func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Durati
 		return 0, errIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first
 	}
 	cur := l.at(at)
-	if d := cur.add(t.ttl); d > t.deadline {
-		t.deadline = d
-		heap.Fix(&l.deadlines, int(t.heapIdx))
-	}
+	t.deadline = max(t.deadline, cur.add(t.ttl)) // the heap catches up lazily (expireDue)
 	t.renewedAt = cur
 	return t.ttl, nil
 }
@@ -476,25 +479,36 @@ func ms(v int64) time.Duration {
 	return time.Duration(min(max(v, -maxMs), maxMs)) * time.Millisecond
 }
 
-// timerHeap orders leases by deadline (container/heap).
-type timerHeap []*leaseTimer
+// timerHeap orders the leader's leases by when to look at them next (container/heap). A renewal only
+// moves a lease's deadline later and leaves the heap alone: a lease is queued at its deadline as it was
+// when queued, never later than its deadline now, and expireDue requeues one whose deadline moved on
+// when that time comes. So a renewal costs no heap work (it was a sift-down through pointers at every
+// renewal, the leader's largest cost under batched renewals), and a lease is requeued at most once
+// per TTL. The key sits in the slice beside the pointer, so comparisons touch no lease.
+type timerHeap []queuedTimer
+
+// queuedTimer is a lease in the heap and the time it is queued at: at <= t.deadline.
+type queuedTimer struct {
+	at mono
+	t  *leaseTimer
+}
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = int32(i), int32(j)
+	h[i].t.heapIdx, h[j].t.heapIdx = int32(i), int32(j)
 }
 func (h *timerHeap) Push(x any) {
-	t := x.(*leaseTimer)
-	t.heapIdx = int32(len(*h))
-	*h = append(*h, t)
+	q := x.(queuedTimer)
+	q.t.heapIdx = int32(len(*h))
+	*h = append(*h, q)
 }
 func (h *timerHeap) Pop() any {
 	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	t.heapIdx = -1
+	q := old[len(old)-1]
+	old[len(old)-1] = queuedTimer{}
+	q.t.heapIdx = -1
 	*h = old[:len(old)-1]
-	return t
+	return q
 }

@@ -411,3 +411,68 @@ func TestLostCheckpointIsReproposed(t *testing.T) {
 		t.Fatalf("the lost checkpoint of %s was not proposed again after the retry period", lost)
 	}
 }
+
+// TestRenewedLeasesExpireAtTheirLastDeadline: the deadline heap is updated lazily (a renewal leaves it
+// alone, expireDue requeues), so a lease renewed many times must still expire at its last renewal plus
+// its TTL — never at a deadline it was queued at earlier, and not much later — including across a stall
+// that shifts every deadline.
+func TestRenewedLeasesExpireAtTheirLastDeadline(t *testing.T) {
+	const n, tick = 60, 10 * time.Millisecond
+	cfg := TestConfig()
+	cfg.CheckpointInterval = time.Hour // no lease goes idle: renewals stay in memory
+	s := newLessorSim(t, 1, cfg)
+	s.elect(0)
+	type lease struct {
+		name     string
+		token    uint64
+		ttl      time.Duration
+		stop     time.Time // renewed until then
+		deadline time.Time // the last renewal plus its TTL, shifted by the stall if after it
+	}
+	start := s.clock.Now()
+	leases := make([]*lease, n)
+	for i := range leases {
+		l := &lease{name: fmt.Sprintf("r%02d", i), ttl: time.Duration(1000+50*i) * time.Millisecond}
+		l.stop = start.Add(time.Duration(i*150) * time.Millisecond)
+		l.token = s.apply(acquireCmd(l.name, l.ttl)).Lease.Token
+		l.deadline = s.clock.Now().Add(l.ttl)
+		leases[i] = l
+	}
+	const gap = 700 * time.Millisecond
+	stalled := false
+	for end := start.Add(15 * time.Second); s.clock.Now().Before(end); {
+		now := s.clock.Now()
+		if !stalled && now.Sub(start) >= 4*time.Second {
+			stalled = true
+			s.clock.Advance(gap)
+			s.lessors[0].extend(gap)
+			for _, l := range leases {
+				if _, gone := s.expired[l.name]; !gone {
+					l.deadline = l.deadline.Add(gap)
+				}
+			}
+			continue
+		}
+		for _, l := range leases {
+			// Renew every TTL/3 until the lease's stop time, as a holder's SDK does.
+			if _, gone := s.expired[l.name]; !gone && now.Before(l.stop) && l.deadline.Sub(now) <= l.ttl*2/3 {
+				if !s.renew(l.name, l.token) {
+					t.Fatalf("%s: renewal refused %v before its deadline", l.name, l.deadline.Sub(now))
+				}
+				l.deadline = now.Add(l.ttl)
+			}
+		}
+		s.step(tick, tick)
+	}
+	for _, l := range leases {
+		at, gone := s.expired[l.name]
+		switch {
+		case !gone:
+			t.Errorf("%s never expired (deadline %v after start)", l.name, l.deadline.Sub(start))
+		case at.Before(l.deadline):
+			t.Errorf("%s expired %v before its last deadline", l.name, l.deadline.Sub(at))
+		case at.Sub(l.deadline) > 2*tick:
+			t.Errorf("%s expired %v after its last deadline", l.name, at.Sub(l.deadline))
+		}
+	}
+}

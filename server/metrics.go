@@ -224,12 +224,18 @@ func outcomeLabel(entered bool, err error) string {
 func (m *metrics) refused() { m.proposals.WithLabelValues(outcomeRefused).Inc() }
 
 func (m *metrics) renewed(results []*leasepb.KeepAliveResult) {
+	gone := 0
 	for _, r := range results {
 		if r.GetGone() {
-			m.renewals.WithLabelValues("gone").Inc()
-		} else {
-			m.renewals.WithLabelValues("renewed").Inc()
+			gone++
 		}
+	}
+	// One label lookup per outcome, not per lease: a batch renews thousands.
+	if gone > 0 {
+		m.renewals.WithLabelValues("gone").Add(float64(gone))
+	}
+	if renewed := len(results) - gone; renewed > 0 {
+		m.renewals.WithLabelValues("renewed").Add(float64(renewed))
 	}
 }
 
