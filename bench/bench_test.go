@@ -40,11 +40,14 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	bins := []string{"--etcd", os.Args[0], "--leased", os.Args[0]}
 	for _, args := range [][]string{
 		{"--rows", "acquire,nope"}, {"--duration", "0s"}, {"--reps", "0"}, {"--clients", "1,x"},
-		{"--leases", "-1"}, {"--etcd", "/does/not/exist"}, {"extra"},
+		{"--leases", "-1"}, {"--etcd", "/does/not/exist"}, {"extra"}, {"--steady", "0s"}, {"--batch-size", "0"},
 	} {
 		if _, err := parse(append(append([]string{}, bins...), args...), io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+	if cfg, err := parse(bins, io.Discard); err != nil || cfg.rows["steady"] || !cfg.rows["batched"] {
+		t.Fatalf("default rows %v, err %v: want every row but steady", cfg.rows, err)
 	}
 	cfg, err := parse(append(bins, "--rows", "acquire,memory", "--clients", "1,64"), io.Discard)
 	if err != nil || !cfg.rows["acquire"] || cfg.rows["renew"] || len(cfg.clients) != 2 {

@@ -39,6 +39,9 @@ func cells(cfg config) []cell {
 	if cfg.rows["batched"] {
 		out = append(out, cell{"batched", batchedCell})
 	}
+	if cfg.rows["steady"] {
+		out = append(out, cell{"steady", steadyCell})
+	}
 	if cfg.rows["failover"] {
 		out = append(out, cell{"failover", failoverCell})
 	}
@@ -160,6 +163,33 @@ func batchedCell(ctx context.Context, s system, cfg config) (map[string]float64,
 		"batched/cores":  (after - before) / r.Elapsed.Seconds(),
 		"batched/cpu":    (after - before) / renewals * 1e6 * 1000, // µs per 1,000 renewals
 		"batched/errors": float64(r.Errors),
+	}, nil
+}
+
+// steadyCell runs cfg.steadyClients workers taking and releasing leases for cfg.steady and counts the
+// elections meanwhile (the growth of the highest raft term): at full load and with no fault, any
+// election is a spurious one — a leader whose heartbeats the load delayed past the election timeout.
+func steadyCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+	op, err := s.churn(ctx, cfg.steadyClients)
+	if err != nil {
+		return nil, err
+	}
+	before, err := s.term(ctx)
+	if err != nil {
+		return nil, err
+	}
+	long := cfg
+	long.duration, long.maxOps = cfg.steady, loadgen.MaxOpsLimit
+	r, err := measure(ctx, long, cfg.steadyClients, op)
+	if err != nil {
+		return nil, err
+	}
+	after, err := s.term(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{
+		"steady/elections": float64(after - before), "steady/rate": r.Rate(), "steady/errors": float64(r.Errors),
 	}, nil
 }
 

@@ -136,6 +136,53 @@ func (s *etcdSystem) acquire(_ context.Context, clients int, ttl time.Duration) 
 	}, nil
 }
 
+// churn is acquire followed by a Revoke of the lease, which deletes the key bound to it: the held
+// state stays small however long it runs.
+func (s *etcdSystem) churn(ctx context.Context, clients int) (loadgen.Op, error) {
+	cs, err := s.connect(clients)
+	if err != nil {
+		return nil, err
+	}
+	s.runs++
+	prefix := fmt.Sprintf("bench/churn-%d", s.runs)
+	return func(ctx context.Context, worker, seq int) error {
+		c := cs[worker%len(cs)]
+		g, err := c.Grant(ctx, 10)
+		if err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%s/%d/%d", prefix, worker, seq)
+		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "bench", clientv3.WithLease(g.ID))).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return errEtcdHeld
+		}
+		_, err = c.Revoke(ctx, g.ID)
+		return err
+	}, nil
+}
+
+// term is the highest raft term the running members report.
+func (s *etcdSystem) term(ctx context.Context) (uint64, error) {
+	var hi uint64
+	for i, ep := range s.clientEps {
+		if !s.procs[i].running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := s.probe.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		hi = max(hi, st.RaftTerm)
+	}
+	return hi, nil
+}
+
 // contended gives each worker its own session and concurrency.Mutex on one prefix: Lock waits its turn
 // (etcd's mutex is FIFO by creation revision), Unlock hands over.
 func (s *etcdSystem) contended(ctx context.Context, clients int) (loadgen.Op, error) {

@@ -108,6 +108,32 @@ func (s *leasedSystem) acquire(_ context.Context, clients int, ttl time.Duration
 	return p.Acquire(fmt.Sprintf("bench/acquire-%d", len(s.pools)), ttl), nil
 }
 
+func (s *leasedSystem) churn(_ context.Context, clients int) (loadgen.Op, error) {
+	p, err := s.pool(clients)
+	if err != nil {
+		return nil, err
+	}
+	return p.Churn(fmt.Sprintf("bench/churn-%d", len(s.pools)), 10*time.Second), nil
+}
+
+// term is the highest raft term the running nodes report.
+func (s *leasedSystem) term(ctx context.Context) (uint64, error) {
+	var hi uint64
+	for i, ep := range s.clientEps {
+		if !s.procs[i].running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := s.probe.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		hi = max(hi, st.GetTerm())
+	}
+	return hi, nil
+}
+
 func (s *leasedSystem) contended(_ context.Context, clients int) (loadgen.Op, error) {
 	p, err := s.pool(clients)
 	if err != nil {

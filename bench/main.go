@@ -27,8 +27,12 @@ import (
 	"github.com/leased/leased/client/loadgen"
 )
 
-// allRows are the row groups --rows selects from.
-var allRows = []string{"acquire", "contended", "renew", "batched", "failover", "memory"}
+// allRows are the row groups --rows selects from; defaultRows those it runs unless told (steady takes
+// 2 × --reps × --steady on its own).
+var (
+	allRows     = []string{"acquire", "contended", "renew", "batched", "steady", "failover", "memory"}
+	defaultRows = []string{"acquire", "contended", "renew", "batched", "failover", "memory"}
+)
 
 // config is the command line.
 type config struct {
@@ -43,6 +47,8 @@ type config struct {
 	batchLeases        int           // held leases of the batched row
 	batchSize          int           // leases renewed per operation
 	batchStreams       int           // keep-alive streams (workers) of the batched row
+	steady             time.Duration // length of the steady row's run
+	steadyClients      int
 	leases             int           // held leases of the memory row
 	fillTimeout        time.Duration // bound on taking them
 	maxOps             int           // per load cell
@@ -73,7 +79,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&cfg.etcdBin, "etcd", env("ETCD", "bin/etcd"), "etcd binary (env BENCH_ETCD)")
 	fs.StringVar(&cfg.leasedBin, "leased", env("LEASED", "bin/leased"), "leased binary (env BENCH_LEASED)")
-	rowsFlag := fs.String("rows", env("ROWS", strings.Join(allRows, ",")), "row groups to run: "+strings.Join(allRows, ",")+" (env BENCH_ROWS)")
+	rowsFlag := fs.String("rows", env("ROWS", strings.Join(defaultRows, ",")), "row groups to run, of "+strings.Join(allRows, ",")+" (env BENCH_ROWS)")
 	durFlag := fs.String("duration", env("DURATION", "10s"), "load time of each cell (env BENCH_DURATION)")
 	repsFlag := fs.String("reps", env("REPS", "2"), "repetitions of every cell, systems interleaved (env BENCH_REPS)")
 	clientsFlag := fs.String("clients", env("CLIENTS", "1,16,64,256"), "client counts of the acquire rows (env BENCH_CLIENTS)")
@@ -82,6 +88,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	batchLeasesFlag := fs.String("batch-leases", env("BATCH_LEASES", "20000"), "held leases of the batched row (env BENCH_BATCH_LEASES)")
 	batchSizeFlag := fs.String("batch-size", env("BATCH_SIZE", "1000"), "leases renewed per operation of the batched row (env BENCH_BATCH_SIZE)")
 	batchStreamsFlag := fs.String("batch-streams", env("BATCH_STREAMS", "4"), "keep-alive streams of the batched row (env BENCH_BATCH_STREAMS)")
+	steadyFlag := fs.String("steady", env("STEADY", "10m"), "length of the steady row's run (env BENCH_STEADY)")
+	steadyClientsFlag := fs.String("steady-clients", env("STEADY_CLIENTS", "256"), "workers of the steady row (env BENCH_STEADY_CLIENTS)")
 	killsFlag := fs.String("kills", env("KILLS", "3"), "leader kills of the failover row (env BENCH_KILLS)")
 	leasesFlag := fs.String("leases", env("LEASES", "1000000"), "held leases of the memory and restart rows (env BENCH_LEASES)")
 	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "30m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
@@ -113,6 +121,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	cfg.reps = positive("reps", *repsFlag, &errs)
 	cfg.contendedClients = positive("contended-clients", *contFlag, &errs)
 	cfg.kills = positive("kills", *killsFlag, &errs)
+	if cfg.steady, err = time.ParseDuration(*steadyFlag); err != nil || cfg.steady <= 0 {
+		errs = append(errs, fmt.Errorf("--steady: want a positive duration, got %q", *steadyFlag))
+	}
+	cfg.steadyClients = positive("steady-clients", *steadyClientsFlag, &errs)
 	cfg.batchLeases = positive("batch-leases", *batchLeasesFlag, &errs)
 	cfg.batchSize = positive("batch-size", *batchSizeFlag, &errs)
 	cfg.batchStreams = positive("batch-streams", *batchStreamsFlag, &errs)

@@ -21,6 +21,7 @@ func millis(v float64) string  { return fmt.Sprintf("%.2f ms", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.2f s", v) }
 func micros(v float64) string  { return fmt.Sprintf("%.0f µs", v) }
 func mbytes(v float64) string  { return fmt.Sprintf("+%.1f MB", v) }
+func count(v float64) string   { return fmt.Sprintf("%.0f", v) }
 func cores(v float64) string   { return fmt.Sprintf("%.2f cores", v) }
 func bytes(v float64) string   { return fmt.Sprintf("%.0f B", v) }
 
@@ -51,6 +52,12 @@ func rows(cfg config) []row {
 			row{what + ": rate", "batched/rate", perSec, true},
 			row{what + ": leader CPU", "batched/cores", cores, false},
 			row{what + ": leader CPU per 1,000", "batched/cpu", micros, false})
+	}
+	if cfg.rows["steady"] {
+		what := fmt.Sprintf("steady load (%s taking and releasing leases, %v)", plural(cfg.steadyClients, "client"), cfg.steady)
+		out = append(out,
+			row{what + ": elections", "steady/elections", count, false},
+			row{what + ": rate", "steady/rate", perSec, true})
 	}
 	if cfg.rows["failover"] {
 		out = append(out,

@@ -29,6 +29,10 @@ type system interface {
 	// keepAlive holds leases leases and returns an Op that renews batch of them at once over the worker's
 	// own keep-alive stream, as a client holding many leases does.
 	keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error)
+	// churn returns an Op that takes a lease on a fresh name and releases it at once.
+	churn(ctx context.Context, clients int) (loadgen.Op, error)
+	// term is the highest raft term the running nodes report: it grows with every election.
+	term(ctx context.Context) (uint64, error)
 	// leader is the index of the node that leads (-1 if none answers as leader).
 	leader(ctx context.Context) int
 	// readyURL is the HTTP URL that answers 200 once node i is ready to serve.

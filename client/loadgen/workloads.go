@@ -72,6 +72,19 @@ func (p *Pool) Contended(resource string, ttl time.Duration) Op {
 	}
 }
 
+// Churn takes a lease on a fresh resource per operation (prefix/worker/seq) and releases it at once:
+// two writes per operation, and a cluster whose held state stays small however long it runs.
+func (p *Pool) Churn(prefix string, ttl time.Duration) Op {
+	return func(ctx context.Context, worker, seq int) error {
+		l, err := p.of(worker).Acquire(ctx, fmt.Sprintf("%s/%d/%d", prefix, worker, seq),
+			client.WithTTL(ttl), client.WithHolder(fmt.Sprintf("%s-%d", prefix, worker)))
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	}
+}
+
 // Renew acquires one lease per worker (prefix/worker) and returns an Op that renews the worker's lease
 // once, with a unary Renew. The leases stay held until the pool closes.
 func (p *Pool) Renew(ctx context.Context, prefix string, workers int, ttl time.Duration) (Op, error) {
