@@ -36,9 +36,12 @@ type lessor struct {
 	batch    int
 	out      chan<- lessorCmd
 
-	leader    bool
-	term      uint64                  // the raft term this node leads in; tags every command it decides
-	leases    map[fsm.Ref]*leaseTimer // by (resource, token): a semaphore has several leases per resource
+	leader bool
+	term   uint64 // the raft term this node leads in; tags every command it decides
+	// leases by token: tokens are unique (one grant per entry, decision 1), so the token alone names a
+	// lease; current checks the resource too. An 8-byte key rather than (resource, token) halves the
+	// map's slots and hashes no string: renewals look leases up by the thousand.
+	leases    map[uint64]*leaseTimer
 	deadlines timerHeap
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
@@ -122,7 +125,7 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 		retry:    2 * cfg.ElectionTimeout(),
 		batch:    cfg.ExpiryBatch,
 		out:      out,
-		leases:   make(map[fsm.Ref]*leaseTimer),
+		leases:   make(map[uint64]*leaseTimer),
 		delays:   make(map[string]*delayTimer),
 	}
 }
@@ -132,7 +135,7 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leases = make(map[fsm.Ref]*leaseTimer, sm.Len())
+	l.leases = make(map[uint64]*leaseTimer, sm.Len())
 	l.deadlines = l.deadlines[:0]
 	sm.Ascend(func(ls fsm.Lease) bool {
 		t := &leaseTimer{
@@ -140,7 +143,7 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 			idle:          ls.Checkpointed && !ls.Renewed,
 			checkpointEnd: l.at(now).add(ms(ls.RemainingMs)),
 		}
-		l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
+		l.leases[ls.Token] = t
 		return true
 	})
 	l.delays = make(map[string]*delayTimer)
@@ -230,7 +233,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
 	}
 	for _, cp := range ch.Checkpointed {
-		if t := l.leases[fsm.Ref{Resource: cp.Resource, Token: cp.Token}]; t != nil {
+		if t := l.current(cp.Resource, cp.Token); t != nil {
 			t.checkpointEnd, t.idle = l.at(now).add(ms(cp.RemainingMs)), !cp.Renewed
 			if t.checkpointing {
 				t.checkpointing, l.checkpointsApplied = false, l.at(now)
@@ -249,7 +252,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 // durablyRenewed records a Renew entry for one lease. A durable renewal is a renewal: the next checkpoint
 // must not mark the lease idle again before the renewing call resets its deadline.
 func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
-	t := l.leases[ref]
+	t := l.current(ref.Resource, ref.Token)
 	if t == nil {
 		return
 	}
@@ -267,19 +270,18 @@ func (l *lessor) add(now time.Time, ls fsm.Lease) {
 		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
 		deadline: cur.add(ms(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(ms(ls.TTLMs)), heapIdx: -1,
 	}
-	l.leases[fsm.Ref{Resource: ls.Resource, Token: ls.Token}] = t
+	l.leases[ls.Token] = t
 	if l.leader {
 		heap.Push(&l.deadlines, queuedTimer{at: t.deadline, t: t})
 	}
 }
 
 func (l *lessor) remove(resource string, token uint64) {
-	ref := fsm.Ref{Resource: resource, Token: token}
-	t := l.leases[ref]
+	t := l.current(resource, token)
 	if t == nil {
 		return
 	}
-	delete(l.leases, ref)
+	delete(l.leases, token)
 	if l.leader && l.queued(t) {
 		heap.Remove(&l.deadlines, int(t.heapIdx))
 	}
@@ -291,7 +293,10 @@ func (l *lessor) queued(t *leaseTimer) bool {
 }
 
 func (l *lessor) current(resource string, token uint64) *leaseTimer {
-	return l.leases[fsm.Ref{Resource: resource, Token: token}]
+	if t := l.leases[token]; t != nil && t.resource == resource {
+		return t
+	}
+	return nil
 }
 
 // tick does the leader's periodic work: propose expirations, checkpoints and lock-delay ends.

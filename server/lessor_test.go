@@ -230,7 +230,7 @@ func TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL(t *testing.T) {
 	s.elect(0)
 	tok := s.apply(acquireCmd("r", 4*time.Second)).Lease.Token
 	s.step(2500*time.Millisecond, 100*time.Millisecond) // checkpointed idle, ~2s left
-	if !s.lessors[1].leases[fsm.Ref{Resource: "r", Token: tok}].idle {
+	if !s.lessors[1].current("r", tok).idle {
 		t.Fatal("setup: the lease should be idle in the log")
 	}
 	s.elect(1) // takes over: idle, so ~2s counted from the checkpoint
@@ -263,7 +263,7 @@ func TestIdleMarkDurableWithinOneInterval(t *testing.T) {
 			t.Fatalf("offset %v: renew failed", offset)
 		}
 		renewedAt := s.clock.Now()
-		for !s.lessors[1].leases[fsm.Ref{Resource: "r", Token: tok}].idle {
+		for !s.lessors[1].current("r", tok).idle {
 			if took := s.clock.Now().Sub(renewedAt); took > interval {
 				t.Fatalf("offset %v: not marked idle in the log %v after the last renewal (interval %v)", offset, took, interval)
 			}
@@ -474,5 +474,30 @@ func TestRenewedLeasesExpireAtTheirLastDeadline(t *testing.T) {
 		case at.Sub(l.deadline) > 2*tick:
 			t.Errorf("%s expired %v after its last deadline", l.name, at.Sub(l.deadline))
 		}
+	}
+}
+
+// TestTokenOfAnotherResourceIsNotCurrent: the lessor finds leases by token alone, so every lookup must
+// also match the resource — a renewal, checkpoint or release naming a live token with another resource
+// touches nothing.
+func TestTokenOfAnotherResourceIsNotCurrent(t *testing.T) {
+	s := newLessorSim(t, 1, TestConfig())
+	s.elect(0)
+	tok := s.apply(acquireCmd("a", 2*time.Second)).Lease.Token
+	l := s.lessors[0]
+	if _, err := l.checkRenew("b", tok); err != ErrNotCurrent {
+		t.Fatalf("checkRenew of another resource's token: %v, want ErrNotCurrent", err)
+	}
+	if _, err := l.renew("b", tok, s.clock.Now()); err != ErrNotCurrent {
+		t.Fatalf("renew of another resource's token: %v, want ErrNotCurrent", err)
+	}
+	l.mu.Lock()
+	l.remove("b", tok)
+	l.mu.Unlock()
+	if l.current("a", tok) == nil {
+		t.Fatal("removing (b, token) removed (a, token)")
+	}
+	if _, err := l.renew("a", tok, s.clock.Now()); err != nil {
+		t.Fatalf("renew of the lease itself: %v", err)
 	}
 }
