@@ -118,22 +118,26 @@ func (s *etcdSystem) acquire(_ context.Context, clients int, ttl time.Duration) 
 	prefix := fmt.Sprintf("bench/acquire-%d", s.runs)
 	secs := int64(max(ttl/time.Second, 1))
 	return func(ctx context.Context, worker, seq int) error {
-		c := cs[worker%len(cs)]
-		g, err := c.Grant(ctx, secs)
-		if err != nil {
-			return err
-		}
-		key := fmt.Sprintf("%s/%d/%d", prefix, worker, seq)
-		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "bench", clientv3.WithLease(g.ID))).Commit()
-		if err != nil {
-			return err
-		}
-		if !resp.Succeeded {
-			return errEtcdHeld
-		}
-		return nil
+		_, err := take(ctx, cs[worker%len(cs)], fmt.Sprintf("%s/%d/%d", prefix, worker, seq), secs)
+		return err
 	}, nil
+}
+
+// take grants a lease of secs seconds and creates key bound to it, if key does not exist.
+func take(ctx context.Context, c *clientv3.Client, key string, secs int64) (clientv3.LeaseID, error) {
+	g, err := c.Grant(ctx, secs)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, "bench", clientv3.WithLease(g.ID))).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, errEtcdHeld
+	}
+	return g.ID, nil
 }
 
 // churn is acquire followed by a Revoke of the lease, which deletes the key bound to it: the held
@@ -147,40 +151,24 @@ func (s *etcdSystem) churn(ctx context.Context, clients int) (loadgen.Op, error)
 	prefix := fmt.Sprintf("bench/churn-%d", s.runs)
 	return func(ctx context.Context, worker, seq int) error {
 		c := cs[worker%len(cs)]
-		g, err := c.Grant(ctx, 10)
+		id, err := take(ctx, c, fmt.Sprintf("%s/%d/%d", prefix, worker, seq), 10)
 		if err != nil {
 			return err
 		}
-		key := fmt.Sprintf("%s/%d/%d", prefix, worker, seq)
-		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "bench", clientv3.WithLease(g.ID))).Commit()
-		if err != nil {
-			return err
-		}
-		if !resp.Succeeded {
-			return errEtcdHeld
-		}
-		_, err = c.Revoke(ctx, g.ID)
+		_, err = c.Revoke(ctx, id)
 		return err
 	}, nil
 }
 
 // term is the highest raft term the running members report.
 func (s *etcdSystem) term(ctx context.Context) (uint64, error) {
-	var hi uint64
-	for i, ep := range s.clientEps {
-		if !s.procs[i].running() {
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := s.probe.Status(sctx, ep)
-		cancel()
+	return highestTerm(ctx, s.procs, s.clientEps, func(ctx context.Context, ep string) (uint64, error) {
+		st, err := s.probe.Status(ctx, ep)
 		if err != nil {
 			return 0, err
 		}
-		hi = max(hi, st.RaftTerm)
-	}
-	return hi, nil
+		return st.RaftTerm, nil
+	})
 }
 
 // contended gives each worker its own session and concurrency.Mutex on one prefix: Lock waits its turn

@@ -118,20 +118,10 @@ func (s *leasedSystem) churn(_ context.Context, clients int) (loadgen.Op, error)
 
 // term is the highest raft term the running nodes report.
 func (s *leasedSystem) term(ctx context.Context) (uint64, error) {
-	var hi uint64
-	for i, ep := range s.clientEps {
-		if !s.procs[i].running() {
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := s.probe.Status(sctx, ep)
-		cancel()
-		if err != nil {
-			return 0, err
-		}
-		hi = max(hi, st.GetTerm())
-	}
-	return hi, nil
+	return highestTerm(ctx, s.procs, s.clientEps, func(ctx context.Context, ep string) (uint64, error) {
+		st, err := s.probe.Status(ctx, ep)
+		return st.GetTerm(), err
+	})
 }
 
 func (s *leasedSystem) contended(_ context.Context, clients int) (loadgen.Op, error) {

@@ -91,3 +91,22 @@ func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
 		}
 	}
 }
+
+// highestTerm asks every running node (procs[i] at eps[i]) for its raft term, each within a second, and
+// returns the highest.
+func highestTerm(ctx context.Context, procs []*proc, eps []string, term func(context.Context, string) (uint64, error)) (uint64, error) {
+	var hi uint64
+	for i, ep := range eps {
+		if !procs[i].running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		t, err := term(sctx, ep)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		hi = max(hi, t)
+	}
+	return hi, nil
+}
