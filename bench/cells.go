@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/leased/leased/client/loadgen"
@@ -199,33 +200,25 @@ func batchStart(worker, seq, workers, leases, batch int) int {
 	return ((seq*workers + worker) * batch) % leases
 }
 
-// parallel runs fn(ctx, i) for i in [0, n) on 64 goroutines, each call bounded by opTimeout, and returns
-// the first error.
-func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	const workers = 64
-	errs := make(chan error, workers)
-	for w := range workers {
-		go func() {
-			for i := w; i < n; i += workers {
-				cctx, cancel := context.WithTimeout(ctx, opTimeout)
-				err := fn(cctx, i)
-				cancel()
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
+// fill runs fn once for every i in [0, n) on 64 workers (client/loadgen, each call bounded by
+// opTimeout, all of them by fillBound) and returns the first failure.
+func fill(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	var next atomic.Int64
+	op := func(ctx context.Context, _, _ int) error { return fn(ctx, int(next.Add(1)-1)) }
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: 64, Duration: fillBound, MaxOps: n, OpTimeout: opTimeout}, op)
+	switch {
+	case err != nil:
+		return err
+	case r.Errors > 0:
+		return r.FirstErr
+	case r.Ops < n:
+		return fmt.Errorf("%d of %d done within %v", r.Ops, n, fillBound)
 	}
-	var first error
-	for range workers {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return nil
 }
+
+// fillBound bounds fill.
+const fillBound = 10 * time.Minute
 
 // failoverCell measures the leader's loss both ways, cfg.kills times each: SIGKILL (a crash: the
 // followers must notice and elect) and SIGTERM (a clean stop: the leader hands leadership over first).

@@ -237,7 +237,7 @@ func (s *etcdSystem) leader(ctx context.Context) int {
 // answers: etcd renews one lease per request, so this is the closest to a batch it has.
 func (s *etcdSystem) keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error) {
 	ids := make([]int64, leases)
-	err := parallel(ctx, leases, func(ctx context.Context, i int) error {
+	err := fill(ctx, leases, func(ctx context.Context, i int) error {
 		g, err := s.probe.Grant(ctx, 60)
 		if err == nil {
 			ids[i] = int64(g.ID)

@@ -169,7 +169,7 @@ func (s *leasedSystem) keepAlive(ctx context.Context, workers, leases, batch int
 	s.conns = append(s.conns, conn)
 	api := leasepb.NewLeasesClient(conn)
 	refs := make([]*leasepb.LeaseRef, leases)
-	err = parallel(ctx, leases, func(ctx context.Context, i int) error {
+	err = fill(ctx, leases, func(ctx context.Context, i int) error {
 		resp, err := api.Acquire(ctx, &leasepb.AcquireRequest{
 			Resource: fmt.Sprintf("bench/batched/%d", i), Holder: fmt.Sprintf("bench-batched-%d", i/1000), TtlMs: 60_000,
 		})
