@@ -1,10 +1,6 @@
 package raftlog
 
-import (
-	"google.golang.org/protobuf/proto"
-
-	"go.etcd.io/raft/v3/raftpb"
-)
+import "go.etcd.io/raft/v3/raftpb"
 
 // The newest entries stay in memory, so that raft, which reads back every entry it commits (with
 // asynchronous storage writes an entry has usually left raft's own unstable log by then), is answered
@@ -12,27 +8,31 @@ import (
 // state with the same copy-on-write discipline as pos: a writer appends past the installed copy's length
 // or reallocates, so a failed write leaves the installed cache as it was.
 
-// maxRecentBytes bounds the cache (entries' proto sizes).
+// maxRecentBytes bounds the cache (entries' proto sizes, kept beside them in recentSizes so that
+// nothing sizes an entry twice).
 const maxRecentBytes = 4 << 20
 
 // recentFirst is the index of the cache's first entry (last+1 when it is empty).
 func (s *state) recentFirst() uint64 { return s.last + 1 - uint64(len(s.recent)) }
 
 // cacheAppend records ents, which the writer stores from index start on (replacing entries from start),
-// before st.last moves to their end; size is their proto size (the writer has just marshalled them). The
-// caller has already trimmed ents to start.
-func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry, size int) {
+// before st.last moves to their end; sizes are their proto sizes (the writer has just marshalled them).
+// The caller has already trimmed ents to start.
+func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry, sizes []int32) {
 	if first := s.recentFirst(); start < first || start > s.last+1 {
-		s.recent, s.recentBytes = nil, 0 // not contiguous with the cache: start a new one
+		s.recent, s.recentSizes, s.recentBytes = nil, nil, 0 // not contiguous with the cache: start a new one
 	} else if keep := int(start - first); keep < len(s.recent) {
-		s.recentBytes -= sizeOf(s.recent[keep:])
-		s.recent = append(make([]*raftpb.Entry, 0, keep+len(ents)), s.recent[:keep]...) // never write the shared array
+		s.recentBytes -= sum(s.recentSizes[keep:])
+		// Never write the shared arrays: the installed state may still use them.
+		s.recent = append(make([]*raftpb.Entry, 0, keep+len(ents)), s.recent[:keep]...)
+		s.recentSizes = append(make([]int32, 0, keep+len(ents)), s.recentSizes[:keep]...)
 	}
 	s.recent = append(s.recent, ents...)
-	s.recentBytes += size
+	s.recentSizes = append(s.recentSizes, sizes...)
+	s.recentBytes += sum(sizes)
 	for len(s.recent) > 1 && s.recentBytes > maxRecentBytes {
-		s.recentBytes -= proto.Size(s.recent[0])
-		s.recent = s.recent[1:]
+		s.recentBytes -= int(s.recentSizes[0])
+		s.recent, s.recentSizes = s.recent[1:], s.recentSizes[1:]
 	}
 }
 
@@ -40,8 +40,8 @@ func (s *state) cacheAppend(start uint64, ents []*raftpb.Entry, size int) {
 func (s *state) cacheCompact(i uint64) {
 	if first := s.recentFirst(); len(s.recent) > 0 && i >= first {
 		n := min(int(i-first+1), len(s.recent))
-		s.recentBytes -= sizeOf(s.recent[:n])
-		s.recent = s.recent[n:]
+		s.recentBytes -= sum(s.recentSizes[:n])
+		s.recent, s.recentSizes = s.recent[n:], s.recentSizes[n:]
 	}
 }
 
@@ -53,14 +53,14 @@ func (s *state) cached(lo, hi, maxSize uint64) ([]*raftpb.Entry, bool) {
 	if lo < first || hi > s.last+1 || lo >= hi {
 		return nil, false
 	}
-	ents := s.recent[lo-first : hi-first]
-	if maxSize >= uint64(s.recentBytes) { // the whole cache fits: no need to size each entry
+	ents, sizes := s.recent[lo-first:hi-first], s.recentSizes[lo-first:hi-first]
+	if maxSize >= uint64(s.recentBytes) { // the whole cache fits: no need to add up sizes
 		return ents[:len(ents):len(ents)], true
 	}
-	size := uint64(proto.Size(ents[0]))
+	size := uint64(sizes[0])
 	n := 1
 	for ; n < len(ents); n++ {
-		size += uint64(proto.Size(ents[n]))
+		size += uint64(sizes[n])
 		if size > maxSize {
 			break
 		}
@@ -68,10 +68,10 @@ func (s *state) cached(lo, hi, maxSize uint64) ([]*raftpb.Entry, bool) {
 	return ents[:n:n], true
 }
 
-func sizeOf(ents []*raftpb.Entry) int {
+func sum(sizes []int32) int {
 	n := 0
-	for _, e := range ents {
-		n += proto.Size(e)
+	for _, v := range sizes {
+		n += int(v)
 	}
 	return n
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestRecentCacheIsBoundedAndASuffix: the cache of recent entries stays within maxRecentBytes and always
@@ -58,7 +59,14 @@ func check(t *testing.T, s *Storage) {
 	if len(st.recent) > 0 && st.recent[len(st.recent)-1].GetIndex() != st.last {
 		t.Fatalf("cache ends at %d, log at %d", st.recent[len(st.recent)-1].GetIndex(), st.last)
 	}
-	if got := sizeOf(st.recent); got != st.recentBytes {
-		t.Fatalf("cache counts %d bytes, holds %d", st.recentBytes, got)
+	got := 0
+	for k, e := range st.recent {
+		if size := proto.Size(e); k >= len(st.recentSizes) || int(st.recentSizes[k]) != size {
+			t.Fatalf("cache entry %d is %d bytes, recorded as %v", k, size, st.recentSizes[k:min(k+1, len(st.recentSizes))])
+		}
+		got += proto.Size(e)
+	}
+	if got != st.recentBytes || len(st.recentSizes) != len(st.recent) {
+		t.Fatalf("cache counts %d bytes, holds %d (%d sizes for %d entries)", st.recentBytes, got, len(st.recentSizes), len(st.recent))
 	}
 }

@@ -16,9 +16,10 @@ type state struct {
 	// into the shared prefix: they append past len (invisible to the old
 	// copy) or copy before truncating (see setPos).
 	pos []entryPos
-	// recent caches the newest entries, a suffix of the log ending at last (recent.go); recentBytes is
-	// their size.
+	// recent caches the newest entries, a suffix of the log ending at last (recent.go); recentSizes
+	// are their proto sizes, recentBytes the sum.
 	recent      []*raftpb.Entry
+	recentSizes []int32
 	recentBytes int
 }
 

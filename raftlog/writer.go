@@ -63,7 +63,7 @@ func (w *writer) applySnapshot(snap *raftpb.Snapshot) error {
 	w.st.terms.resetTo(md.GetIndex(), md.GetTerm())
 	w.st.last = md.GetIndex()
 	w.st.pos = nil
-	w.st.recent, w.st.recentBytes = nil, 0
+	w.st.recent, w.st.recentSizes, w.st.recentBytes = nil, nil, 0
 	return nil
 }
 
@@ -90,7 +90,7 @@ func (w *writer) appendEntries(ents []*raftpb.Entry) error {
 		return fmt.Errorf("append at %d leaves a gap after last index %d: %w", start, w.st.last, ErrOutOfRange)
 	}
 	w.st.terms.truncate(start)
-	size := 0 // the entries' proto size, for the recent cache: each record's payload less its type byte
+	sizes := make([]int32, 0, len(ents)) // the entries' proto sizes, for the recent cache: each record's payload less its type byte
 	for _, e := range ents {
 		rel := len(w.buf)
 		var err error
@@ -99,9 +99,9 @@ func (w *writer) appendEntries(ents []*raftpb.Entry) error {
 		}
 		w.pending = append(w.pending, pendingEntry{e.GetIndex(), rel, len(w.buf) - rel})
 		w.st.terms.add(e.GetIndex(), e.GetTerm())
-		size += len(w.buf) - rel - recordHeaderSize - 1
+		sizes = append(sizes, int32(len(w.buf)-rel-recordHeaderSize-1))
 	}
-	w.st.cacheAppend(start, ents, size)
+	w.st.cacheAppend(start, ents, sizes)
 	w.st.last = lastNew
 	w.maxIdx = max(w.maxIdx, lastNew)
 	return nil
