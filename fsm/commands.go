@@ -58,6 +58,7 @@ func (f *FSM) newLease(index uint64, h *holder, c *wirepb.AcquireCmd) *lease {
 		value:       c.Value,
 		requestID:   c.RequestId,
 		identity:    c.Identity,
+		epoch:       f.epoch,
 		limit:       c.Limit,
 		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader
 	}
@@ -153,6 +154,7 @@ func (f *FSM) checkpoint(c *wirepb.CheckpointCmd) Result {
 		if !ok {
 			continue
 		}
+		l = f.writable(l)
 		l.set(flagCheckpointed, true)
 		l.set(flagRenewed, cp.GetRenewed())
 		l.remainingMs = max(cp.GetRemainingMs(), 0)
@@ -165,6 +167,7 @@ func (f *FSM) renew(c *wirepb.RenewCmd) Result {
 	var renewed []Ref
 	for _, ref := range c.GetLeases() { // stale refs are ignored
 		if l, ok := f.current(ref.GetResource(), ref.GetToken()); ok {
+			l = f.writable(l)
 			l.set(flagRenewed, true)
 			renewed = append(renewed, Ref{Resource: l.resource, Token: l.token})
 		}
@@ -195,6 +198,7 @@ func (f *FSM) proclaim(index uint64, c *wirepb.ProclaimCmd) Result {
 			return Result{Code: Denied, Denial: d}
 		}
 	}
+	l = f.writable(l)
 	l.value = c.GetValue()
 	l.set(flagProclaimed, true)
 	changed := l.export()

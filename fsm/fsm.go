@@ -56,6 +56,8 @@ type FSM struct {
 	// members is the member table by raft id, removed the ids ever removed (members.go).
 	members map[uint64]*leasepb.Member
 	removed map[uint64]bool
+	// epoch counts the views taken (view.go); it may wrap: only equality is asked of it.
+	epoch uint32
 }
 
 // New returns an empty state machine.

@@ -65,6 +65,9 @@ type lease struct {
 	holderPos   int32  // position in holder.leases
 	limit       uint32 // the semaphore's slot count for a slot, 0 for a plain lease
 	flags       leaseFlags
+	// epoch is FSM.epoch when this lease was made: older, a View may share it (writable; view.go).
+	// It sits in what was padding.
+	epoch uint32
 }
 
 type leaseFlags uint8

@@ -32,12 +32,17 @@ func (f *FSM) Rebase(floor uint64, members []*leasepb.Member) error {
 		c.IsLearner = m.GetIsLearner()
 		f.members[m.GetId()] = c
 	}
+	all := make([]*lease, 0, f.byResource.Len()) // writable changes the tree: not while ascending it
 	f.byResource.Ascend(func(e entry) bool {
-		e.lease.set(flagCheckpointed, false)
-		e.lease.set(flagRenewed, true)
-		e.lease.remainingMs = 0
+		all = append(all, e.lease)
 		return true
 	})
+	for _, l := range all {
+		l = f.writable(l)
+		l.set(flagCheckpointed, false)
+		l.set(flagRenewed, true)
+		l.remainingMs = 0
+	}
 	f.applied = floor
 	return nil
 }

@@ -114,6 +114,15 @@ func (x requestIndex) remove(k requestKey, l *lease) {
 	}
 }
 
+// replace makes now hold k where was held it (writable's copy of a lease).
+func (x requestIndex) replace(k requestKey, was, now *lease) {
+	if h := x.hash(k); x.byHash[h] == was {
+		x.byHash[h] = now
+	} else if x.overflow[k] == was {
+		x.overflow[k] = now
+	}
+}
+
 // sameRequest answers an Acquire whose dedup key names a live grant: replayed if its parameters match,
 // refused otherwise. ok is false when the key names no live grant (or the entry predates the check).
 func (f *FSM) sameRequest(c *wirepb.AcquireCmd) (Result, bool) {

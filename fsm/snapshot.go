@@ -28,38 +28,9 @@ var ErrBadSnapshot = errors.New("fsm: bad snapshot")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Snapshot encodes the whole state. Equal states encode to equal bytes.
-func (f *FSM) Snapshot() ([]byte, error) {
-	head := &wirepb.SnapshotBody{AppliedIndex: f.applied, HighestToken: f.highest}
-	rest := &wirepb.SnapshotBody{LockDelays: make([]*wirepb.LockDelayRecord, 0, len(f.delays))}
-	for _, r := range sortedKeys(f.delays) {
-		d := f.delays[r]
-		rest.LockDelays = append(rest.LockDelays, &wirepb.LockDelayRecord{Resource: r, Token: d.token, Index: d.index, DelayMs: d.delayMs})
-	}
-	rest.Ends = make([]*wirepb.LeaseEndRecord, 0, f.ends.len())
-	f.ends.ascend(func(e leaseEnd) {
-		rest.Ends = append(rest.Ends, &wirepb.LeaseEndRecord{Resource: e.resource, Token: e.token, Index: e.index, How: endEventType[e.how]})
-	})
-	rest.ForgottenThrough = proto.Uint64(f.ends.forgottenThrough)
-	if f.aclSet {
-		rest.Acl = &wirepb.AclState{Rules: f.acl}
-	}
-	rest.Members, rest.RemovedMembers = f.Members(), f.removedIDs()
-	rest.AnsweredRequests = f.answeredRecords()
-	// One allocation of the exact size: the header, then the body encoded in place (snapshot_stream.go).
-	size := headerSize + proto.Size(head) + f.leasesSize() + proto.Size(rest)
-	out := make([]byte, headerSize, size)
-	out, err := f.encodeBody(out, head, rest)
-	if err != nil {
-		return nil, fmt.Errorf("fsm: encode snapshot: %w", err)
-	}
-	payload := out[headerSize:]
-	copy(out, snapshotMagic)
-	binary.BigEndian.PutUint32(out[8:], snapshotVersion)
-	binary.BigEndian.PutUint64(out[12:], uint64(len(payload)))
-	binary.BigEndian.PutUint32(out[20:], crc32.Checksum(payload, castagnoli))
-	return out, nil
-}
+// Snapshot encodes the whole state. Equal states encode to equal bytes. It is View().Encode(), so it
+// needs the access View needs.
+func (f *FSM) Snapshot() ([]byte, error) { return f.View().Encode() }
 
 // Restore decodes a snapshot into a new FSM. It checks the envelope and checksum and every record's
 // consistency; on any fault it returns an error wrapping ErrBadSnapshot and no FSM.
@@ -239,6 +210,7 @@ func (f *FSM) leaseFromRecord(r *wirepb.LeaseRecord) *lease {
 		requestID:   r.RequestId,
 		identity:    r.Identity,
 		limit:       r.Limit,
+		epoch:       f.epoch,
 	}
 	l.set(flagCheckpointed, r.Checkpointed)
 	l.set(flagRenewed, r.Renewed)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"github.com/google/btree"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -18,14 +19,15 @@ import (
 // snapshotLeasesField is SnapshotBody.leases' field number.
 const snapshotLeasesField protowire.Number = 3
 
-// encodeBody appends the SnapshotBody of f to buf. head holds fields 1 and 2, rest the fields after 3.
-func (f *FSM) encodeBody(buf []byte, head, rest *wirepb.SnapshotBody) ([]byte, error) {
+// encodeBody appends a SnapshotBody to buf: head holds fields 1 and 2, leases field 3, rest the fields
+// after it.
+func encodeBody(buf []byte, head *wirepb.SnapshotBody, leases *btree.BTreeG[entry], rest *wirepb.SnapshotBody) ([]byte, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
 	buf, err := opts.MarshalAppend(buf, head)
 	if err != nil {
 		return nil, err
 	}
-	f.byResource.Ascend(func(e entry) bool {
+	leases.Ascend(func(e entry) bool {
 		buf = protowire.AppendTag(buf, snapshotLeasesField, protowire.BytesType)
 		buf = protowire.AppendVarint(buf, uint64(e.lease.recordSize()))
 		buf = e.lease.appendRecord(buf)
@@ -35,9 +37,9 @@ func (f *FSM) encodeBody(buf []byte, head, rest *wirepb.SnapshotBody) ([]byte, e
 }
 
 // leasesSize is the encoded size of every lease record, with its tag and length.
-func (f *FSM) leasesSize() int {
+func leasesSize(leases *btree.BTreeG[entry]) int {
 	n := 0
-	f.byResource.Ascend(func(e entry) bool {
+	leases.Ascend(func(e entry) bool {
 		s := e.lease.recordSize()
 		n += protowire.SizeTag(snapshotLeasesField) + protowire.SizeBytes(s)
 		return true
