@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -25,6 +26,10 @@ func (s *Storage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 	hasSnap, hasHS := !raft.IsEmptySnap(snap), !raft.IsEmptyHardState(hs)
 	if !hasSnap && !hasHS && len(ents) == 0 {
 		return nil
+	}
+	if hasSnap {
+		s.snapMu.Lock()
+		defer s.snapMu.Unlock()
 	}
 	return s.update("save", func(w *writer) error {
 		if hasSnap {
@@ -47,6 +52,8 @@ func (s *Storage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 // becomes the offset. An index not above the stored snapshot's (unless both
 // are 0, the bootstrap case) is raft.ErrSnapOutOfDate, returned bare.
 func (s *Storage) ApplySnapshot(snap *raftpb.Snapshot) error {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
 	return s.update("apply snapshot", func(w *writer) error { return w.applySnapshot(snap) })
 }
 
@@ -62,15 +69,61 @@ func (s *Storage) Compact(compactIndex uint64) error {
 // with the given data; cs replaces the stored ConfState unless nil. It does
 // not compact the log; call Compact for that. i not above the stored
 // snapshot's index is raft.ErrSnapOutOfDate (bare), i beyond LastIndex is
-// ErrOutOfRange, i below the offset is raft.ErrCompacted.
+// ErrOutOfRange, i below the offset is raft.ErrCompacted. The returned
+// snapshot's Data is data itself.
+//
+// Unlike the other writes it does not hold the log while it writes: a
+// snapshot is the whole state (tens of MB at a million leases) and its
+// bbolt commit takes as long as the disk needs for it, while Save must go on
+// appending meanwhile (a raft node that cannot append for seconds loses its
+// leadership). Entry i is committed, so nothing an append does can change
+// it; the snapshot writers exclude each other (snapMu), and the snapshot
+// becomes the stored one only once raft.db has it.
 func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	var snap *raftpb.Snapshot
-	err := s.update("create snapshot", func(w *writer) error {
-		var err error
-		snap, err = w.createSnapshot(i, cs, data)
-		return err
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	md, db, err := s.snapshotAt(i, cs)
+	if err != nil {
+		return nil, err
+	}
+	err = guard(s.path, func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			if err := commitHook("snapshot writing"); err != nil {
+				return err
+			}
+			return putSnapshot(tx, md, data)
+		})
 	})
-	return snap, err
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: create snapshot: %w", err)
+	}
+	s.mu.Lock()
+	s.st.snap = md // st's fields are replaced, never changed in place: readers' copies keep the old one
+	s.mu.Unlock()
+	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: proto.Clone(md).(*raftpb.SnapshotMetadata), Data: data}), nil
+}
+
+// snapshotAt checks that a snapshot at i may be created and returns its
+// metadata, with the open raft.db to write it to.
+func (s *Storage) snapshotAt(i uint64, cs *raftpb.ConfState) (*raftpb.SnapshotMetadata, *bolt.DB, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case s.db == nil:
+		return nil, nil, s.closedErr("create snapshot")
+	case i <= s.st.snap.GetIndex():
+		return nil, nil, raft.ErrSnapOutOfDate
+	case i > s.st.last:
+		return nil, nil, fmt.Errorf("raftlog: create snapshot: snapshot %d beyond last index %d: %w", i, s.st.last, ErrOutOfRange)
+	case i < s.st.offset():
+		return nil, nil, raft.ErrCompacted
+	}
+	md := proto.Clone(s.st.snap).(*raftpb.SnapshotMetadata)
+	md.Index, md.Term = new(i), new(s.st.terms.term(i))
+	if cs != nil {
+		md.ConfState = proto.Clone(cs).(*raftpb.ConfState)
+	}
+	return md, s.db, nil
 }
 
 // update runs fn over a copy of the state, then makes its changes durable
@@ -172,7 +225,8 @@ func (s *Storage) commitSnapshot(w *writer, seq uint64, off int64) error {
 }
 
 // commitHook lets tests observe (by copying the files: what a crash there
-// would leave) or fail a snapshot installation between its steps.
+// would leave) or fail a snapshot installation between its steps, and hold
+// CreateSnapshot's raft.db write ("snapshot writing").
 var commitHook = func(step string) error { return nil }
 
 // dropSegments deletes the segments a committed operation made

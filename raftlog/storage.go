@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -17,12 +18,18 @@ import (
 //
 // It is safe for concurrent use. Writers are serialised with each other and
 // with readers; Term, FirstIndex, LastIndex and InitialState answer from
-// memory, while Entries and Snapshot read the files.
+// memory, while Entries and Snapshot read the files. CreateSnapshot is the
+// exception: it writes its data to raft.db without holding up the appends
+// (see there).
 type Storage struct {
 	path string
 
-	mu  sync.RWMutex // guards db, wal and st; held for the whole of a write
-	db  *bolt.DB     // nil once closed
+	// snapMu serialises the writers of raft.db's snapshot (CreateSnapshot,
+	// and Save and ApplySnapshot with a snapshot) and Close. It is taken
+	// before mu.
+	snapMu sync.Mutex
+	mu     sync.RWMutex // guards db, wal and st; held for the whole of a write but CreateSnapshot's
+	db     *bolt.DB     // nil once closed
 	wal *wal
 	st  state
 }
@@ -161,32 +168,42 @@ func (s *Storage) FirstIndex() (uint64, error) {
 	return s.st.firstIndex(), nil
 }
 
-// Snapshot implements raft.Storage: the latest snapshot, data read from the
-// file. Snapshots are written synchronously, so it never returns
-// raft.ErrSnapshotTemporarilyUnavailable.
+// Snapshot implements raft.Storage: the latest snapshot, metadata and data
+// read from raft.db in one transaction (so they match even while a
+// CreateSnapshot is writing), without holding up the log's writers. It
+// never returns raft.ErrSnapshotTemporarilyUnavailable.
 func (s *Storage) Snapshot() (*raftpb.Snapshot, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.db == nil {
+	db := s.db
+	s.mu.RUnlock()
+	if db == nil {
 		return nil, s.closedErr("snapshot")
 	}
+	md := &raftpb.SnapshotMetadata{}
 	var data []byte
-	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketSnapshot).Get(keySnapData)
-		if v == nil {
+	err := guard(s.path, func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			if err := getProto(tx.Bucket(bucketMeta), keySnapMeta, md); err != nil {
+				return fmt.Errorf("%w: snapshot metadata: %v", ErrCorrupt, err)
+			}
+			v := tx.Bucket(bucketSnapshot).Get(keySnapData)
+			if v == nil {
+				return nil
+			}
+			body, err := unseal(v)
+			if err != nil {
+				return fmt.Errorf("%w: snapshot data: %v", ErrCorrupt, err)
+			}
+			data = cloneBytes(body)
 			return nil
-		}
-		body, err := unseal(v)
-		if err != nil {
-			return fmt.Errorf("%w: snapshot data: %v", ErrCorrupt, err)
-		}
-		data = cloneBytes(body)
-		return nil
+		})
 	})
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return nil, s.closedErr("snapshot")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: snapshot: %w", err)
 	}
-	md := proto.Clone(s.st.snap).(*raftpb.SnapshotMetadata)
 	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: md, Data: data}), nil
 }
 
@@ -217,6 +234,8 @@ func (s *Storage) WALPath() string {
 // Close releases the file and its lock. Later calls return ErrClosed;
 // closing twice is not an error.
 func (s *Storage) Close() error {
+	s.snapMu.Lock() // a CreateSnapshot writing raft.db without mu finishes first
+	defer s.snapMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {

@@ -2,9 +2,11 @@ package raftlog
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -218,4 +220,75 @@ func TestMethodsAfterCloseReturnErrClosed(t *testing.T) {
 			t.Errorf("call %d after Close: %v, want ErrClosed", i+1, err)
 		}
 	}
+}
+
+// TestCreateSnapshotDoesNotHoldUpAppends holds CreateSnapshot inside its raft.db write and checks that
+// Save, Entries, Term and Snapshot all answer meanwhile (Snapshot with the previous snapshot), and that
+// the snapshot is the stored one, across a reopen, once the write finishes.
+func TestCreateSnapshotDoesNotHoldUpAppends(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if err := s.Save(hardState(1, 1, 10), entries(1, 11, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	writing, release := make(chan struct{}), make(chan struct{})
+	commitHook = func(step string) error {
+		if step == "snapshot writing" {
+			close(writing)
+			<-release
+		}
+		return nil
+	}
+	t.Cleanup(func() { commitHook = func(string) error { return nil } })
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.CreateSnapshot(8, &raftpb.ConfState{Voters: []uint64{1}}, []byte("state at 8"))
+		created <- err
+	}()
+	<-writing
+	others := make(chan error, 1)
+	go func() {
+		if err := s.Save(hardState(1, 1, 12), entries(11, 13, 1), nil); err != nil {
+			others <- err
+			return
+		}
+		if _, err := s.Entries(9, 13, 1<<20); err != nil {
+			others <- err
+			return
+		}
+		if _, err := s.Term(12); err != nil {
+			others <- err
+			return
+		}
+		snap, err := s.Snapshot()
+		if err == nil && snap.GetMetadata().GetIndex() != 0 {
+			err = fmt.Errorf("snapshot at %d while the one at 8 is still being written", snap.GetMetadata().GetIndex())
+		}
+		others <- err
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Save, Entries, Term or Snapshot waited for CreateSnapshot's raft.db write")
+	}
+	close(release)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	commitHook = func(string) error { return nil }
+	if snap, err := s.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 8 || string(snap.GetData()) != "state at 8" {
+		t.Fatalf("Snapshot() = %v, %v; want the one at 8", snap, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir)
+	if snap, err := s.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 8 || snap.GetMetadata().GetTerm() != 1 {
+		t.Fatalf("after reopen Snapshot() = %v, %v; want index 8 term 1", snap, err)
+	}
+	checkLog(t, s, 1, 12, hardState(1, 1, 12))
 }

@@ -135,30 +135,6 @@ func (w *writer) compact(i uint64) error {
 	return nil
 }
 
-// createSnapshot records a snapshot at index i, as
-// MemoryStorage.CreateSnapshot does; a nil cs keeps the previous ConfState.
-// It changes raft.db only.
-func (w *writer) createSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	if i <= w.st.snap.GetIndex() {
-		return nil, raft.ErrSnapOutOfDate
-	}
-	if i > w.st.last {
-		return nil, fmt.Errorf("snapshot %d beyond last index %d: %w", i, w.st.last, ErrOutOfRange)
-	}
-	if i < w.st.offset() {
-		return nil, raft.ErrCompacted
-	}
-	md := proto.Clone(w.st.snap).(*raftpb.SnapshotMetadata)
-	md.Index, md.Term = new(i), new(w.st.terms.term(i))
-	if cs != nil {
-		md.ConfState = proto.Clone(cs).(*raftpb.ConfState)
-	}
-	w.snap, w.snapData = md, data
-	w.st.snap = md
-	snap := &raftpb.Snapshot{Metadata: proto.Clone(md).(*raftpb.SnapshotMetadata), Data: cloneBytes(data)}
-	return raftpb.EnsureSnapshot(snap), nil
-}
-
 func (w *writer) setHardState(hs *raftpb.HardState) error {
 	var err error
 	if w.buf, err = appendProtoRecord(w.buf, recHardState, hs); err != nil {
