@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,42 +13,60 @@ import (
 // the election timeout, but requests sent to this node hang). It watches the age of the single write in
 // flight, never throughput: a slow disk whose every write finishes in time never trips it.
 
+// writeSlot is a raft log write in flight, for the watchdog: when it started (time.Now's monotonic
+// reading as an offset from node.epoch, plus one; 0: none) and what it is. The Ready loop writes one at a
+// time (node.loopWrite); the snapshotter writes a snapshot beside it (node.snapWrite).
+type writeSlot struct {
+	start atomic.Int64
+	op    atomic.Pointer[string]
+}
+
 // diskWrite runs one raft log write (op names it in the error) on the Ready loop, visible to the watchdog.
 // A write that returns after the watchdog gave up on it reports that the node stopped: nothing after it may
 // act as if the node still ran.
 func (n *node) diskWrite(op string, write func() error) error {
-	n.writeOp.Store(&op)
-	n.writeStart.Store(int64(time.Since(n.epoch)) + 1)
+	return n.watchedWrite(&n.loopWrite, op, write)
+}
+
+// watchedWrite runs write in slot, visible to the watchdog.
+func (n *node) watchedWrite(slot *writeSlot, op string, write func() error) error {
+	slot.op.Store(&op)
+	slot.start.Store(int64(time.Since(n.epoch)) + 1)
 	n.faults.beforeWrite(n.stopped)
 	err := write()
-	n.writeStart.Store(0)
+	slot.start.Store(0)
 	if p := n.fatalErr.Load(); err == nil && p != nil {
 		err = fmt.Errorf("%w: %v", ErrStopped, *p)
 	}
 	return err
 }
 
-// inFlightWrite is the raft log write in flight and how long it has run (ok false: none).
+// inFlightWrite is the Ready loop's raft log write in flight and how long it has run (ok false: none).
 func (n *node) inFlightWrite() (op string, age time.Duration, ok bool) {
-	start := n.writeStart.Load()
+	return n.inFlight(&n.loopWrite)
+}
+
+func (n *node) inFlight(slot *writeSlot) (op string, age time.Duration, ok bool) {
+	start := slot.start.Load()
 	if start == 0 {
 		return "", 0, false
 	}
-	if p := n.writeOp.Load(); p != nil {
+	if p := slot.op.Load(); p != nil {
 		op = *p
 	}
 	return op, time.Since(n.epoch) - time.Duration(start-1), true
 }
 
-// watchDisk stops the node once a raft log write has been in flight for longer than DiskStallTimeout,
-// counting only time during which the watchdog itself ran (writeAge). It returns when stop closes or the
-// node stops.
+// watchDisk stops the node once a raft log write (the loop's or the snapshotter's) has been in flight for
+// longer than DiskStallTimeout, counting only time during which the watchdog itself ran (writeAge). It
+// returns when stop closes or the node stops.
 func (n *node) watchDisk(stop <-chan struct{}) {
 	timeout := n.cfg.DiskStallTimeout
 	period := max(timeout/8, time.Millisecond)
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
-	w := writeAge{period: period, last: time.Now()}
+	slots := []*writeSlot{&n.loopWrite, &n.snapWrite}
+	ages := []writeAge{{period: period, last: time.Now()}, {period: period, last: time.Now()}}
 	for {
 		select {
 		case <-stop:
@@ -55,12 +74,14 @@ func (n *node) watchDisk(stop <-chan struct{}) {
 		case <-n.done:
 			return
 		case now := <-ticker.C:
-			op, age, ok := n.inFlightWrite()
-			if counted := w.observe(now, n.writeStart.Load(), age, ok); counted > timeout {
-				n.fail(fmt.Errorf("raft log %s to %s has not returned for %v (disk stall timeout %v): %w",
-					op, n.writePath(op), counted.Round(time.Millisecond), timeout, ErrDiskStalled))
-				n.halt()
-				return
+			for i, slot := range slots {
+				op, age, ok := n.inFlight(slot)
+				if counted := ages[i].observe(now, slot.start.Load(), age, ok); counted > timeout {
+					n.fail(fmt.Errorf("raft log %s to %s has not returned for %v (disk stall timeout %v): %w",
+						op, n.writePath(op), counted.Round(time.Millisecond), timeout, ErrDiskStalled))
+					n.halt()
+					return
+				}
 			}
 		}
 	}

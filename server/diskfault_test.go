@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"syscall"
@@ -94,4 +95,72 @@ func dial(t *testing.T, addr string) leasepb.LeasesClient {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return leasepb.NewLeasesClient(conn)
+}
+
+// TestWritesGoOnWhileASnapshotIsWritten: a snapshot's write to raft.db (tens of MB at a million leases)
+// runs beside the Ready loop, not on it. With the write held, acquires keep committing and the loop keeps
+// ticking; once it is let go the log is compacted behind it, and the next snapshot follows in turn.
+func TestWritesGoOnWhileASnapshotIsWritten(t *testing.T) {
+	ctx := ctxT(t)
+	cfg := server.TestConfig()
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+	s, fault, err := server.NewWithStorageFault(cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := fault.HoldSnapshots()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	s.Start()
+	defer s.Close()
+	cl := dial(t, cfg.ClientAddr)
+	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	acquire := func(i int) {
+		t.Helper()
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := cl.Acquire(callCtx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("r/%d", i), Holder: "h", TtlMs: 60_000}); err != nil {
+			t.Fatalf("acquire %d while a snapshot is written: %v", i, err)
+		}
+	}
+	i := 0
+	for ; ; i++ {
+		acquire(i)
+		select {
+		case <-started:
+		default:
+			if i > 100 {
+				t.Fatal("no snapshot began after 100 acquires with SnapshotEntries 20")
+			}
+			continue
+		}
+		break
+	}
+	ticks := s.Ticks()
+	for range 3 * cfg.SnapshotEntries { // more than two snapshots' worth, all while the first is held
+		i++
+		acquire(i)
+	}
+	eventually(t, 5*time.Second, "the loop to tick", func() bool { return s.Ticks() > ticks+3 })
+	if n := fault.Compactions(); n != 0 {
+		t.Fatalf("%d compactions while the snapshot is held", n)
+	}
+	released = true
+	release()
+	eventually(t, 10*time.Second, "the log to be compacted behind the snapshot", func() bool { return fault.Compactions() > 0 })
+	// And the snapshots go on, each in turn.
+	done := fault.Compactions()
+	for range cfg.SnapshotEntries + 1 {
+		i++
+		acquire(i)
+	}
+	eventually(t, 10*time.Second, "the next compaction", func() bool { return fault.Compactions() > done })
 }

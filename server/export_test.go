@@ -25,10 +25,36 @@ func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
 // SnapshotsRestored is how many snapshots this node received from a leader and restored.
 func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
 
-// StorageFault makes a node's raft-log writes fail on demand, like a full or failing disk.
+// StorageFault makes a node's raft-log writes fail on demand, like a full or failing disk, or holds its
+// snapshot writes, like a disk slow to take a large one.
 type StorageFault struct {
 	logStore
 	err atomic.Pointer[error]
+	// hold, when set, is closed to let held snapshot writes go on; held receives one value per snapshot
+	// write that starts waiting.
+	hold        atomic.Pointer[chan struct{}]
+	held        chan struct{}
+	compactions atomic.Int64
+}
+
+// HoldSnapshots makes snapshot writes wait until release is called; started receives one value as each
+// begins to wait.
+func (f *StorageFault) HoldSnapshots() (started <-chan struct{}, release func()) {
+	hold := make(chan struct{})
+	f.held = make(chan struct{}, 16)
+	f.hold.Store(&hold)
+	return f.held, func() { close(hold) }
+}
+
+// Compactions is how many log compactions succeeded.
+func (f *StorageFault) Compactions() int64 { return f.compactions.Load() }
+
+func (f *StorageFault) Compact(i uint64) error {
+	err := f.logStore.Compact(i)
+	if err == nil {
+		f.compactions.Add(1)
+	}
+	return err
 }
 
 // Fail makes every later write return err.
@@ -44,6 +70,10 @@ func (f *StorageFault) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 func (f *StorageFault) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
 	if p := f.err.Load(); p != nil {
 		return nil, *p
+	}
+	if hold := f.hold.Load(); hold != nil {
+		f.held <- struct{}{}
+		<-*hold
 	}
 	return f.logStore.CreateSnapshot(i, cs, data)
 }

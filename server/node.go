@@ -83,6 +83,11 @@ type node struct {
 	// the snapshot raft sends a new member names it in its ConfState (raft refuses a snapshot that does
 	// not) and carries the member table it joined.
 	confSnapshotDue bool
+	// snapshotting: a snapshot is being written (snapshotter.go; Ready loop only). snapJobs and
+	// snapResults carry it to snapshotLoop and back.
+	snapshotting bool
+	snapJobs     chan snapshotJob
+	snapResults  chan snapshotResult
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 	// appending is the last index of the log append in flight, whose entries the peers may already
@@ -115,15 +120,15 @@ type node struct {
 	haltOnce sync.Once
 	fatalErr atomic.Pointer[error]
 
-	// The raft log write in flight, for the disk watchdog (disk.go): when it started (time.Now's
-	// monotonic reading as an offset from epoch, plus one; 0: none) and what it is.
-	epoch      time.Time
-	writeStart atomic.Int64
-	writeOp    atomic.Pointer[string]
-	logPath    string        // raft.db: where snapshots are written
-	walPath    func() string // the WAL segment Save and Compact write; nil: logPath
-	faults     diskFaults    // injected stalls; empty unless built with -tags faultinject
-	hooks      testHooks     // set only by tests (export_test.go)
+	// The raft log writes in flight, for the disk watchdog (disk.go): the Ready loop's and the
+	// snapshotter's, timed from epoch.
+	epoch     time.Time
+	loopWrite writeSlot
+	snapWrite writeSlot
+	logPath   string        // raft.db: where snapshots are written
+	walPath   func() string // the WAL segment Save and Compact write; nil: logPath
+	faults    diskFaults    // injected stalls; empty unless built with -tags faultinject
+	hooks     testHooks     // set only by tests (export_test.go)
 }
 
 // run is the Ready loop: tick, send, apply, persist (handleReady). It returns when stop is closed or on a
@@ -140,6 +145,11 @@ func (n *node) run(stop <-chan struct{}) {
 			return
 		case <-ticker.C:
 			n.tick()
+		case res := <-n.snapResults:
+			if err := n.snapshotTaken(res); err != nil {
+				n.fail(err)
+				return
+			}
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
 				if errors.Is(err, raft.ErrStopped) { // Close stopped raft while this Ready was handled
@@ -340,46 +350,5 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
 	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
-	return nil
-}
-
-// maybeSnapshot snapshots the state machine and compacts the log every SnapshotEntries entries.
-func (n *node) maybeSnapshot() error {
-	applied := n.applied.Load()
-	if applied-n.snapIndex < n.cfg.SnapshotEntries && !n.confSnapshotDue {
-		return nil
-	}
-	n.confSnapshotDue = false
-	if err := n.flushHardState(); err != nil {
-		return err
-	}
-	start := time.Now()
-	n.fsmMu.RLock()
-	data, err := n.sm.Snapshot()
-	n.fsmMu.RUnlock()
-	if err != nil {
-		return err
-	}
-	err = n.diskWrite("snapshot", func() error {
-		_, err := n.storage.CreateSnapshot(applied, n.confState, data)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, raft.ErrSnapOutOfDate) {
-			return nil
-		}
-		return fmt.Errorf("create snapshot at %d: %w", applied, err)
-	}
-	n.snapIndex = applied
-	if applied > n.cfg.SnapshotCatchUp {
-		err := n.diskWrite("compaction", func() error { return n.storage.Compact(applied - n.cfg.SnapshotCatchUp) })
-		if err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return fmt.Errorf("compact log at %d: %w", applied-n.cfg.SnapshotCatchUp, err)
-		}
-	}
-	n.metrics.snapSeconds.Observe(since(start))
-	n.metrics.snapBytes.Set(float64(len(data)))
-	n.updateLogEntries()
-	n.log.Debug("snapshot taken", "index", applied, "bytes", len(data))
 	return nil
 }

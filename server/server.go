@@ -294,6 +294,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		peers:       make(map[uint64]string),
 		confSem:     make(chan struct{}, 1),
 		lostStreams: make(chan uint64, 1),
+		snapJobs:    make(chan snapshotJob, 1),
+		snapResults: make(chan snapshotResult, 1),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),
@@ -440,6 +442,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { s.node.snapshotLoop(s.stop) })
 	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })

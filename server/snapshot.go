@@ -103,10 +103,12 @@ func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint6
 	if err := n.linearizable(ctx); err != nil {
 		return nil, 0, err
 	}
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	data, err = n.sm.Snapshot()
-	return data, n.sm.AppliedIndex(), err
+	// A view, encoded outside the lock: the apply waits a moment, not for the encoding.
+	n.fsmMu.Lock()
+	view := n.sm.View()
+	n.fsmMu.Unlock()
+	data, err = view.Encode()
+	return data, view.AppliedIndex(), err
 }
 
 // sendSnapshot streams data in chunks of at most snapshotChunkBytes; the last one carries the sha256.
