@@ -30,8 +30,8 @@ type Storage struct {
 	snapMu sync.Mutex
 	mu     sync.RWMutex // guards db, wal and st; held for the whole of a write but CreateSnapshot's
 	db     *bolt.DB     // nil once closed
-	wal *wal
-	st  state
+	wal    *wal
+	st     state
 }
 
 var _ raft.Storage = (*Storage)(nil)
