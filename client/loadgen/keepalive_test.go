@@ -243,4 +243,5 @@ func TestAgainstCluster(t *testing.T) {
 	}
 	defer sdk.Close()
 	t.Run("KeepAlive", func(t *testing.T) { testKeepAlive(t, sdk, eps[c.WaitLeader()]) })
+	t.Run("Failover", func(t *testing.T) { testFailover(t, sdk, eps) })
 }
