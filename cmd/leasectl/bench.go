@@ -136,9 +136,10 @@ clients, 16 to a client.
              release expire after --ttl. Taking them must finish within half of --ttl.
   failover   outages as a client sees them: one worker acquires a lease on a fresh resource
              (--resources/failover/0/SEQ) and releases it, over and over, and every gap longer than --gap
-             between two successful acquires is an outage. bench cannot stop the leader itself: while it
-             runs, stop, kill or partition the leader (or a node) yourself. Each outage is reported with
-             its start and length, and told on stderr as it starts and ends. It takes no --clients.
+             between two successful acquires is an outage (healthy, a gap is a release and an acquire:
+             pick --gap well above that). bench cannot stop the leader itself: while it runs, stop, kill
+             or partition the leader (or a node) yourself. Each outage is reported with its start and
+             length, and told on stderr as it starts and ends. It takes no --clients.
 
 Each run stops after --duration or --max-ops operations, whichever comes first; Ctrl-C stops it early and
 prints what was measured. bench exits 1 when errors happened (the first is printed on stderr) and with the
