@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/leased/leased/client/loadgen"
@@ -194,30 +193,13 @@ func steadyCell(ctx context.Context, s system, cfg config) (map[string]float64, 
 	}, nil
 }
 
-// batchStart is the first lease (of leases) that operation seq of worker renews: the workers take turns
-// through the leases in batches, so that every lease is renewed as often as any other.
-func batchStart(worker, seq, workers, leases, batch int) int {
-	return ((seq*workers + worker) * batch) % leases
+// fillOptions are those of taking n leases (loadgen.Fill): 64 workers, each call bounded by opTimeout,
+// all of them by fillBound.
+func fillOptions(n int) loadgen.Options {
+	return loadgen.Options{Clients: loadgen.FillWorkers, Duration: fillBound, MaxOps: n, OpTimeout: opTimeout}
 }
 
-// fill runs fn once for every i in [0, n) on 64 workers (client/loadgen, each call bounded by
-// opTimeout, all of them by fillBound) and returns the first failure.
-func fill(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	var next atomic.Int64
-	op := func(ctx context.Context, _, _ int) error { return fn(ctx, int(next.Add(1)-1)) }
-	r, err := loadgen.Run(ctx, loadgen.Options{Clients: 64, Duration: fillBound, MaxOps: n, OpTimeout: opTimeout}, op)
-	switch {
-	case err != nil:
-		return err
-	case r.Errors > 0:
-		return r.FirstErr
-	case r.Ops < n:
-		return fmt.Errorf("%d of %d done within %v", r.Ops, n, fillBound)
-	}
-	return nil
-}
-
-// fillBound bounds fill.
+// fillBound bounds taking the leases of the batched-renewals row.
 const fillBound = 10 * time.Minute
 
 // failoverCell measures the leader's loss both ways, cfg.kills times each: SIGKILL (a crash: the

@@ -237,7 +237,7 @@ func (s *etcdSystem) leader(ctx context.Context) int {
 // answers: etcd renews one lease per request, so this is the closest to a batch it has.
 func (s *etcdSystem) keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error) {
 	ids := make([]int64, leases)
-	err := fill(ctx, leases, func(ctx context.Context, i int) error {
+	err := loadgen.Fill(ctx, fillOptions(leases), func(ctx context.Context, i int) error {
 		g, err := s.probe.Grant(ctx, 60)
 		if err == nil {
 			ids[i] = int64(g.ID)
@@ -255,7 +255,7 @@ func (s *etcdSystem) keepAlive(ctx context.Context, workers, leases, batch int) 
 	}
 	return func(_ context.Context, worker, seq int) error {
 		st := streams[worker]
-		first := batchStart(worker, seq, workers, leases, batch)
+		first := loadgen.BatchStart(worker, seq, workers, leases, batch)
 		for i := range batch {
 			if err := st.Send(&pb.LeaseKeepAliveRequest{ID: ids[(first+i)%leases]}); err != nil {
 				return err

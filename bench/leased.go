@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
@@ -21,14 +20,15 @@ import (
 // timeout, like etcd's 100 ms heartbeat and 1 s election), with the cluster-wide lease limits raised so
 // that the held-leases row fits. Load comes from the SDK, through client/loadgen's Pool.
 type leasedSystem struct {
-	bin       string
-	maxLeases int // --max-leases
-	procs     []*proc
-	clientEps []string
-	adminEps  []string
-	pools     []*loadgen.Pool
-	conns     []*grpc.ClientConn // raw API connections (keepAlive)
-	probe     *client.Client
+	bin        string
+	maxLeases  int // --max-leases
+	procs      []*proc
+	clientEps  []string
+	adminEps   []string
+	pools      []*loadgen.Pool
+	conns      []*grpc.ClientConn // raw API connections (keepAlive)
+	keepAlives []*loadgen.KeepAlive
+	probe      *client.Client
 }
 
 func (s *leasedSystem) name() string          { return "leased" }
@@ -73,6 +73,10 @@ func (s *leasedSystem) start(ctx context.Context, dir string) error {
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 func (s *leasedSystem) stop() {
+	for _, ka := range s.keepAlives {
+		ka.Close()
+	}
+	s.keepAlives = nil
 	for _, p := range s.pools {
 		_ = p.Close()
 	}
@@ -155,59 +159,28 @@ func (s *leasedSystem) leader(ctx context.Context) int {
 	return -1
 }
 
-// keepAlive takes leases leases (TTL 60 s) and opens one KeepAlive stream per worker to the leader; an
-// operation renews batch of them in one request.
+// keepAlive takes leases leases (TTL 60 s) through the raw API on the leader and opens one KeepAlive
+// stream per worker there (client/loadgen, the load `leasectl bench keepalive` runs); an operation
+// renews batch of them in one request.
 func (s *leasedSystem) keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error) {
 	leader := s.leader(ctx)
 	if leader < 0 {
 		return nil, errors.New("no leader to renew on")
 	}
-	conn, err := grpc.NewClient(s.clientEps[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := loadgen.Dial(s.clientEps[leader], nil)
 	if err != nil {
 		return nil, err
 	}
 	s.conns = append(s.conns, conn)
 	api := leasepb.NewLeasesClient(conn)
-	refs := make([]*leasepb.LeaseRef, leases)
-	err = fill(ctx, leases, func(ctx context.Context, i int) error {
-		resp, err := api.Acquire(ctx, &leasepb.AcquireRequest{
-			Resource: fmt.Sprintf("bench/batched/%d", i), Holder: fmt.Sprintf("bench-batched-%d", i/1000), TtlMs: 60_000,
-		})
-		if err == nil {
-			refs[i] = &leasepb.LeaseRef{Resource: resp.GetLease().GetResource(), Token: resp.GetLease().GetToken()}
-		}
-		return err
-	})
+	refs, err := loadgen.TakeLeases(ctx, api, fillOptions(leases), "bench/batched", 60*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("acquire the leases to renew: %w", err)
 	}
-	streams := make([]grpc.BidiStreamingClient[leasepb.KeepAliveRequest, leasepb.KeepAliveResponse], workers)
-	for w := range streams {
-		if streams[w], err = api.KeepAlive(ctx); err != nil {
-			return nil, err
-		}
+	ka, err := loadgen.OpenKeepAlive(ctx, api, refs, workers, batch)
+	if err != nil {
+		return nil, err
 	}
-	return func(_ context.Context, worker, seq int) error {
-		first := batchStart(worker, seq, workers, leases, batch)
-		req := &leasepb.KeepAliveRequest{Seq: uint64(seq), Leases: make([]*leasepb.LeaseRef, batch)}
-		for i := range batch {
-			req.Leases[i] = refs[(first+i)%leases]
-		}
-		if err := streams[worker].Send(req); err != nil {
-			return err
-		}
-		resp, err := streams[worker].Recv()
-		if err != nil {
-			return err
-		}
-		for _, r := range resp.GetResults() {
-			if r.GetGone() || r.GetTtlMs() <= 0 {
-				return fmt.Errorf("leased: lease %s not renewed", r.GetResource())
-			}
-		}
-		if len(resp.GetResults()) != batch {
-			return fmt.Errorf("leased: %d results for %d leases", len(resp.GetResults()), batch)
-		}
-		return nil
-	}, nil
+	s.keepAlives = append(s.keepAlives, ka)
+	return ka.Op(), nil
 }

@@ -254,6 +254,14 @@ func (e *CompactedError) Error() string {
 // Is makes errors.Is(err, ErrCompacted) true.
 func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
+// FromStatus maps an error of the raw gRPC API (api/leasepb, called on a connection of the caller's own)
+// to this package's errors, as the Client's calls return them: errors.Is(err, ErrUnavailable) and the
+// other sentinels hold, a held resource is a *HeldError, an ended lease an *EndedError, a refused
+// argument an *InvalidError. Tools that drive the API directly (client/loadgen's batched keep-alive load)
+// use it so that their failures read and map like the SDK's. An error that is not a gRPC status, and
+// nil, are returned unchanged.
+func FromStatus(err error) error { return fromStatus(err) }
+
 // fromStatus maps a gRPC error to the client's errors, keeping the server's message.
 func fromStatus(err error) error {
 	if err == nil {

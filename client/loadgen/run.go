@@ -1,7 +1,9 @@
 // Package loadgen drives a cluster with a bounded, timed load and measures every operation's latency. It
 // is the engine of `leasectl bench` and of the side-by-side comparison with etcd in bench/ (which hands
 // it etcd operations too, so both systems are measured by the same loop); workloads.go holds the leased
-// operations. Every run ends at its duration, its operation cap or its context, whichever comes first.
+// operations through the SDK, keepalive.go the batched renewals through the raw API (and Fill, which
+// both sides of bench/ take their leases with), failover.go the passive outage measurement. Every run
+// ends at its duration, its operation cap or its context, whichever comes first.
 package loadgen
 
 import (

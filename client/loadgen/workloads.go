@@ -52,11 +52,16 @@ func (p *Pool) of(worker int) *client.Client { return p.Clients[worker%len(p.Cli
 // leases so that no holder reaches the per-holder limit.
 func (p *Pool) Acquire(prefix string, ttl time.Duration) Op {
 	return func(ctx context.Context, worker, seq int) error {
-		holder := fmt.Sprintf("%s-%d-%d", prefix, worker, seq/holderBatch)
-		_, err := p.of(worker).Acquire(ctx, fmt.Sprintf("%s/%d/%d", prefix, worker, seq),
-			client.WithTTL(ttl), client.WithHolder(holder))
+		_, err := p.take(ctx, prefix, worker, seq, ttl)
 		return err
 	}
+}
+
+// take acquires operation seq's fresh resource, prefix/worker/seq, under the holder of its batch of
+// holderBatch.
+func (p *Pool) take(ctx context.Context, prefix string, worker, seq int, ttl time.Duration) (*client.Lease, error) {
+	holder := fmt.Sprintf("%s-%d-%d", prefix, worker, seq/holderBatch)
+	return p.of(worker).Acquire(ctx, fmt.Sprintf("%s/%d/%d", prefix, worker, seq), client.WithTTL(ttl), client.WithHolder(holder))
 }
 
 // Contended has every worker queue for one resource (FIFO, WithWait) and release it as soon as it is

@@ -45,6 +45,8 @@ func TestCluster(t *testing.T) {
 		{"WaitFeedback", testWaitFeedback},
 		{"HeldNamesTheProcess", testHeldNamesTheProcess},
 		{"Bench", testBench},
+		{"BenchKeepAlive", testBenchKeepAlive},
+		{"BenchFailoverQuiet", testBenchFailoverQuiet},
 		{"BenchInterrupt", testBenchInterrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, eps) })

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/client/loadgen"
 )
 
 // dead is an endpoint that fails if dialled: a usage error must be reported before any dial, so these
@@ -83,6 +84,19 @@ func TestUsageErrorsExitTwoBeforeNetwork(t *testing.T) {
 		{"help", "bogus"},
 		{"acl", "frob"},
 		{"snapshot", "frob"},
+		{"bench", "keepalive", "--leases", "0"},
+		{"bench", "keepalive", "--leases", "1000001"},
+		{"bench", "keepalive", "--batch", "0"},
+		{"bench", "keepalive", "--leases", "10", "--batch", "11"},
+		{"bench", "keepalive", "--streams", "0"},
+		{"bench", "keepalive", "--clients", "2"},
+		{"bench", "keepalive", "--ttl", "-1s"},
+		{"bench", "failover", "--clients", "2"},
+		{"bench", "failover", "--gap", "-1s"},
+		{"bench", "failover", "--duration", "0s"},
+		{"bench", "acquire", "--gap", "1s"},
+		{"bench", "renew", "--streams", "2"},
+		{"bench", "acquire", "--ttl", "0s"},
 	}
 	for _, args := range cases {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -248,6 +262,12 @@ func TestJSONShapes(t *testing.T) {
 		{nodeJSON{}, []string{"name", "id", "client_addr", "role", "term", "leader", "leader_id", "commit_index", "applied_index", "db_size_bytes", "live_leases", "version", "healthy"}},
 		{memberJSON{}, []string{"id", "name", "peer_addr", "client_addr", "is_learner"}},
 		{leaderJSON{}, []string{"resource", "holder", "token", "value"}},
+		{benchJSON{}, []string{"workload", "clients", "duration_ms", "ops", "errors", "rate", "p50_ms", "p90_ms", "p99_ms", "max_ms"}},
+		{keepAliveJSON{}, []string{"workload", "streams", "leases", "batch", "duration_ms", "ops", "errors", "renewals", "rate",
+			"batches_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "released"}},
+		{failoverJSON{}, []string{"workload", "gap_ms", "duration_ms", "ops", "errors", "release_errors", "outages",
+			"outage_median_ms", "outage_max_ms"}},
+		{outageJSON{}, []string{"start_ms", "started_at", "length_ms", "ended", "errors"}},
 	}
 	for _, c := range cases {
 		b, err := json.Marshal(c.v)
@@ -303,5 +323,27 @@ func TestChildStatus(t *testing.T) {
 	}
 	if got := childStatus(nil, errors.New("x")); got != 1 {
 		t.Errorf("got %d", got)
+	}
+}
+
+// bench failover fails only when nothing was granted, when interrupted, or when the run ended in an
+// outage; the failed acquires of the outages it saw end are its measurement.
+func TestFailoverOutcome(t *testing.T) {
+	down := errors.New("down")
+	ended := loadgen.Outage{Length: time.Second, Ended: true, Errors: 3}
+	for _, c := range []struct {
+		r           loadgen.FailoverResult
+		interrupted bool
+		want        int
+	}{
+		{loadgen.FailoverResult{Result: loadgen.Result{Ops: 10}}, false, 0},
+		{loadgen.FailoverResult{Result: loadgen.Result{Ops: 10, Errors: 3, FirstErr: down}, Outages: []loadgen.Outage{ended}}, false, 0},
+		{loadgen.FailoverResult{Result: loadgen.Result{Ops: 10}, Outages: []loadgen.Outage{ended, {Length: time.Second}}}, false, 1},
+		{loadgen.FailoverResult{Result: loadgen.Result{Ops: 10}}, true, 1},
+		{loadgen.FailoverResult{Result: loadgen.Result{Ops: 4, Errors: 4, FirstErr: fmt.Errorf("x: %w", client.ErrUnavailable)}}, false, 5},
+	} {
+		if got := exitCode(failoverOutcome(c.r, c.interrupted)); got != c.want {
+			t.Errorf("failoverOutcome(%+v, %v) exits %d, want %d", c.r, c.interrupted, got, c.want)
+		}
 	}
 }
