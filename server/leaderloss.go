@@ -30,48 +30,60 @@ func (n *node) streamLost(peer uint64) {
 	}
 }
 
-// leaderLossLoop acts on the hints until stop closes.
+// leaderLossLoop acts on the hints until stop closes. Each hint that names the leader starts its own
+// turn and replaces the turn a previous one was waiting for: a leader elected after one crash may crash in
+// turn before that wait is over, and its successor should not wait behind it.
 func (n *node) leaderLossLoop(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
+	turn := time.NewTimer(0)
+	defer turn.Stop()
+	<-turn.C
+	var lost uint64 // the leader whose loss the pending turn is for; 0: none pending
 	for {
 		select {
 		case <-stop:
 			return
 		case peer := <-n.lostStreams:
-			n.leaderStreamLost(ctx, peer)
+			if wait, ok := n.leaderStreamLost(ctx, peer); ok {
+				turn.Reset(wait)
+				lost = peer
+			}
+		case <-turn.C:
+			n.campaignInTurn(ctx, lost)
+			lost = 0
 		}
 	}
 }
 
-// leaderStreamLost forgets the leader and campaigns if peer is this follower's leader. Followers that
-// lost it at the same moment would campaign at the same moment and split the vote (each votes for
-// itself), so they take turns: the voters other than the lost leader, in id order, campaign one
-// campaignStagger apart after a campaignSettle, each only if no leader is known by its turn.
-func (n *node) leaderStreamLost(ctx context.Context, peer uint64) {
+// leaderStreamLost forgets the leader if peer is this follower's leader, and returns how long to wait for
+// this follower's turn to campaign (ok false: it does not campaign). Followers that lost the leader at
+// the same moment would campaign at the same moment and split the vote (each votes for itself), so they
+// take turns: the voters other than the lost leader, in id order, campaign one campaignStagger apart after
+// a campaignSettle, each only if no leader is known by its turn (campaignInTurn).
+func (n *node) leaderStreamLost(ctx context.Context, peer uint64) (wait time.Duration, ok bool) {
 	if peer != n.leader.Load() || n.isLeader() {
-		return
+		return 0, false
 	}
 	n.log.Info("the leader's raft stream broke: forgetting it", "leader", leasepb.FormatID(peer))
 	n.metrics.leaderStreamLost.Inc()
 	if err := n.raft.ForgetLeader(ctx); err != nil {
-		return // stopping
+		return 0, false // stopping
 	}
 	rank, voter := campaignRank(n.raft.Status().Config.Voters.IDs(), n.id, peer)
 	if !voter {
-		return
+		return 0, false
 	}
-	t := time.NewTimer(n.campaignSettle() + time.Duration(rank)*n.campaignStagger())
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-t.C:
-	}
-	if lead := n.leader.Load(); lead != raft.None && lead != peer {
+	return n.campaignSettle() + time.Duration(rank)*n.campaignStagger(), true
+}
+
+// campaignInTurn campaigns, once this follower's turn came after it lost leader lost, unless another
+// leader is known by now.
+func (n *node) campaignInTurn(ctx context.Context, lost uint64) {
+	if lead := n.leader.Load(); lead != raft.None && lead != lost {
 		return // a new leader was elected
 	}
-	n.log.Info("campaigning after the leader's stream broke", "turn", rank)
+	n.log.Info("campaigning after the leader's stream broke")
 	_ = n.raft.Campaign(ctx)
 }
 

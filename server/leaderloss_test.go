@@ -1,6 +1,17 @@
 package server
 
-import "testing"
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/quorum"
+)
 
 func TestCampaignRank(t *testing.T) {
 	voters := map[uint64]struct{}{30: {}, 10: {}, 20: {}, 40: {}}
@@ -18,4 +29,74 @@ func TestCampaignRank(t *testing.T) {
 			t.Errorf("campaignRank(self %d, lost %d) = %d, %v; want %d, %v", c.self, c.lost, rank, voter, c.rank, c.voter)
 		}
 	}
+}
+
+// campaignRecorder is the part of raft.Node leaderLossLoop uses: it records when Campaign is called.
+type campaignRecorder struct {
+	raft.Node
+	voters quorum.MajorityConfig
+
+	mu        sync.Mutex
+	campaigns []time.Time
+}
+
+func (r *campaignRecorder) ForgetLeader(context.Context) error { return nil }
+
+func (r *campaignRecorder) Status() raft.Status {
+	var st raft.Status
+	st.Config.Voters[0] = r.voters
+	return st
+}
+
+func (r *campaignRecorder) Campaign(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.campaigns = append(r.campaigns, time.Now())
+	return nil
+}
+
+func (r *campaignRecorder) calls() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.campaigns...)
+}
+
+// TestALaterLeaderLossReplacesTheTurnAwaited: node 3 of {1, 2, 3} loses leader 1 and waits for its turn
+// (second, after node 2); node 2 is elected and crashes too, 10 ms later. Node 3's turn for losing 2 starts
+// then, in its own right: it campaigns one turn after that second hint, not after the first turn's wait
+// ran out (the hints used to be handled one at a time), and never for the first loss, whose leader was
+// already replaced.
+func TestALaterLeaderLossReplacesTheTurnAwaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &campaignRecorder{voters: quorum.MajorityConfig{1: {}, 2: {}, 3: {}}}
+		cfg := TestConfig()
+		n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), id: 3, raft: rec, lostStreams: make(chan uint64, 1)}
+		n.metrics = newMetrics(prometheus.NewRegistry(), n)
+		n.role.Store(int32(raft.StateFollower))
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.leaderLossLoop(stop)
+		}()
+		defer func() {
+			close(stop)
+			<-done
+		}()
+		wait := n.campaignSettle() + n.campaignStagger() // node 3's turn: the second
+		start := time.Now()
+		n.leader.Store(1)
+		n.streamLost(1)
+		time.Sleep(10 * time.Millisecond) // virtual: node 2 is elected, then crashes
+		n.leader.Store(2)
+		n.streamLost(2)
+		time.Sleep(2 * wait)
+		got := rec.calls()
+		if len(got) != 1 {
+			t.Fatalf("campaigned %d times, want once (for the loss of 2)", len(got))
+		}
+		if at, want := got[0].Sub(start), 10*time.Millisecond+wait; at != want {
+			t.Fatalf("campaigned %v after the first hint, want %v: one turn after the second hint", at, want)
+		}
+	})
 }
