@@ -17,22 +17,32 @@ import (
 	"github.com/leased/leased/server"
 )
 
+// oneNodeWithFault builds, without starting it, a one-node cluster whose raft log sits behind a
+// StorageFault; mutate, if set, changes its config first.
+func oneNodeWithFault(t *testing.T, mutate func(*server.Config)) (server.Config, server.Listeners, *server.Server, *server.StorageFault) {
+	t.Helper()
+	cfg := server.TestConfig()
+	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
+	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
+	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
+	s, fault, err := server.NewWithStorageFault(cfg, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, lis, s, fault
+}
+
 // TestFailingDiskStopsTheNodeAndAcknowledgesNothingUnpersisted: when the raft log can no longer be
 // written (a full disk), the node stops with a clear error, the write that could not be persisted is not
 // acknowledged, and after a restart on a working disk every acknowledged write is there and the failed one
 // is not.
 func TestFailingDiskStopsTheNodeAndAcknowledgesNothingUnpersisted(t *testing.T) {
 	ctx := ctxT(t)
-	cfg := server.TestConfig()
-	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
-	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
-	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
-
-	s, fault, err := server.NewWithStorageFault(cfg, lis)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, lis, s, fault := oneNodeWithFault(t, nil)
 	s.Start()
 	defer s.Close()
 	cl := dial(t, cfg.ClientAddr)
@@ -102,16 +112,7 @@ func dial(t *testing.T, addr string) leasepb.LeasesClient {
 // ticking; once it is let go the log is compacted behind it, and the next snapshot follows in turn.
 func TestWritesGoOnWhileASnapshotIsWritten(t *testing.T) {
 	ctx := ctxT(t)
-	cfg := server.TestConfig()
-	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
-	cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2
-	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}
-	cfg.ClientAddr, cfg.PeerAddr = lis.Client.Addr().String(), lis.Peer.Addr().String()
-	cfg.InitialCluster = map[string]string{"n1": cfg.PeerAddr}
-	s, fault, err := server.NewWithStorageFault(cfg, lis)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _, s, fault := oneNodeWithFault(t, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
 	started, release := fault.HoldSnapshots()
 	released := false
 	defer func() {
