@@ -224,7 +224,8 @@ func TestMethodsAfterCloseReturnErrClosed(t *testing.T) {
 
 // TestCreateSnapshotDoesNotHoldUpAppends holds CreateSnapshot inside its raft.db write and checks that
 // Save, Entries, Term and Snapshot all answer meanwhile (Snapshot with the previous snapshot), and that
-// the snapshot is the stored one, across a reopen, once the write finishes.
+// the snapshot is the stored one, across a reopen, once the write finishes; a crash during the write
+// leaves the log without it.
 func TestCreateSnapshotDoesNotHoldUpAppends(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
@@ -246,6 +247,7 @@ func TestCreateSnapshotDoesNotHoldUpAppends(t *testing.T) {
 		created <- err
 	}()
 	<-writing
+	crashed := copyLog(t, dir) // what a crash in the middle of the write would leave
 	others := make(chan error, 1)
 	go func() {
 		if err := s.Save(hardState(1, 1, 12), entries(11, 13, 1), nil); err != nil {
@@ -291,4 +293,10 @@ func TestCreateSnapshotDoesNotHoldUpAppends(t *testing.T) {
 		t.Fatalf("after reopen Snapshot() = %v, %v; want index 8 term 1", snap, err)
 	}
 	checkLog(t, s, 1, 12, hardState(1, 1, 12))
+	// A crash during the write leaves the log as it was, with no snapshot.
+	c := mustOpen(t, crashed)
+	if snap, err := c.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 0 {
+		t.Fatalf("after a crash mid-write Snapshot() = %v, %v; want none", snap, err)
+	}
+	checkLog(t, c, 1, 10, hardState(1, 1, 10))
 }
