@@ -222,18 +222,18 @@ func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*lease
 
 // renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
 func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
+	batch := make([]renewalCheck, len(pending))
+	for i, res := range pending {
+		batch[i] = renewalCheck{resource: res.Resource, token: res.Token}
+	}
+	gen, err := n.lessor.checkRenewals(batch)
+	if err != nil {
+		return nil, err
+	}
 	var idle []*leasepb.LeaseRef
-	for _, res := range pending {
-		r, err := n.lessor.checkRenew(res.Resource, res.Token)
-		switch {
-		case errors.Is(err, ErrNotCurrent):
-			// Not "gone" yet: a node that just took over may not have applied a grant its predecessor
-			// committed and acknowledged. Decided after the confirmation below, which waits until this
-			// node has applied everything committed before it.
-		case err != nil:
-			return nil, err
-		case r.idle:
-			idle = append(idle, &leasepb.LeaseRef{Resource: res.Resource, Token: res.Token})
+	for _, c := range batch {
+		if c.idle {
+			idle = append(idle, &leasepb.LeaseRef{Resource: c.resource, Token: c.token})
 		}
 	}
 	if len(idle) > 0 {
@@ -245,18 +245,20 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		return nil, err
 	}
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
+	if err := n.lessor.renewChecked(gen, batch, at); err != nil {
+		return nil, err
+	}
 	var again []*leasepb.KeepAliveResult
-	for _, res := range pending {
-		ttl, err := n.lessor.renew(res.Resource, res.Token, at)
+	for i, c := range batch {
 		switch {
-		case errors.Is(err, ErrNotCurrent):
-			res.Gone = true // definite: this node's state reflects every write committed before the request
-		case errors.Is(err, errIdle):
-			again = append(again, res)
-		case err != nil:
-			return nil, err
+		case errors.Is(c.err, ErrNotCurrent):
+			pending[i].Gone = true // definite: this node's state reflects every write committed before the request
+		case errors.Is(c.err, errIdle):
+			again = append(again, pending[i])
+		case c.err != nil:
+			return nil, c.err
 		default:
-			res.TtlMs = ttl.Milliseconds()
+			pending[i].TtlMs = c.ttl.Milliseconds()
 		}
 	}
 	return again, nil

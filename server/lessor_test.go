@@ -501,3 +501,56 @@ func TestTokenOfAnotherResourceIsNotCurrent(t *testing.T) {
 		t.Fatalf("renew of the lease itself: %v", err)
 	}
 }
+
+// TestBatchedRenewalsUseTheTimersTheCheckFound: a batch is checked, then (after the leadership
+// confirmation) renewed through the timers the check found. A lease released in between is gone; one
+// granted in between (not current when checked) is looked up again and renewed; after a leader change in
+// between every lease is looked up again.
+func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
+	s := newLessorSim(t, 1, TestConfig())
+	s.elect(0)
+	l := s.lessors[0]
+	a := s.apply(acquireCmd("a", 2*time.Second)).Lease.Token
+	kept := s.apply(acquireCmd("kept", 2*time.Second)).Lease.Token
+	batch := []renewalCheck{{resource: "a", token: a}, {resource: "kept", token: kept}, {resource: "b", token: kept + 2}}
+	gen, err := l.checkRenewals(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].t == nil || batch[1].t == nil || batch[2].t != nil {
+		t.Fatalf("checked: a %v, kept %v, b %v; want a and kept found, b not yet", batch[0].t, batch[1].t, batch[2].t)
+	}
+	s.apply(&wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{Resource: "a", Token: a}}})
+	if tok := s.apply(acquireCmd("b", 2*time.Second)).Lease.Token; tok != kept+2 {
+		t.Fatalf("b granted token %d, the test expects %d", tok, kept+2)
+	}
+	if err := l.renewChecked(gen, batch, s.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].err != ErrNotCurrent {
+		t.Errorf("a, released after the check: %v, want ErrNotCurrent", batch[0].err)
+	}
+	if batch[1].err != nil || batch[2].err != nil || batch[1].ttl != 2*time.Second || batch[2].ttl != 2*time.Second {
+		t.Errorf("kept: %v %v, b (granted after the check): %v %v; want both renewed for 2s", batch[1].ttl, batch[1].err, batch[2].ttl, batch[2].err)
+	}
+
+	// The timers rebuilt between the check and the renewal (a restore): they are looked up again, so the
+	// renewal moves the live timer's deadline, not the discarded one's.
+	batch = []renewalCheck{{resource: "kept", token: kept}}
+	if gen, err = l.checkRenewals(batch); err != nil {
+		t.Fatal(err)
+	}
+	old := batch[0].t
+	l.reset(s.sm, s.clock.Now())
+	s.clock.Advance(time.Second)
+	at := s.clock.Now()
+	if err := l.renewChecked(gen, batch, at); err != nil || batch[0].err != nil {
+		t.Fatalf("kept after a reset: %v, %v; want renewed", err, batch[0].err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if live := l.current("kept", kept); live == old || live.renewedAt != l.at(at) {
+		t.Errorf("the renewal after a reset did not reach the live timer (same object %v, renewed at %v, want %v)",
+			live == old, live.renewedAt, l.at(at))
+	}
+}
