@@ -255,8 +255,6 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 			pending[i].Gone = true // definite: this node's state reflects every write committed before the request
 		case errors.Is(c.err, errIdle):
 			again = append(again, pending[i])
-		case c.err != nil:
-			return nil, c.err
 		default:
 			pending[i].TtlMs = c.ttl.Milliseconds()
 		}

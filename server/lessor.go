@@ -422,14 +422,6 @@ func (l *lessor) send(cmd *wirepb.Command) {
 // errIdle: the lease was marked idle after the renewal was checked; it must be renewed durably first.
 var errIdle = errors.New("lease marked idle")
 
-// renewal is the outcome of checking a renewal request against the lessor.
-type renewal struct {
-	ttl time.Duration
-	// idle: the first renewal of an idle lease, or of one an idle checkpoint is on its way for: make it
-	// durable (a Renew entry) before acknowledging.
-	idle bool
-}
-
 // renewalCheck is one lease of a batch of renewals: checked before the leadership confirmation
 // (checkRenewals), renewed after it (renewChecked) through the timer the check found, so that a renewal
 // costs one lookup, not two (each was a tenth of the leader's CPU under batched renewals).
@@ -437,7 +429,9 @@ type renewalCheck struct {
 	resource string
 	token    uint64
 	t        *leaseTimer // the timer found by the check; nil: not current when checked
-	idle     bool        // see renewal.idle
+	// idle: the first renewal of an idle lease, or of one an idle checkpoint is on its way for: make it
+	// durable (a Renew entry) before acknowledging.
+	idle bool
 	// The outcome (renewChecked): the TTL granted, or ErrNotCurrent or errIdle.
 	ttl time.Duration
 	err error
@@ -490,27 +484,6 @@ func (l *lessor) renewChecked(gen uint64, batch []renewalCheck, at time.Time) er
 		}
 	}
 	return nil
-}
-
-// checkRenew reports whether (resource, token) can be renewed by this leader (checkRenewals of one).
-func (l *lessor) checkRenew(resource string, token uint64) (renewal, error) {
-	batch := []renewalCheck{{resource: resource, token: token}}
-	if _, err := l.checkRenewals(batch); err != nil {
-		return renewal{}, err
-	}
-	if batch[0].t == nil {
-		return renewal{}, ErrNotCurrent
-	}
-	return renewal{ttl: batch[0].t.ttl, idle: batch[0].idle}, nil
-}
-
-// renew resets the deadline of (resource, token) to at + TTL (renewChecked of one, looked up afresh).
-func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Duration, error) {
-	batch := []renewalCheck{{resource: resource, token: token}}
-	if err := l.renewChecked(0, batch, at); err != nil {
-		return 0, err
-	}
-	return batch[0].ttl, batch[0].err
 }
 
 // remaining is the leader's view of the time left on a lease (0 when unknown or not leader).

@@ -88,6 +88,33 @@ func (s *lessorSim) renew(resource string, token uint64) bool {
 	return err == nil
 }
 
+// renewal is what checkRenew found: the lease's TTL, and whether its renewal must go through the log.
+type renewal struct {
+	ttl  time.Duration
+	idle bool
+}
+
+// checkRenew reports whether (resource, token) can be renewed by this leader (checkRenewals of one).
+func (l *lessor) checkRenew(resource string, token uint64) (renewal, error) {
+	batch := []renewalCheck{{resource: resource, token: token}}
+	if _, err := l.checkRenewals(batch); err != nil {
+		return renewal{}, err
+	}
+	if batch[0].t == nil {
+		return renewal{}, ErrNotCurrent
+	}
+	return renewal{ttl: batch[0].t.ttl, idle: batch[0].idle}, nil
+}
+
+// renew resets the deadline of (resource, token) to at + TTL (renewChecked of one, looked up afresh).
+func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Duration, error) {
+	batch := []renewalCheck{{resource: resource, token: token}}
+	if err := l.renewChecked(0, batch, at); err != nil {
+		return 0, err
+	}
+	return batch[0].ttl, batch[0].err
+}
+
 func renew(resource string, token uint64) *wirepb.Command {
 	return &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: []*leasepb.LeaseRef{{Resource: resource, Token: token}}}}}
 }
