@@ -253,11 +253,6 @@ func (s *Storage) Close() error {
 	return nil
 }
 
-// view runs a read transaction, reporting a panic in bbolt as ErrCorrupt.
-func (s *Storage) view(fn func(*bolt.Tx) error) error {
-	return guard(s.path, func() error { return s.db.View(fn) })
-}
-
 func (s *Storage) closedErr(op string) error {
 	return fmt.Errorf("raftlog: %s: %w", op, ErrClosed)
 }
