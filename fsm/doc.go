@@ -39,6 +39,6 @@
 //
 // An FSM is not safe for concurrent use: the server serialises Apply with reads (the apply goroutine owns it,
 // or a lock guards it). The exception is a View (view.go): taken like a write, it freezes the state in O(1)
-// and may then be encoded as a snapshot on another goroutine while the FSM goes on applying. Results and Lease values returned to callers are copies, except Value slices, which
-// the caller must not modify.
+// and may then be encoded as a snapshot on another goroutine while the FSM goes on applying. Results and
+// Lease values returned to callers are copies, except Value slices, which the caller must not modify.
 package fsm
