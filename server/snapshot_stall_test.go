@@ -85,6 +85,24 @@ func TestSnapshotReaderThatStopsReadingIsCutOff(t *testing.T) {
 	}
 	waitFor(codes.ResourceExhausted)
 	waitFor(codes.OK)
+	// One free slot serves a backup; wait until the watchdog has ended both stalled streams (two probes,
+	// each having taken a chunk, are served at once), so that reading them below cannot let a stream
+	// still being served finish: on a busy machine one could end a tick after the other.
+	bothFree := func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel() // ends the probes, freeing their slots
+		for range server.MaxSnapshotStreams {
+			st, err := leasepb.NewClusterClient(slow).Snapshot(pctx, &leasepb.SnapshotRequest{})
+			if err != nil {
+				return false
+			}
+			if _, err := st.Recv(); err != nil { // a chunk: served (a refusal ends with ResourceExhausted)
+				return false
+			}
+		}
+		return true
+	}
+	eventually(t, 15*time.Second, "both stalled streams ended by the watchdog", bothFree)
 	for i, st := range stalled {
 		var err error
 		for err == nil {
