@@ -37,6 +37,7 @@ var (
 // config is the command line.
 type config struct {
 	etcdBin, leasedBin string
+	systems            map[string]bool // of etcd, leased
 	rows               map[string]bool
 	duration           time.Duration // of each load cell
 	reps               int
@@ -79,6 +80,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&cfg.etcdBin, "etcd", env("ETCD", "bin/etcd"), "etcd binary (env BENCH_ETCD)")
 	fs.StringVar(&cfg.leasedBin, "leased", env("LEASED", "bin/leased"), "leased binary (env BENCH_LEASED)")
+	systemsFlag := fs.String("systems", env("SYSTEMS", "etcd,leased"), "systems to run, of etcd,leased; one alone measures it without the other (env BENCH_SYSTEMS)")
 	rowsFlag := fs.String("rows", env("ROWS", strings.Join(defaultRows, ",")), "row groups to run, of "+strings.Join(allRows, ",")+" (env BENCH_ROWS)")
 	durFlag := fs.String("duration", env("DURATION", "10s"), "load time of each cell (env BENCH_DURATION)")
 	repsFlag := fs.String("reps", env("REPS", "2"), "repetitions of every cell, systems interleaved (env BENCH_REPS)")
@@ -103,6 +105,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var errs []error
+	cfg.systems = map[string]bool{}
+	for s := range strings.SplitSeq(*systemsFlag, ",") {
+		s = strings.TrimSpace(s)
+		if s != "etcd" && s != "leased" {
+			errs = append(errs, fmt.Errorf("--systems: unknown system %q (want etcd,leased)", s))
+		}
+		cfg.systems[s] = true
+	}
 	cfg.rows = map[string]bool{}
 	for r := range strings.SplitSeq(*rowsFlag, ",") {
 		r = strings.TrimSpace(r)
@@ -135,7 +145,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if cfg.maxOps > loadgen.MaxOpsLimit {
 		errs = append(errs, fmt.Errorf("--max-ops: at most %d", loadgen.MaxOpsLimit))
 	}
-	for _, bin := range []string{cfg.etcdBin, cfg.leasedBin} {
+	for name, bin := range map[string]string{"etcd": cfg.etcdBin, "leased": cfg.leasedBin} {
+		if !cfg.systems[name] {
+			continue
+		}
 		if _, err := os.Stat(bin); err != nil {
 			errs = append(errs, fmt.Errorf("binary: %w (make bench-compare builds both)", err))
 		}
@@ -190,6 +203,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				order = []system{leased, etcd}
 			}
 			for _, s := range order {
+				if !cfg.systems[s.name()] {
+					continue
+				}
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -211,7 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %s, %v per cell; %s; %s; took %v.\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(), plural(cfg.reps, "repetition"), cfg.duration,
-		version(ctx, cfg.etcdBin), version(ctx, cfg.leasedBin), time.Since(start).Round(time.Second))
+		versionOf(ctx, cfg, "etcd", cfg.etcdBin), versionOf(ctx, cfg, "leased", cfg.leasedBin), time.Since(start).Round(time.Second))
 	writeTable(&b, cfg, res)
 	_, _ = io.WriteString(stdout, b.String())
 	if cfg.out != "" {
@@ -269,4 +285,12 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// versionOf is version's answer for a system the run measured, and says so for one it did not.
+func versionOf(ctx context.Context, cfg config, system, bin string) string {
+	if !cfg.systems[system] {
+		return system + " not run"
+	}
+	return version(ctx, bin)
 }
