@@ -31,9 +31,9 @@ func TestCampaignRank(t *testing.T) {
 	}
 }
 
-// campaignRecorder is the part of raft.Node leaderLossLoop uses: it records when Campaign is called.
+// campaignRecorder is the part of raftControl leaderLossLoop uses: it records when Campaign is called.
 type campaignRecorder struct {
-	raft.Node
+	raftControl
 	voters quorum.MajorityConfig
 
 	mu        sync.Mutex

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -61,7 +60,8 @@ func (n *node) appendLocal(m *raftpb.Message, mustSync bool) error {
 			return err
 		}
 	}
-	return n.deliverResponses(m.GetResponses())
+	n.deliverResponses(m.GetResponses())
+	return nil
 }
 
 // hardStateOf is the HardState an append message carries, or nil: raft sets Term, Vote and Commit
@@ -82,14 +82,16 @@ func (n *node) applyLocal(m *raftpb.Message) error {
 		}
 		n.metrics.applySeconds.Observe(since(start))
 	}
-	return n.deliverResponses(m.GetResponses())
+	n.deliverResponses(m.GetResponses())
+	return nil
 }
 
 // deliverResponses hands a finished storage write's responses on: those to peers to the transport
 // first (a follower's acknowledgement is what the leader waits for), then those to this node back into
-// raft, in order (not through stepPeer, whose checks refuse a message from this node itself). It returns
-// raft.ErrStopped if raft stopped meanwhile (Close).
-func (n *node) deliverResponses(resps []*raftpb.Message) error {
+// raft, in order, at once (not through stepPeer, whose checks refuse a message from this node itself).
+// Raft refuses only a response from a peer it stopped tracking (this node, removed): dropped, as
+// raft.Node dropped it.
+func (n *node) deliverResponses(resps []*raftpb.Message) {
 	var peers []*raftpb.Message
 	for _, r := range resps {
 		if r.GetTo() != n.id {
@@ -103,9 +105,6 @@ func (n *node) deliverResponses(resps []*raftpb.Message) error {
 		if r.GetTo() != n.id {
 			continue
 		}
-		if err := n.raft.Step(context.Background(), r); err != nil {
-			return err
-		}
+		_ = n.host.rn.Step(r)
 	}
-	return nil
 }

@@ -64,7 +64,7 @@ func (n *node) applyConfChange(e *raftpb.Entry) error {
 	if err != nil {
 		return err
 	}
-	n.confState = n.raft.ApplyConfChange(cc)
+	n.confState = n.host.rn.ApplyConfChange(cc)
 	changes := memberChanges(cc.AsV2())
 	n.fsmMu.Lock()
 	err = n.sm.ApplyMembers(e.GetIndex(), changes)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -42,7 +41,8 @@ type logIndexer interface {
 }
 
 // node owns the raft node, the state machine and everything that reacts to applied entries. One goroutine
-// (run) owns the raft Ready loop; gRPC handlers talk to it through proposals, ReadIndex and the FSM lock.
+// (run) owns the raft Ready loop and raft itself; gRPC handlers talk to it through proposals, ReadIndex
+// and the FSM lock.
 type node struct {
 	cfg       Config
 	log       *slog.Logger
@@ -51,7 +51,10 @@ type node struct {
 	clusterID uint64
 	storage   logStore
 	logIndex  logIndexer // the raft log's first and last index, for leased_raft_log_entries
-	raft      raft.Node
+	// host runs raft on the Ready loop (rafthost.go); raft is how other goroutines reach it (host, or a
+	// test's stand-in).
+	host      *raftHost
+	raft      raftControl
 	transport peerTransport
 
 	// fsmMu guards sm: the Ready loop writes under it, reads take it shared.
@@ -131,14 +134,21 @@ type node struct {
 	hooks     testHooks     // set only by tests (export_test.go)
 }
 
-// run is the Ready loop: tick, send, apply, persist (handleReady). It returns when stop is closed or on a
-// fatal error (a failed disk write: nothing unpersisted may be acted on).
+// run is the Ready loop: it takes in what is queued for raft (ticks, peer messages, proposals, calls;
+// raftHost), then handles every Ready that makes: send, apply, persist (handleReady). It returns when
+// stop is closed or on a fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
 	defer n.halt()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	n.lastTick = n.clock.Now()
+	h := n.host
 	for {
+		// Proposals wait in their queue while raft knows no leader: it would drop them.
+		props := h.proposals
+		if n.leader.Load() == raft.None {
+			props = nil
+		}
 		select {
 		case <-stop:
 			n.flushOnStop()
@@ -150,17 +160,30 @@ func (n *node) run(stop <-chan struct{}) {
 				n.fail(err)
 				return
 			}
-		case rd := <-n.raft.Ready():
-			if err := n.handleReady(rd); err != nil {
-				if errors.Is(err, raft.ErrStopped) { // Close stopped raft while this Ready was handled
-					n.flushOnStop()
-					return
-				}
-				n.fail(err)
-				return
-			}
+		case p := <-props:
+			h.pending = append(h.pending, p)
+		case m := <-h.messages:
+			h.stepMessage(m)
+		case fn := <-h.calls:
+			fn(h.rn)
+		}
+		h.intake(props != nil)
+		if err := n.handleReadys(); err != nil {
+			n.fail(err)
+			return
 		}
 	}
+}
+
+// handleReadys handles Readys until raft has none: the responses a Ready's writes step back (a leader's
+// own acknowledgement, say) make the next one.
+func (n *node) handleReadys() error {
+	for n.host.rn.HasReady() {
+		if err := n.handleReady(n.host.rn.Ready()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tick advances raft's logical clock and the lessor. A gap much longer than the tick means this loop
@@ -174,7 +197,7 @@ func (n *node) tick() {
 	}
 	n.lastTick = now
 	n.ticks.Add(1)
-	n.raft.Tick()
+	n.host.rn.Tick()
 	n.lessor.tick(now)
 }
 

@@ -18,6 +18,7 @@ import (
 
 // propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
+// The Ready loop steps the proposal (raftHost); a refusal by raft comes back through the proposal waiter.
 func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error) {
 	entered := false // the command may be in the log: a failure from then on is not a refusal
 	defer func() { n.metrics.proposed(entered, err) }()
@@ -33,17 +34,18 @@ func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
 	defer cancel()
-	if err := n.raft.Propose(ctx, data); err != nil {
-		if errors.Is(err, raft.ErrProposalDropped) {
-			return fsm.Result{}, 0, n.proposeErr(ctx, err) // never entered the log
-		}
-		entered = !errors.Is(err, raft.ErrStopped) // stopped: refused, though the caller cannot know
-		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, err))
+	if err := n.raft.propose(ctx, proposal{data: data, id: id}); err != nil {
+		return fsm.Result{}, 0, n.proposeErr(ctx, err) // never queued: stopped, or the queue stayed full
 	}
 	entered = true
-	// From here on the entry may be in the log: any answer but its Result leaves the outcome unknown.
+	// From here on the entry may be in the log: any answer but its Result or raft's refusal leaves the
+	// outcome unknown.
 	select {
 	case out := <-ch:
+		if out.refused {
+			entered = false
+			return fsm.Result{}, 0, n.proposeErr(ctx, out.err) // never entered the log
+		}
 		return out.result, out.index, out.err
 	case <-ctx.Done():
 		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, ctx.Err()))
@@ -90,7 +92,8 @@ func (n *node) proposeAsync(c lessorCmd) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ProposalTimeout)
 	defer cancel()
-	if err := n.raft.Propose(ctx, data); err != nil {
+	// The loop checks the term again as it steps the command: it may wait in the queue meanwhile.
+	if err := n.raft.propose(ctx, proposal{data: data, term: c.term}); err != nil {
 		n.log.Debug("lessor proposal not accepted", "err", err)
 	}
 }

@@ -13,15 +13,15 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// recordingRaft is a raft.Node that only records what is proposed to it.
+// recordingRaft is a raftControl that only records what is proposed to it.
 type recordingRaft struct {
-	raft.Node
+	raftControl
 	proposed []*wirepb.Command
 }
 
-func (r *recordingRaft) Propose(_ context.Context, data []byte) error {
+func (r *recordingRaft) propose(_ context.Context, p proposal) error {
 	cmd := &wirepb.Command{}
-	if err := proto.Unmarshal(data, cmd); err != nil {
+	if err := proto.Unmarshal(p.data, cmd); err != nil {
 		return err
 	}
 	r.proposed = append(r.proposed, cmd)

@@ -12,7 +12,7 @@ import (
 // readIndexer batches ReadIndex requests: every caller waiting when a round starts shares it, so a burst
 // of renewals or linearizable reads costs one heartbeat round to a quorum (decisions 4 and 6).
 type readIndexer struct {
-	raft    raft.Node
+	raft    raftControl
 	timeout time.Duration
 	// halted closes when the node stops serving (node.done): a waiting read gives up at once.
 	halted <-chan struct{}
@@ -29,7 +29,7 @@ type readOutcome struct {
 	err   error
 }
 
-func newReadIndexer(r raft.Node, timeout time.Duration, halted <-chan struct{}) *readIndexer {
+func newReadIndexer(r raftControl, timeout time.Duration, halted <-chan struct{}) *readIndexer {
 	return &readIndexer{raft: r, timeout: timeout, halted: halted, rounds: make(map[uint64]chan uint64), kick: make(chan struct{}, 1)}
 }
 

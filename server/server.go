@@ -330,9 +330,14 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 			return nil, err
 		}
 	}
-	if n.raft, err = startRaft(n, storage, snapIndex, peers); err != nil {
+	rn, err := startRaft(n, storage, snapIndex, peers)
+	if err != nil {
 		return nil, err
 	}
+	n.host = newRaftHost(rn, n.id, n.done, func(id uint64, err error) {
+		n.proposals.deliver(id, proposalOutcome{err: err, refused: true})
+	})
+	n.raft = n.host
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
 }
@@ -399,7 +404,8 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 	return peers, nil
 }
 
-func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (raft.Node, error) {
+// startRaft makes the node's RawNode, bootstrapped with peers on an empty log.
+func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (*raft.RawNode, error) {
 	c := &raft.Config{
 		ID:                        n.id,
 		ElectionTick:              n.cfg.ElectionTicks,
@@ -431,10 +437,16 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 	if err != nil {
 		return nil, fmt.Errorf("read initial state: %w", err)
 	}
-	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
-		return raft.StartNode(c, peers), nil
+	rn, err := raft.NewRawNode(c)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return raft.RestartNode(c), nil
+	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+	}
+	return rn, nil
 }
 
 // Start serves clients and peers and runs the node until Close.
@@ -522,7 +534,6 @@ func (s *Server) shutdown() error {
 	s.transferLeadership()
 	close(s.node.stopped)
 	close(s.stop)
-	s.node.raft.Stop()
 	if s.peerSrv != nil {
 		s.peerSrv.Stop()
 	}

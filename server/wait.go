@@ -15,6 +15,8 @@ type proposalOutcome struct {
 	index  uint64
 	result fsm.Result
 	err    error
+	// refused: raft dropped the proposal (err says why); it never entered the log.
+	refused bool
 }
 
 // proposalWaiter matches applied entries to the goroutines that proposed them, by proposal id. Ids start
