@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +22,8 @@ import (
 // TestBinaryServesMetricsAndAuditTrail builds the real leased binary, runs a one-node cluster with it
 // (--log-format json), and finds leased_build_info (with the Go version) and the gRPC server metrics on
 // the admin port's /metrics, a grant's audit line, as JSON, in its log, and the grant on the HTTP/JSON
-// port (--http-addr).
+// port (--http-addr). It runs under a GOMEMLIMIT without GOGC, so leased raises GOGC (gc.go) and says
+// so in its start-up line.
 func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -36,6 +39,7 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	cmd := exec.Command(bin, "--name=solo", "--data-dir="+filepath.Join(dir, "solo"), "--client-addr="+client,
 		"--peer-addr="+peer, "--admin-addr="+admin, "--http-addr="+httpAddr, "--initial-cluster=solo="+peer, "--tick=10ms", "--log-format=json")
 	cmd.Stderr = stderr
+	cmd.Env = append(withoutEnv(os.Environ(), "GOGC", "GOMEMLIMIT"), "GOMEMLIMIT=1GiB")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +71,10 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 		}
 	}
 
+	if log := stderr.String(); !strings.Contains(log, `"gogc":400,"gogc_set_by_leased":true,"memory_limit":"1073741824"`) {
+		t.Errorf("the start-up line does not say that leased set GOGC=400 under GOMEMLIMIT=1GiB:\n%s", log)
+	}
+
 	conn, err := grpc.NewClient(client, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +97,7 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 		`leased_build_info{goversion="` + runtime.Version() + `",revision="`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Acquire",grpc_service="leased.v1.Leases",grpc_type="unary"} 1`,
 		`leased_events_total{type="granted"} 1`,
+		"\ngo_gc_gogc_percent 400\n", // the runtime's own view of what gc.go set
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -108,4 +117,16 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval
 	}
+}
+
+// withoutEnv returns env without the variables named.
+func withoutEnv(env []string, names ...string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

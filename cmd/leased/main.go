@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	version := build.Version
 	log := newLogger(o, stderr)
+	gogc, memLimit, gogcSet := tuneGC(getenv)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.cfg.Logger, o.cfg.Version, o.cfg.Registerer = log, version, reg
@@ -102,7 +105,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "http_addr", srv.HTTPAddr(), "admin_addr", admin.addr(),
 		"client_tls", certs.client != nil, "client_cert_auth", o.cfg.ClientCertAuth, "peer_tls", certs.peer != nil,
 		"admin_tls", certs.admin != nil, "pprof", o.tls.enablePprof,
-		"initial_cluster", formatCluster(o.cfg.InitialCluster))
+		"initial_cluster", formatCluster(o.cfg.InitialCluster), "gogc", gogc, "gogc_set_by_leased", gogcSet,
+		"memory_limit", formatLimit(memLimit))
 	srv.Start()
 	admin.serve(srv)
 
@@ -152,4 +156,12 @@ func closeServer(srv *server.Server, failed bool) error {
 	case <-timer.C:
 		return fmt.Errorf("gave up closing the node after %v (a raft log write is still blocked)", failedCloseGrace)
 	}
+}
+
+// formatLimit is the memory limit for the log: "none" when the runtime has none.
+func formatLimit(limit int64) string {
+	if limit == math.MaxInt64 {
+		return "none"
+	}
+	return strconv.FormatInt(limit, 10)
 }

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"math"
+	"runtime/debug"
+	"strconv"
+)
+
+// gcPercentUnderLimit is the GOGC leased runs with when the operator gave the process a memory limit
+// (GOMEMLIMIT) and chose no GOGC. At the runtime's default of 100 the heap may only double between
+// collections, whatever the limit allows: with a large state on a small machine a collection is then
+// nearly always running, and its workers starve the Ready loop now and then (docs/benchmarks.md,
+// "Snapshots beside the Ready loop": 0.4–1.1 s stalls at 1M leases on two cores, none at 400). Under a
+// limit the collector still runs as the heap nears it, so a higher GOGC spends memory the operator
+// budgeted, not more.
+const gcPercentUnderLimit = 400
+
+// tuneGC applies gcPercent's verdict to the runtime and returns what is in effect, for the start-up log.
+func tuneGC(getenv func(string) string) (percent int, limit int64, set bool) {
+	limit = debug.SetMemoryLimit(-1) // reads the limit in effect (GOMEMLIMIT or an earlier call)
+	percent, set = gcPercent(limit, getenv("GOGC"))
+	if set {
+		debug.SetGCPercent(percent)
+	}
+	return percent, limit, set
+}
+
+// gcPercent is the GOGC leased sets (set true) given the memory limit in effect and the GOGC variable:
+// gcPercentUnderLimit under a limit when GOGC is unset, nothing otherwise (percent is then what the
+// runtime runs with, -1 for off).
+func gcPercent(limit int64, gogc string) (percent int, set bool) {
+	switch {
+	case gogc == "off":
+		return -1, false
+	case gogc != "":
+		if p, err := strconv.Atoi(gogc); err == nil {
+			return p, false
+		}
+		return 100, false // the runtime ignores a GOGC it cannot parse
+	case limit < math.MaxInt64:
+		return gcPercentUnderLimit, true
+	default:
+		return 100, false
+	}
+}
