@@ -39,8 +39,9 @@ type Config struct {
 	// Default 5s (an attempt's own share, below, usually ends first).
 	DialTimeout time.Duration
 	// RequestTimeout bounds a whole call when the caller's context has no deadline. Each attempt on one node
-	// gets a share of it, max(RequestTimeout/3, 500ms) (never more than what remains of the call), after
-	// which the next node is tried while the call's deadline lasts. Default 5s.
+	// gets a share of it, max(RequestTimeout/3, 500ms), after which the next node is tried while the call's
+	// deadline lasts; when less than a share is left of the call, the attempt gets half of what is left
+	// (all of it under 200ms), so that a short call still reaches a second node. Default 5s.
 	RequestTimeout time.Duration
 	// PingInterval is how long a connection may be silent before the client sends an HTTP/2 PING, and
 	// PingTimeout how long it waits for the answer before closing the connection (failing its calls and
@@ -310,6 +311,31 @@ func (c *Client) waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 // attemptTimeout is one attempt's share of a call: max(RequestTimeout/3, 500ms).
 func (c *Client) attemptTimeout() time.Duration {
 	return max(c.cfg.RequestTimeout/3, 500*time.Millisecond)
+}
+
+// minAttemptShare is the least attemptShare splits a short call into.
+const minAttemptShare = 100 * time.Millisecond
+
+// attemptShare is how long the next attempt of a call whose context is ctx may take: attemptTimeout, or,
+// when less than that is left of the call, half of what is left (all of it when that is under twice
+// minAttemptShare). A node that does not answer within its share is remembered as unresponsive; an
+// attempt that the call's own deadline ended blames nobody. Without the split, a call with a deadline
+// shorter than one share (a 500 ms read, say) never blamed a frozen leader, and every such call went to
+// it again for as long as it stayed frozen (the chaos monitor's 11 s windows during freeze-leader).
+func (c *Client) attemptShare(ctx context.Context) time.Duration {
+	share := c.attemptTimeout()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return share
+	}
+	switch left := time.Until(dl); {
+	case left > share:
+		return share
+	case left < 2*minAttemptShare:
+		return left
+	default:
+		return left / 2
+	}
 }
 
 // target is the endpoint to try now: the known leader unless it is unresponsive, else the leader that a
@@ -610,9 +636,11 @@ var errAttemptTimeout = errors.New("attempt timed out")
 func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grpc.ClientConn, rpc func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var zero T
 	actx := ctx
-	own := false // the attempt's deadline comes before the call's: running out of it is the node's fault
+	var d time.Duration // the attempt's share (attemptShare)
+	own := false        // the attempt's deadline comes before the call's: running out of it is the node's fault
 	if !o.unbounded {
-		share := time.Now().Add(c.attemptTimeout())
+		d = c.attemptShare(ctx)
+		share := time.Now().Add(d)
 		dl, ok := ctx.Deadline()
 		own = !ok || share.Before(dl)
 		var cancel context.CancelFunc
@@ -633,7 +661,7 @@ func attemptOnce[T any](ctx context.Context, c *Client, o callOptions, conn *grp
 	dl, _ := actx.Deadline()
 	timedOut := actx.Err() != nil || !time.Now().Before(dl) || status.Code(err) == codes.DeadlineExceeded
 	if err != nil && own && ctx.Err() == nil && timedOut {
-		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, c.attemptTimeout().Round(time.Millisecond), err)
+		return zero, fmt.Errorf("%w after %v: %w", errAttemptTimeout, d.Round(time.Millisecond), err)
 	}
 	return out, err
 }

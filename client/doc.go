@@ -25,9 +25,10 @@
 //   - Across a leader change the keeper reconnects and renews again; a lease whose server-side deadline has
 //     not passed is not lost. A round of renewals unanswered within half the renewal interval (a frozen
 //     node, a black-holed link) abandons its stream and renews through another node at once.
-//   - Each attempt of a call gets a share of its deadline (max(RequestTimeout/3, 500ms)) and DialTimeout
-//     to connect; nodes that miss it are skipped for a while, and an unknown leader is found by asking
-//     every endpoint in parallel. Connections send keepalive pings (Config.PingInterval, PingTimeout).
+//   - Each attempt of a call gets a share of its deadline (max(RequestTimeout/3, 500ms), or half of what
+//     is left of a shorter call) and DialTimeout to connect; nodes that miss it are skipped for a while,
+//     and an unknown leader is found by asking every endpoint in parallel. Connections send keepalive
+//     pings (Config.PingInterval, PingTimeout).
 //
 // # Caveats
 //

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -274,6 +275,53 @@ func TestAttemptOnAStuckNodeEndsAndTheNextNodeAnswers(t *testing.T) {
 	}
 	if took := time.Since(start); took > 500*time.Millisecond || stuck.acquires.Load() != 1 {
 		t.Fatalf("second acquire took %v and the stuck node got %d Acquires: it was not remembered", took, stuck.acquires.Load())
+	}
+}
+
+// TestShortCallsLeaveAStuckLeader: the same stuck leader, but every call has a deadline shorter than one
+// attempt's share (500 ms against 1.67 s), as a read with its own short budget does. The first attempt
+// gets half of the call and blames the stuck node, so the call, or at the latest the next, is answered
+// by the real node, and the calls after it do not go to the stuck node again. When such an attempt was
+// ended by the call's own deadline and blamed nobody, every call went to the stuck node and failed.
+func TestShortCallsLeaveAStuckLeader(t *testing.T) {
+	cl := servertest.Start(t, 1, nil)
+	real := cl.Endpoints()[0]
+	stuck, stuckAddr := serveStuckLeader(t)
+	slowStatus := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+real) {
+			select {
+			case <-time.After(200 * time.Millisecond): // discovery picks the stuck node first
+			case <-ctx.Done():
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c := newClient(t, []string{stuckAddr, real}, func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(slowStatus)}
+	})
+	acquire := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := c.Acquire(ctx, fmt.Sprintf("gray/short/%d", i), client.WithTTL(10*time.Second))
+		return err
+	}
+	var errs []error
+	for i := range 2 {
+		if err := acquire(i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 2 {
+		t.Fatalf("neither of two 500 ms calls was answered: %v", errs)
+	}
+	before := stuck.acquires.Load()
+	for i := range 5 {
+		if err := acquire(10 + i); err != nil {
+			t.Fatalf("call %d after the stuck node was found: %v", i, err)
+		}
+	}
+	if got := stuck.acquires.Load(); got != before {
+		t.Fatalf("the stuck node got %d more Acquires after it was found", got-before)
 	}
 }
 
