@@ -24,8 +24,8 @@ func TestRecentCacheIsBoundedAndASuffix(t *testing.T) {
 		}
 		check(t, s)
 	}
-	if s.st.recentBytes > maxRecentBytes || len(s.st.recent) == 0 {
-		t.Fatalf("cache holds %d bytes in %d entries, bound %d", s.st.recentBytes, len(s.st.recent), maxRecentBytes)
+	if s.st.recentCost() > maxRecentBytes || len(s.st.recent) == 0 {
+		t.Fatalf("cache costs %d bytes in %d entries, bound %d", s.st.recentCost(), len(s.st.recent), maxRecentBytes)
 	}
 	// Overwrite the last ten entries under a new term.
 	if err := s.Save(nil, []*raftpb.Entry{{Index: new(next - 10), Term: new(uint64(2))}}, nil); err != nil {
@@ -44,6 +44,31 @@ func TestRecentCacheIsBoundedAndASuffix(t *testing.T) {
 	}
 	if len(s.st.recent) != 0 {
 		t.Fatalf("cache holds %d entries after a snapshot replaced the log", len(s.st.recent))
+	}
+}
+
+// TestRecentCacheCountsWhatSmallEntriesCost: entries about an acquire's size are bounded by what they
+// cost in memory, not by their proto sizes alone (which let 4 MiB of them take 2–3× that).
+func TestRecentCacheCountsWhatSmallEntriesCost(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	data := make([]byte, 100)
+	next := uint64(1)
+	for range 100 { // 100,000 entries of ~105 bytes: 10.5 MB of proto sizes
+		ents := make([]*raftpb.Entry, 1000)
+		for k := range ents {
+			ents[k] = &raftpb.Entry{Index: new(next), Term: new(uint64(1)), Data: data}
+			next++
+		}
+		if err := s.Save(nil, ents, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, s)
+	if cost, want := s.st.recentCost(), maxRecentBytes; cost > want {
+		t.Fatalf("cache costs %d bytes, bound %d", cost, want)
+	}
+	if n, most := len(s.st.recent), maxRecentBytes/(100+recentEntryOverhead); n > most {
+		t.Fatalf("cache holds %d entries of ~105 bytes, want at most %d", n, most)
 	}
 }
 
