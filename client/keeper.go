@@ -121,10 +121,20 @@ func (k *keeper) run() {
 			return
 		default:
 		}
-		if err := sleepStop(k.stop, backoff(attempt)); err != nil {
+		if err := sleepStop(k.stop, k.reconnectPause(attempt)); err != nil {
 			return
 		}
 	}
+}
+
+// reconnectPause is the pause before the next session after attempt failed ones: the client's backoff,
+// but never more than the watchdog. During an election every node refuses renewals at once ("no
+// leader"), and a backoff grown by each quick refusal (up to 2 s) could outlast what a lease at the TTL
+// floor has left after the failover: a chaos run lost one 0.5 s after the new leader was elected, its
+// keeper asleep in a 0.54 s backoff. Capped, a new session starts within a watchdog of the leader's
+// election, at most twice per renewal interval.
+func (k *keeper) reconnectPause(attempt int) time.Duration {
+	return min(backoff(attempt), k.watchdog())
 }
 
 // session runs one KeepAlive stream until it fails, goes unanswered, or the keeper stops; it reports

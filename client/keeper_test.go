@@ -1,12 +1,19 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
 
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/server"
@@ -116,5 +123,63 @@ func TestShorterLeaseMovesTheRenewalsUp(t *testing.T) {
 			t.Fatalf("the short lease was lost: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond) // observation interval
+	}
+}
+
+// TestKeeperReconnectsWithinAWatchdogThroughRefusals: for 2 s after the grant every KeepAlive stream the
+// client opens is refused at once (as every node refuses during an election: "no leader"). The keeper
+// tries again at most a watchdog (TTL/6) after each refusal, so the lease (TTL 3 s) is renewed as soon
+// as the refusals stop and survives. With the client's plain backoff the pauses grew with every
+// refusal, up to 2 s, and could outlast the lease.
+func TestKeeperReconnectsWithinAWatchdogThroughRefusals(t *testing.T) {
+	const ttl, outage = 3 * time.Second, 2 * time.Second
+	watchdog := ttl / 6
+	cl := servertest.Start(t, 1, nil)
+	var (
+		refusing atomic.Bool
+		mu       sync.Mutex
+		refused  []time.Time
+	)
+	refuse := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if method == leasepb.Leases_KeepAlive_FullMethodName && refusing.Load() {
+			mu.Lock()
+			refused = append(refused, time.Now())
+			mu.Unlock()
+			return nil, status.Error(codes.Unavailable, "no leader (injected)")
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithStreamInterceptor(refuse)}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	refusing.Store(true) // the keeper's first stream, opened for this grant, is refused already
+	l, err := c.Acquire(ctx, "keeper/refusals", client.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := time.AfterFunc(outage, func() { refusing.Store(false) })
+	defer stop.Stop()
+	// Renewed: the lease has more than two thirds of its TTL left again, after the outage took two.
+	deadline := time.Now().Add(outage + 2*time.Second)
+	for time.Now().Before(deadline) && l.Err() == nil && (refusing.Load() || l.Remaining() < 2*ttl/3) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease was lost through %v of refusals: %v", outage, err)
+	}
+	if left := l.Remaining(); refusing.Load() || left < 2*ttl/3 {
+		t.Fatalf("the lease was not renewed after the refusals stopped (%v left)", left)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) < 3 {
+		t.Fatalf("only %d refused KeepAlive streams in %v: the outage was not exercised", len(refused), outage)
+	}
+	for i := 1; i < len(refused); i++ {
+		if gap := refused[i].Sub(refused[i-1]); gap > watchdog+100*time.Millisecond {
+			t.Errorf("the keeper paused %v between refused sessions %d and %d, more than the watchdog %v", gap, i-1, i, watchdog)
+		}
 	}
 }
