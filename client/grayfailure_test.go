@@ -234,6 +234,20 @@ func serveStuckLeader(t *testing.T) (*stuckLeader, string) {
 	return s, lis.Addr().String()
 }
 
+// slowStatusOf delays the Status answers of the node at addr by 200 ms, so that discovery picks another
+// node (a stuck one) first.
+func slowStatusOf(addr string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+addr) {
+			select {
+			case <-time.After(200 * time.Millisecond): // injected delay
+			case <-ctx.Done():
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
 // TestAttemptOnAStuckNodeEndsAndTheNextNodeAnswers: the first node the client tries (it claims to lead)
 // never answers Acquire. The attempt ends after its share of RequestTimeout, the next node answers within
 // the call's deadline, and the stuck node is remembered: the next call does not wait on it again. Before
@@ -242,18 +256,8 @@ func TestAttemptOnAStuckNodeEndsAndTheNextNodeAnswers(t *testing.T) {
 	cl := servertest.Start(t, 1, nil)
 	real := cl.Endpoints()[0]
 	stuck, stuckAddr := serveStuckLeader(t)
-	// The real node's Status answers a little later, so that discovery picks the stuck one first.
-	slowStatus := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+real) {
-			select {
-			case <-time.After(200 * time.Millisecond): // injected delay
-			case <-ctx.Done():
-			}
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
 	c := newClient(t, []string{stuckAddr, real}, func(cfg *client.Config) {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(slowStatus)}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(slowStatusOf(real))}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -287,17 +291,8 @@ func TestShortCallsLeaveAStuckLeader(t *testing.T) {
 	cl := servertest.Start(t, 1, nil)
 	real := cl.Endpoints()[0]
 	stuck, stuckAddr := serveStuckLeader(t)
-	slowStatus := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+real) {
-			select {
-			case <-time.After(200 * time.Millisecond): // discovery picks the stuck node first
-			case <-ctx.Done():
-			}
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
 	c := newClient(t, []string{stuckAddr, real}, func(cfg *client.Config) {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(slowStatus)}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(slowStatusOf(real))}
 	})
 	acquire := func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

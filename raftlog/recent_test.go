@@ -11,19 +11,7 @@ import (
 // ends at the last index, across appends, an overwrite, a compaction past it and a snapshot.
 func TestRecentCacheIsBoundedAndASuffix(t *testing.T) {
 	s := mustOpen(t, t.TempDir())
-	data := make([]byte, 64<<10)
-	next := uint64(1)
-	for range 100 { // 6.4 MiB of entries in batches of 4
-		ents := make([]*raftpb.Entry, 4)
-		for k := range ents {
-			ents[k] = &raftpb.Entry{Index: new(next), Term: new(uint64(1)), Data: data}
-			next++
-		}
-		if err := s.Save(nil, ents, nil); err != nil {
-			t.Fatal(err)
-		}
-		check(t, s)
-	}
+	next := saveEntries(t, s, 100, 4, 64<<10, check) // 6.4 MiB of entries in batches of 4
 	if s.st.recentCost() > maxRecentBytes || len(s.st.recent) == 0 {
 		t.Fatalf("cache costs %d bytes in %d entries, bound %d", s.st.recentCost(), len(s.st.recent), maxRecentBytes)
 	}
@@ -51,18 +39,7 @@ func TestRecentCacheIsBoundedAndASuffix(t *testing.T) {
 // cost in memory, not by their proto sizes alone (which let 4 MiB of them take 2–3× that).
 func TestRecentCacheCountsWhatSmallEntriesCost(t *testing.T) {
 	s := mustOpen(t, t.TempDir())
-	data := make([]byte, 100)
-	next := uint64(1)
-	for range 100 { // 100,000 entries of ~105 bytes: 10.5 MB of proto sizes
-		ents := make([]*raftpb.Entry, 1000)
-		for k := range ents {
-			ents[k] = &raftpb.Entry{Index: new(next), Term: new(uint64(1)), Data: data}
-			next++
-		}
-		if err := s.Save(nil, ents, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	saveEntries(t, s, 100, 1000, 100, nil) // 100,000 entries of ~105 bytes: 10.5 MB of proto sizes
 	check(t, s)
 	if cost, want := s.st.recentCost(), maxRecentBytes; cost > want {
 		t.Fatalf("cache costs %d bytes, bound %d", cost, want)
@@ -70,6 +47,28 @@ func TestRecentCacheCountsWhatSmallEntriesCost(t *testing.T) {
 	if n, most := len(s.st.recent), maxRecentBytes/(100+recentEntryOverhead); n > most {
 		t.Fatalf("cache holds %d entries of ~105 bytes, want at most %d", n, most)
 	}
+}
+
+// saveEntries saves batches batches of n entries of size bytes of data each, from index 1 on, calling
+// after (if not nil) after each save; it returns the next index.
+func saveEntries(t *testing.T, s *Storage, batches, n, size int, after func(*testing.T, *Storage)) uint64 {
+	t.Helper()
+	data := make([]byte, size)
+	next := uint64(1)
+	for range batches {
+		ents := make([]*raftpb.Entry, n)
+		for k := range ents {
+			ents[k] = &raftpb.Entry{Index: new(next), Term: new(uint64(1)), Data: data}
+			next++
+		}
+		if err := s.Save(nil, ents, nil); err != nil {
+			t.Fatal(err)
+		}
+		if after != nil {
+			after(t, s)
+		}
+	}
+	return next
 }
 
 // check verifies that the cache is a suffix of the log ending at its last index, with its size right.
