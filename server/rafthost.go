@@ -78,35 +78,26 @@ func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused f
 }
 
 func (h *raftHost) propose(ctx context.Context, p proposal) error {
-	select {
-	case h.proposals <- p:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-h.stopped:
-		return raft.ErrStopped
-	}
+	return enqueue(ctx, h.stopped, h.proposals, p)
 }
 
 func (h *raftHost) Step(ctx context.Context, m *raftpb.Message) error {
-	select {
-	case h.messages <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-h.stopped:
-		return raft.ErrStopped
-	}
+	return enqueue(ctx, h.stopped, h.messages, m)
 }
 
 // post queues fn to run on the loop.
 func (h *raftHost) post(ctx context.Context, fn func(*raft.RawNode)) error {
+	return enqueue(ctx, h.stopped, h.calls, fn)
+}
+
+// enqueue puts v on the loop's queue q, unless ctx ends or the loop stops serving first.
+func enqueue[T any](ctx context.Context, stopped <-chan struct{}, q chan<- T, v T) error {
 	select {
-	case h.calls <- fn:
+	case q <- v:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-h.stopped:
+	case <-stopped:
 		return raft.ErrStopped
 	}
 }
