@@ -17,6 +17,7 @@
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
+//   - Batch: 1..64 writes per call.
 //
 // Errors are gRPC status codes with details a program can act on:
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
@@ -45,6 +46,7 @@ package leasepb
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -2104,11 +2106,329 @@ func (x *ProclaimResponse) GetLease() *Lease {
 	return nil
 }
 
+// BatchRequest carries the writes of a Batch call: 1..64 of them.
+type BatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Writes        []*BatchWrite          `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_leased_v1_leases_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BatchRequest) GetWrites() []*BatchWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// BatchWrite is one write of a Batch.
+type BatchWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Write:
+	//
+	//	*BatchWrite_Acquire
+	//	*BatchWrite_Renew
+	//	*BatchWrite_Release
+	Write isBatchWrite_Write `protobuf_oneof:"write"`
+	// timeout_ms bounds this write as a call's deadline would, counted from when the node received the batch;
+	// 0: only the Batch call's own deadline bounds it. A write that runs out of it ends DEADLINE_EXCEEDED, its
+	// outcome unknown, while the others go on.
+	TimeoutMs     uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchWrite) Reset() {
+	*x = BatchWrite{}
+	mi := &file_leased_v1_leases_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchWrite) ProtoMessage() {}
+
+func (x *BatchWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchWrite.ProtoReflect.Descriptor instead.
+func (*BatchWrite) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BatchWrite) GetWrite() isBatchWrite_Write {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *BatchWrite) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Write.(*BatchWrite_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchWrite) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Write.(*BatchWrite_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchWrite) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Write.(*BatchWrite_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchWrite) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type isBatchWrite_Write interface {
+	isBatchWrite_Write()
+}
+
+type BatchWrite_Acquire struct {
+	// acquire must not wait (wait=false).
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchWrite_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchWrite_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*BatchWrite_Acquire) isBatchWrite_Write() {}
+
+func (*BatchWrite_Renew) isBatchWrite_Write() {}
+
+func (*BatchWrite_Release) isBatchWrite_Write() {}
+
+// BatchResponse answers a Batch: one result per write, in the order of the request.
+type BatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_leased_v1_leases_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchResult is one write's answer: the response its own call would have returned, or the status it would
+// have failed with.
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Acquire
+	//	*BatchResult_Renew
+	//	*BatchResult_Release
+	//	*BatchResult_Error
+	Result        isBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type BatchResult_Error struct {
+	// error is the write's gRPC status, with the same code, message and details as its own call's.
+	Error *status.Status `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchResult_Acquire) isBatchResult_Result() {}
+
+func (*BatchResult_Renew) isBatchResult_Result() {}
+
+func (*BatchResult_Release) isBatchResult_Result() {}
+
+func (*BatchResult_Error) isBatchResult_Result() {}
+
 var File_leased_v1_leases_proto protoreflect.FileDescriptor
 
 const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
-	"\x16leased/v1/leases.proto\x12\tleased.v1\x1a\x1cgoogle/api/annotations.proto\"\xcc\x01\n" +
+	"\x16leased/v1/leases.proto\x12\tleased.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/rpc/status.proto\"\xcc\x01\n" +
 	"\x0eResponseHeader\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x1b\n" +
@@ -2247,7 +2567,25 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\"m\n" +
 	"\x10ProclaimResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease*\x8e\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"=\n" +
+	"\fBatchRequest\x12-\n" +
+	"\x06writes\x18\x01 \x03(\v2\x15.leased.v1.BatchWriteR\x06writes\"\xd3\x01\n" +
+	"\n" +
+	"BatchWrite\x125\n" +
+	"\aacquire\x18\x01 \x01(\v2\x19.leased.v1.AcquireRequestH\x00R\aacquire\x12/\n" +
+	"\x05renew\x18\x02 \x01(\v2\x17.leased.v1.RenewRequestH\x00R\x05renew\x125\n" +
+	"\arelease\x18\x03 \x01(\v2\x19.leased.v1.ReleaseRequestH\x00R\arelease\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMsB\a\n" +
+	"\x05write\"A\n" +
+	"\rBatchResponse\x120\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.leased.v1.BatchResultR\aresults\"\xe5\x01\n" +
+	"\vBatchResult\x126\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1a.leased.v1.AcquireResponseH\x00R\aacquire\x120\n" +
+	"\x05renew\x18\x02 \x01(\v2\x18.leased.v1.RenewResponseH\x00R\x05renew\x126\n" +
+	"\arelease\x18\x03 \x01(\v2\x1a.leased.v1.ReleaseResponseH\x00R\arelease\x12*\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result*\x8e\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_GRANTED\x10\x01\x12\x17\n" +
@@ -2259,7 +2597,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
 	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
-	"\x10PERMISSION_ADMIN\x10\x032\xab\x06\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\xe7\x06\n" +
 	"\x06Leases\x12_\n" +
 	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/acquire\x12W\n" +
 	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/leases/renew\x12J\n" +
@@ -2268,7 +2606,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x03Get\x12\x15.leased.v1.GetRequest\x1a\x16.leased.v1.GetResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/leases/{resource=**}\x12K\n" +
 	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/leases\x12r\n" +
-	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12<\n" +
+	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12:\n" +
+	"\x05Batch\x12\x17.leased.v1.BatchRequest\x1a\x18.leased.v1.BatchResponse\x12<\n" +
 	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01\x12c\n" +
 	"\bProclaim\x12\x1a.leased.v1.ProclaimRequest\x1a\x1b.leased.v1.ProclaimResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/proclaimB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
 
@@ -2285,7 +2624,7 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
 	(Permission)(0),               // 1: leased.v1.Permission
@@ -2317,6 +2656,11 @@ var file_leased_v1_leases_proto_goTypes = []any{
 	(*AccessDenied)(nil),          // 27: leased.v1.AccessDenied
 	(*ProclaimRequest)(nil),       // 28: leased.v1.ProclaimRequest
 	(*ProclaimResponse)(nil),      // 29: leased.v1.ProclaimResponse
+	(*BatchRequest)(nil),          // 30: leased.v1.BatchRequest
+	(*BatchWrite)(nil),            // 31: leased.v1.BatchWrite
+	(*BatchResponse)(nil),         // 32: leased.v1.BatchResponse
+	(*BatchResult)(nil),           // 33: leased.v1.BatchResult
+	(*status.Status)(nil),         // 34: google.rpc.Status
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
@@ -2340,29 +2684,40 @@ var file_leased_v1_leases_proto_depIdxs = []int32{
 	1,  // 18: leased.v1.AccessDenied.permission:type_name -> leased.v1.Permission
 	2,  // 19: leased.v1.ProclaimResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 20: leased.v1.ProclaimResponse.lease:type_name -> leased.v1.Lease
-	4,  // 21: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	6,  // 22: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	9,  // 23: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	12, // 24: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	14, // 25: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	16, // 26: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	18, // 27: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	20, // 28: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	28, // 29: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
-	5,  // 30: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	7,  // 31: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	11, // 32: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	13, // 33: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	15, // 34: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	17, // 35: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	19, // 36: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	22, // 37: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	29, // 38: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	31, // 21: leased.v1.BatchRequest.writes:type_name -> leased.v1.BatchWrite
+	4,  // 22: leased.v1.BatchWrite.acquire:type_name -> leased.v1.AcquireRequest
+	6,  // 23: leased.v1.BatchWrite.renew:type_name -> leased.v1.RenewRequest
+	12, // 24: leased.v1.BatchWrite.release:type_name -> leased.v1.ReleaseRequest
+	33, // 25: leased.v1.BatchResponse.results:type_name -> leased.v1.BatchResult
+	5,  // 26: leased.v1.BatchResult.acquire:type_name -> leased.v1.AcquireResponse
+	7,  // 27: leased.v1.BatchResult.renew:type_name -> leased.v1.RenewResponse
+	13, // 28: leased.v1.BatchResult.release:type_name -> leased.v1.ReleaseResponse
+	34, // 29: leased.v1.BatchResult.error:type_name -> google.rpc.Status
+	4,  // 30: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	6,  // 31: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	9,  // 32: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	12, // 33: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	14, // 34: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	16, // 35: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	18, // 36: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	30, // 37: leased.v1.Leases.Batch:input_type -> leased.v1.BatchRequest
+	20, // 38: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	28, // 39: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
+	5,  // 40: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	7,  // 41: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	11, // 42: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	13, // 43: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	15, // 44: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	17, // 45: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	19, // 46: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	32, // 47: leased.v1.Leases.Batch:output_type -> leased.v1.BatchResponse
+	22, // 48: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	29, // 49: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -2370,13 +2725,24 @@ func file_leased_v1_leases_proto_init() {
 	if File_leased_v1_leases_proto != nil {
 		return
 	}
+	file_leased_v1_leases_proto_msgTypes[29].OneofWrappers = []any{
+		(*BatchWrite_Acquire)(nil),
+		(*BatchWrite_Renew)(nil),
+		(*BatchWrite_Release)(nil),
+	}
+	file_leased_v1_leases_proto_msgTypes[31].OneofWrappers = []any{
+		(*BatchResult_Acquire)(nil),
+		(*BatchResult_Renew)(nil),
+		(*BatchResult_Release)(nil),
+		(*BatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

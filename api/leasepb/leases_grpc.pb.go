@@ -17,6 +17,7 @@
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
+//   - Batch: 1..64 writes per call.
 //
 // Errors are gRPC status codes with details a program can act on:
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
@@ -63,6 +64,7 @@ const (
 	Leases_Get_FullMethodName           = "/leased.v1.Leases/Get"
 	Leases_List_FullMethodName          = "/leased.v1.Leases/List"
 	Leases_ValidateToken_FullMethodName = "/leased.v1.Leases/ValidateToken"
+	Leases_Batch_FullMethodName         = "/leased.v1.Leases/Batch"
 	Leases_Watch_FullMethodName         = "/leased.v1.Leases/Watch"
 	Leases_Proclaim_FullMethodName      = "/leased.v1.Leases/Proclaim"
 )
@@ -94,6 +96,14 @@ type LeasesClient interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
+	// Batch runs up to 64 quick writes — Acquire without wait, Renew, Release — in one call, each exactly as
+	// its own call would run: validated, authorized, forwarded to the leader if need be, and answered on its
+	// own, with its own response or status, in the order of the request. The writes run concurrently and are
+	// not atomic together: one failing changes nothing for the others. The call returns when every write has
+	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
+	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
+	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
+	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
@@ -183,6 +193,16 @@ func (c *leasesClient) ValidateToken(ctx context.Context, in *ValidateTokenReque
 	return out, nil
 }
 
+func (c *leasesClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Leases_Batch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[1], Leases_Watch_FullMethodName, cOpts...)
@@ -239,6 +259,14 @@ type LeasesServer interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
+	// Batch runs up to 64 quick writes — Acquire without wait, Renew, Release — in one call, each exactly as
+	// its own call would run: validated, authorized, forwarded to the leader if need be, and answered on its
+	// own, with its own response or status, in the order of the request. The writes run concurrently and are
+	// not atomic together: one failing changes nothing for the others. The call returns when every write has
+	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
+	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
+	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
+	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
@@ -275,6 +303,9 @@ func (UnimplementedLeasesServer) List(context.Context, *ListRequest) (*ListRespo
 }
 func (UnimplementedLeasesServer) ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ValidateToken not implemented")
+}
+func (UnimplementedLeasesServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
 }
 func (UnimplementedLeasesServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -418,6 +449,24 @@ func _Leases_ValidateToken_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Leases_Batch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).Batch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_Batch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).Batch(ctx, req.(*BatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Leases_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -477,6 +526,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateToken",
 			Handler:    _Leases_ValidateToken_Handler,
+		},
+		{
+			MethodName: "Batch",
+			Handler:    _Leases_Batch_Handler,
 		},
 		{
 			MethodName: "Proclaim",
