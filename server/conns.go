@@ -56,14 +56,22 @@ func (c *connLimiter) HandleRPC(context.Context, stats.RPCStats) {}
 // enter counts one RPC on its connection, or refuses it past --max-streams-per-conn; the returned func
 // ends it.
 func (c *connLimiter) enter(ctx context.Context) (func(), error) {
+	return enterCalls(ctx, 1, c.maxStreams)
+}
+
+// enterCalls counts n calls on ctx's connection, or none past limit (--max-streams-per-conn); the
+// returned func ends them. A Batch's writes count as calls of their own (beyond the Batch call itself),
+// so the bound stays one on the writes a connection has in flight, however they travel.
+func enterCalls(ctx context.Context, n, limit int) (func(), error) {
 	cc := connOf(ctx)
-	if cc == nil {
+	if cc == nil || n == 0 {
 		return func() {}, nil
 	}
-	if !take(&cc.streams, c.maxStreams) {
-		return nil, limited("--max-streams-per-conn", "this connection has %d calls open, the most it may", c.maxStreams)
+	if cc.streams.Add(int64(n)) > int64(limit) {
+		cc.streams.Add(-int64(n))
+		return nil, limited("--max-streams-per-conn", "this connection has %d calls open, the most it may (a Batch's writes count one each)", limit)
 	}
-	return func() { cc.streams.Add(-1) }, nil
+	return func() { cc.streams.Add(-int64(n)) }, nil
 }
 
 func (c *connLimiter) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

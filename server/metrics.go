@@ -32,6 +32,7 @@ type metrics struct {
 	logEntries       prometheus.Gauge
 	openStreams      *prometheus.GaugeVec // by kind
 	keepAliveSize    prometheus.Histogram
+	batchSize        prometheus.Histogram
 	expiryLag        prometheus.Histogram
 	peerRTT          *prometheus.HistogramVec // by peer
 	peerFailures     *prometheus.CounterVec   // by peer
@@ -98,6 +99,8 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		}, []string{"kind"}),
 		keepAliveSize: histogram("leased_keepalive_batch_size",
 			"Leases renewed per KeepAlive message.", prometheus.ExponentialBuckets(1, 4, 8)),
+		batchSize: histogram("leased_batch_writes",
+			"Writes per Batch call this node served (the SDK's coalesced quick writes).", prometheus.ExponentialBuckets(1, 2, 7)),
 		expiryLag: histogram("leased_expiry_lag_seconds",
 			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
 			prometheus.ExponentialBuckets(0.001, 2, 16)),
@@ -135,7 +138,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.leaderStreamLost, m.fsyncSeconds, m.applySeconds,
-		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.expiryLag,
+		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.batchSize, m.expiryLag,
 		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
 		gauge("leased_has_leader", "1 while this node knows a leader.", func() float64 { return boolFloat(n.leader.Load() != 0) }),
 		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),

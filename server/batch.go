@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
+)
+
+// MaxBatchWrites is the most writes one Batch call carries (leases.proto). It is part of the API rather
+// than a flag, so that a client never has to learn a node's value before it batches.
+const MaxBatchWrites = 64
+
+// Batch runs each write of the batch as its own call would run (node.write: validated, authorized,
+// forwarded to the leader if need be, answered with its own response or status), all at once, and answers
+// them in order. Nothing is shared between the writes but the call: the point is to pay for one gRPC call
+// (its stream, headers, handler goroutine, interceptors and flushes) instead of one per write, on both
+// sides, when a client has several quick writes ready at the same moment.
+func (s *leasesService) Batch(ctx context.Context, req *leasepb.BatchRequest) (*leasepb.BatchResponse, error) {
+	if err := checkBatch(req); err != nil {
+		s.n.metrics.refused()
+		return nil, s.n.status(err)
+	}
+	writes := req.GetWrites()
+	leave, err := enterCalls(ctx, len(writes)-1, s.n.cfg.Limits.MaxStreamsPerConn)
+	if err != nil {
+		s.n.metrics.refused()
+		return nil, s.n.status(err)
+	}
+	defer leave()
+	s.n.metrics.batchSize.Observe(float64(len(writes)))
+	received := time.Now()
+	results := make([]*leasepb.BatchResult, len(writes))
+	var wg sync.WaitGroup
+	for i, w := range writes[1:] {
+		wg.Go(func() { results[i+1] = s.batchWrite(ctx, received, w) })
+	}
+	results[0] = s.batchWrite(ctx, received, writes[0]) // on the handler's own goroutine: one goroutine fewer
+	wg.Wait()
+	return &leasepb.BatchResponse{Results: results}, nil
+}
+
+// checkBatch refuses a batch that breaks the call's own limits; each write's fields are checked where they
+// run (serveWrite), as for its own call.
+func checkBatch(req *leasepb.BatchRequest) error {
+	writes := req.GetWrites()
+	if len(writes) == 0 || len(writes) > MaxBatchWrites {
+		return invalid("writes", "carries %d writes; a batch carries 1 to %d", len(writes), MaxBatchWrites)
+	}
+	for i, w := range writes {
+		switch op := w.GetWrite().(type) {
+		case *leasepb.BatchWrite_Acquire:
+			if op.Acquire.GetWait() {
+				return invalid(fmt.Sprintf("writes[%d].acquire.wait", i), "an acquire that waits cannot be batched; call Acquire")
+			}
+		case *leasepb.BatchWrite_Renew, *leasepb.BatchWrite_Release:
+		default:
+			return invalid(fmt.Sprintf("writes[%d]", i), "is not an acquire, renew or release")
+		}
+	}
+	return nil
+}
+
+// batchWrite runs one write of a batch, bounded by its own timeout.
+func (s *leasesService) batchWrite(ctx context.Context, received time.Time, w *leasepb.BatchWrite) *leasepb.BatchResult {
+	if ms := w.GetTimeoutMs(); ms > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, received.Add(time.Duration(ms)*time.Millisecond))
+		defer cancel()
+	}
+	var fwd *wirepb.ForwardRequest
+	switch op := w.GetWrite().(type) {
+	case *leasepb.BatchWrite_Acquire:
+		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Acquire{Acquire: op.Acquire}}
+	case *leasepb.BatchWrite_Renew:
+		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Renew{Renew: op.Renew}}
+	case *leasepb.BatchWrite_Release:
+		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: op.Release}}
+	}
+	resp, err := s.n.write(ctx, fwd)
+	if err != nil {
+		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Error{Error: status.Convert(err).Proto()}}
+	}
+	switch r := resp.GetResponse().(type) {
+	case *wirepb.ForwardResponse_Acquire:
+		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Acquire{Acquire: r.Acquire}}
+	case *wirepb.ForwardResponse_Renew:
+		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Renew{Renew: r.Renew}}
+	case *wirepb.ForwardResponse_Release:
+		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Release{Release: r.Release}}
+	}
+	return &leasepb.BatchResult{Result: &leasepb.BatchResult_Error{Error: status.New(codes.Internal, "the write was answered with another kind of response").Proto()}}
+}
