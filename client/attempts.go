@@ -74,18 +74,18 @@ func (in *intent) next() uint32 {
 // request id made it (this call's own earlier attempts are all numbered lower, and none of them is
 // listened to any more): the intent is asked again, once, under a number above the answered one, so a
 // reused request id is not refused forever.
-func (in *intent) sendAttempt(ctx context.Context, conn *grpc.ClientConn, req *leasepb.AcquireRequest, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
-	resp, err := in.send(ctx, conn, req, in.next(), opts...)
+func (in *intent) sendAttempt(ctx context.Context, w *batcher, req *leasepb.AcquireRequest, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
+	resp, err := in.send(ctx, w, req, in.next(), opts...)
 	st, _ := status.FromError(err)
 	if se, ok := supersededErrorOf(st); err != nil && ok && !se.GrantEnded && se.Answered >= in.last {
 		in.last = se.Answered
-		resp, err = in.send(ctx, conn, req, in.next(), opts...)
+		resp, err = in.send(ctx, w, req, in.next(), opts...)
 	}
 	return resp, err
 }
 
-func (in *intent) send(ctx context.Context, conn *grpc.ClientConn, req *leasepb.AcquireRequest, attempt uint32, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
+func (in *intent) send(ctx context.Context, w *batcher, req *leasepb.AcquireRequest, attempt uint32, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
 	numbered := proto.CloneOf(req)
 	numbered.Attempt = attempt
-	return leasepb.NewLeasesClient(conn).Acquire(ctx, numbered, opts...)
+	return w.acquire(ctx, numbered, opts...)
 }

@@ -66,6 +66,12 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// Clock is the time source for lease validity; nil means the real clock. Tests inject one.
 	Clock Clock
+	// NoBatching sends every write as its own call. By default the quick writes (Acquire without
+	// WithWait, Renew, Release) that goroutines of this client make at the same moment on one connection
+	// travel as one Batch call, each run and answered as its own call would be (docs/client.md,
+	// "Batching"); a write alone always goes as its own call. Set it to see every write as its own call in
+	// gRPC interceptors given in DialOptions.
+	NoBatching bool
 	// Registerer, when set, receives the client's metrics (leased_client_*: docs/operations.md, "Metrics");
 	// nil records none. One Registerer serves one Client: New fails if the series are registered already.
 	Registerer prometheus.Registerer
@@ -104,10 +110,12 @@ type Client struct {
 	conns  map[string]*grpc.ClientConn
 	causes map[*grpc.ClientConn]*connCause // the last failure of each connection's connecting (cause.go)
 	addrs  map[*grpc.ClientConn]string     // the endpoint each connection dials
-	leader string                          // the address the client currently prefers; "" when unknown
-	next   int                             // round-robin position among the endpoints
-	closed bool
-	health map[string]health // endpoints that did not answer in time, skipped until their backoff ends
+	// batchers coalesce each connection's quick writes (batch.go); nil with Config.NoBatching.
+	batchers map[*grpc.ClientConn]*batcher
+	leader   string // the address the client currently prefers; "" when unknown
+	next     int    // round-robin position among the endpoints
+	closed   bool
+	health   map[string]health // endpoints that did not answer in time, skipped until their backoff ends
 	// discoveryFailures is why each endpoint last failed to answer a leader discovery, and when: a call
 	// that fails names them for the endpoints it did not try itself.
 	discoveryFailures map[string]timedError
@@ -136,6 +144,7 @@ func New(cfg Config) (*Client, error) {
 		cfg: cfg, log: cfg.Logger, clock: cfg.Clock, budget: newRetryBudget(), metrics: m,
 		conns: make(map[string]*grpc.ClientConn), health: make(map[string]health), discoveryFailures: make(map[string]timedError),
 		causes: make(map[*grpc.ClientConn]*connCause), addrs: make(map[*grpc.ClientConn]string),
+		batchers: make(map[*grpc.ClientConn]*batcher),
 	}
 	if len(cfg.Endpoints) == 1 {
 		c.leader = cfg.Endpoints[0]
@@ -255,7 +264,15 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.conns[addr] = conn
 	c.causes[conn] = cause
 	c.addrs[conn] = addr
+	c.batchers[conn] = newBatcher(conn, addr, c.cfg.NoBatching)
 	return conn, nil
+}
+
+// writer is what sends the quick writes on conn: its batcher.
+func (c *Client) writer(conn *grpc.ClientConn) *batcher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batchers[conn]
 }
 
 // errNotConnected: an endpoint did not complete its connection within the attempt.

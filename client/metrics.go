@@ -31,7 +31,7 @@ const (
 )
 
 // leasesMethods are the unary RPCs whose series exist from the start.
-var leasesMethods = []string{"Acquire", "Renew", "Release", "Get", "List", "ValidateToken", "Status", "MemberList"}
+var leasesMethods = []string{"Acquire", "Renew", "Release", "Batch", "Get", "List", "ValidateToken", "Status", "MemberList"}
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	if reg == nil {

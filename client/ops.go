@@ -63,7 +63,7 @@ func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, va
 // error wraps ErrOutcomeUnknown.
 func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time.Duration, error) {
 	resp, err := callWrite(ctx, c, "renew", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
-		return leasepb.NewLeasesClient(conn).Renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
+		return c.writer(conn).renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
 	}, nil)
 	if err != nil {
 		return 0, err
@@ -83,7 +83,7 @@ func (c *Client) Release(ctx context.Context, resource string, token uint64) err
 
 func (c *Client) release(ctx context.Context, resource string, token uint64) error {
 	resp, err := callWrite(ctx, c, "release", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
-		return leasepb.NewLeasesClient(conn).Release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
+		return c.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
 	}, releaseNotFoundIsDefinite)
 	if err == nil {
 		c.follow(resp.GetHeader())
