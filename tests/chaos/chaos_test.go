@@ -40,7 +40,7 @@ func TestChaos(t *testing.T) {
 	}
 	cfg := runConfig{
 		Seed: seedFromEnv(t), Duration: 40 * time.Second,
-		Workers: 6, Durable: 2, Hot: 3, Cold: 40, Epoch: 20 * time.Second, OpsPerWorker: 600,
+		Workers: 6, Durable: 2, Hot: 3, Cold: 40, Epoch: 20 * time.Second, OpsPerWorker: 600, BatchGroups: 1,
 		Nemeses: true, FullRestart: true, CheckTimeout: time.Minute,
 		L1Holders: 4, Semaphore: 3, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
 		Plants: plantsFromEnv(), TLS: tlsFromEnv(), Membership: os.Getenv("LEASED_CHAOS_MEMBERSHIP") == "1",
@@ -69,6 +69,9 @@ func TestChaos(t *testing.T) {
 	}
 	if rep.Ops["acquire/ok"] == 0 || rep.Ops["release/ok"] == 0 || rep.Ops["get/ok"] == 0 {
 		t.Errorf("the workload did too little: %v", rep.Ops)
+	}
+	if rep.Ops["batch-call/OK"] == 0 {
+		t.Errorf("the batched workers made no Batch call: their writes never travelled together (%v)", rep.Ops)
 	}
 }
 

@@ -58,6 +58,9 @@ type runConfig struct {
 	// Membership adds the membership nemesis (replace a follower: remove, wipe, add fresh, promote) to the
 	// schedule: LEASED_CHAOS_MEMBERSHIP=1 (membership_test.go).
 	Membership bool
+	// BatchGroups are groups of workers that share one client and write at the same instants, so that
+	// the SDK batches their writes (batch_test.go).
+	BatchGroups int
 	// Flood adds the flood nemesis (a hostile client past the per-connection and per-resource limits) and
 	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
 	Flood bool
@@ -254,6 +257,10 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	for i := range cfg.Workers {
 		r.wg.Add(1)
 		go r.worker(work, i)
+	}
+	for g := range cfg.BatchGroups {
+		r.wg.Add(1)
+		go r.batchGroup(work, g)
 	}
 	for k := range cfg.Durable {
 		r.wg.Add(1)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/leased/leased/client"
@@ -100,6 +101,13 @@ func (c *counters) named(kind string, out outcome) {
 	c.ops[kind+"/"+out.String()]++
 }
 
+// add counts n of something the run observed (kind/what).
+func (c *counters) add(key string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ops[key] += n
+}
+
 func (c *counters) fault(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -133,11 +141,17 @@ const (
 
 // newClient returns an SDK client for the run's cluster under holder name h.
 func (r *run) newClient(h string, clk client.Clock) *client.Client {
+	return r.newClientWith(h, clk, nil)
+}
+
+// newClientWith is newClient with the client's metrics on reg (nil: none).
+func (r *run) newClientWith(h string, clk client.Clock, reg prometheus.Registerer) *client.Client {
 	c, err := client.New(client.Config{
 		Endpoints: r.c.Endpoints(), Holder: h, DialTimeout: time.Second, RequestTimeout: time.Second, Clock: clk,
 		Logger:      r.clientLog.With("client", h),
 		TLS:         r.c.tls.clientTLS(),
 		DialOptions: []grpc.DialOption{r.cnet.dialOption(h)}, // through the client side of the fault layer
+		Registerer:  reg,
 	})
 	if err != nil {
 		panic(err) // only on a bad config
@@ -167,7 +181,7 @@ func (r *run) acquire(ctx context.Context, cl *client.Client, id int, holder, re
 func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int, holder, res, reqID string, ttl time.Duration, retries int, wait bool) (*client.Lease, outcome) {
 	for attempt := 0; ; attempt++ {
 		in := opInput{Kind: opAcquire, Resource: res, Holder: holder, ReqID: reqID}
-		opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(reqID)}
+		opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(reqID), client.WithHolder(holder)}
 		waiting := wait && attempt == 0
 		if waiting {
 			opts = append(opts, client.WithWait())
@@ -305,11 +319,18 @@ func (r *run) worker(ctx context.Context, id int) {
 // hold keeps l for a while, checking it and writing through the fence every few tens of milliseconds. It
 // reports whether to release (true) or abandon (false) the lease afterwards.
 func (r *run) hold(ctx context.Context, rng *rand.Rand, l *client.Lease) bool {
+	until := time.Now().Add(time.Duration(100+rng.IntN(700)) * time.Millisecond)
+	r.writeWhileHeld(ctx, rng, l, func() bool { return time.Now().Before(until) })
+	return rng.IntN(100) < 80
+}
+
+// writeWhileHeld records the belief that l is held and, while holding says so and the lease is valid,
+// checks it and writes through the fence every few tens of milliseconds.
+func (r *run) writeWhileHeld(ctx context.Context, rng *rand.Rand, l *client.Lease, holding func() bool) {
 	b := &belief{Resource: l.Resource(), Token: l.Token(), Holder: l.Holder(), Acquired: time.Now()}
 	r.addBelief(b)
 	r.watchDone(l, b)
-	until := time.Now().Add(time.Duration(100+rng.IntN(700)) * time.Millisecond)
-	for seq := 0; time.Now().Before(until) && ctx.Err() == nil; seq++ {
+	for seq := 0; holding() && ctx.Err() == nil; seq++ {
 		tb := time.Now()
 		if l.Err() != nil || l.Remaining() <= 0 {
 			break
@@ -323,7 +344,6 @@ func (r *run) hold(ctx context.Context, rng *rand.Rand, l *client.Lease) bool {
 		})
 		sleepCtx(ctx, time.Duration(20+rng.IntN(60))*time.Millisecond) // the holder's own pace
 	}
-	return rng.IntN(100) < 80
 }
 
 // sleepCtx sleeps d or until ctx ends (a pause of the schedule, never a wait for a condition).
