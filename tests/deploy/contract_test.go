@@ -37,6 +37,7 @@ var nodeMetrics = map[string]kind{
 	"leased_watchers":                    gauge,
 	"leased_open_streams":                gauge,
 	"leased_keepalive_batch_size":        histogram,
+	"leased_batch_writes":                histogram,
 	"leased_expiry_lag_seconds":          histogram,
 	"leased_peer_round_trip_seconds":     histogram,
 	"leased_peer_send_failures_total":    counter,
