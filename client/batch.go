@@ -20,8 +20,9 @@ import (
 // on one connection at the same moment go to the node as one Batch call, which runs each as its own call
 // would run and answers each on its own. A gRPC call costs the client and the node tens of microseconds of
 // CPU whatever it carries (its stream, headers, the node's handler goroutine and interceptors, a flush on
-// each side); under load that is most of a write's cost, and paying it once per batch is what lets a busy
-// client and its cluster do several times more writes on the same cores.
+// each side); under load that is a third to a half of a write's cost, and paying it once per batch lets a
+// busy client and its cluster do 1.3–1.5 times the writes on the same cores (docs/benchmarks.md,
+// "Batching").
 //
 // Nothing waits for a batch to fill: the first write of a moment forms a batch, yields the processor once
 // so that the writes made at the same instant (typically by the goroutines one answer just woke) can join
@@ -30,7 +31,7 @@ import (
 // with its write (BatchWrite.timeout_ms), and a caller whose context ends returns at once, as it would from
 // its own call, while the others in the batch go on.
 
-// maxBatchWrites is the most writes a Batch carries (leases.proto).
+// maxBatchWrites is the most writes a Batch carries (leases.proto; server.MaxBatchWrites).
 const maxBatchWrites = 64
 
 // batcher coalesces the quick writes made on one connection.
