@@ -76,7 +76,7 @@ func TestBatchAnswersEachWriteAsItsOwnCall(t *testing.T) {
 		if r[0].GetAcquire().GetHeader().GetLeaderId() == 0 {
 			t.Errorf("through node %d: a grant without its response header", through)
 		}
-		if err := resultErr(r[1]); code(err) != codes.FailedPrecondition || heldOf(err).GetHolder() != "other" {
+		if err := resultErr(r[1]); code(err) != codes.FailedPrecondition || heldDetail(err).GetHolder() != "other" {
 			t.Errorf("through node %d: acquire of a held resource = %v, want FailedPrecondition with LeaseHeld", through, err)
 		}
 		if r[2].GetRenew().GetTtlMs() != 30_000 {
@@ -92,15 +92,6 @@ func TestBatchAnswersEachWriteAsItsOwnCall(t *testing.T) {
 			t.Errorf("through node %d: release of a stale token = %v, want NotFound", through, err)
 		}
 	}
-}
-
-func heldOf(err error) *leasepb.LeaseHeld {
-	for _, d := range status.Convert(err).Details() {
-		if h, ok := d.(*leasepb.LeaseHeld); ok {
-			return h
-		}
-	}
-	return nil
 }
 
 // TestBatchThatBreaksItsOwnLimitsRunsNothing: a batch with no writes, more than 64, a waiting acquire or
