@@ -135,6 +135,9 @@ func New(cfg Config) (*Client, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("%w: no endpoints", ErrInvalid)
 	}
+	if cfg.KeepAliveBatch < 0 {
+		return nil, fmt.Errorf("%w: KeepAliveBatch %d is negative", ErrInvalid, cfg.KeepAliveBatch)
+	}
 	cfg = withDefaults(cfg)
 	m, err := newClientMetrics(cfg.Registerer)
 	if err != nil {

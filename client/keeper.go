@@ -19,8 +19,11 @@ type keeper struct {
 
 	mu     sync.Mutex
 	leases map[leaseKey]*Lease
-	sent   map[uint64]time.Time // seq -> send time, for answers still expected
-	seq    uint64
+	// ttls counts the held leases of each TTL, so that the renewal interval (a third of the shortest) costs
+	// a look at the few TTLs in use, not at every lease: the session asks for it several times a round.
+	ttls map[time.Duration]int
+	sent map[uint64]time.Time // seq -> send time, for answers still expected
+	seq  uint64
 	// nextRound is when the running session's next round of renewals is due (zero before the first), on
 	// the client's clock.
 	nextRound time.Time
@@ -43,7 +46,7 @@ const minRenewInterval = 50 * time.Millisecond
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{
-		c: c, leases: make(map[leaseKey]*Lease), sent: make(map[uint64]time.Time),
+		c: c, leases: make(map[leaseKey]*Lease), ttls: make(map[time.Duration]int), sent: make(map[uint64]time.Time),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -55,7 +58,7 @@ func (k *keeper) add(l *Lease, validUntil time.Time) error {
 	if k.closed {
 		return ErrClosed
 	}
-	k.leases[leaseKey{l.resource, l.token}] = l
+	k.putLocked(l)
 	if !k.started {
 		k.started = true
 		go k.run()
@@ -85,7 +88,25 @@ func (k *keeper) renewSoonerFor(ttl time.Duration, validUntil time.Time) bool {
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.leases, leaseKey{l.resource, l.token})
+	k.deleteLocked(leaseKey{l.resource, l.token})
+}
+
+// putLocked and deleteLocked keep leases and ttls in step.
+func (k *keeper) putLocked(l *Lease) {
+	k.deleteLocked(leaseKey{l.resource, l.token})
+	k.leases[leaseKey{l.resource, l.token}] = l
+	k.ttls[l.ttl]++
+}
+
+func (k *keeper) deleteLocked(key leaseKey) {
+	l, ok := k.leases[key]
+	if !ok {
+		return
+	}
+	delete(k.leases, key)
+	if k.ttls[l.ttl]--; k.ttls[l.ttl] == 0 {
+		delete(k.ttls, l.ttl)
+	}
 }
 
 // close stops renewing and ends every held lease with ErrClosed.
@@ -97,7 +118,7 @@ func (k *keeper) close() {
 	for _, l := range k.leases {
 		held = append(held, l)
 	}
-	k.leases = map[leaseKey]*Lease{}
+	k.leases, k.ttls = map[leaseKey]*Lease{}, map[time.Duration]int{}
 	k.mu.Unlock()
 	close(k.stop)
 	if started {
@@ -313,21 +334,33 @@ func (k *keeper) sendRenewals(stream leasepb.Leases_KeepAliveClient) (uint64, er
 	return last, nil
 }
 
-// nextRequests builds the renewal messages and records when each is sent.
+// nextRequests builds the renewal messages and records when each is sent. It holds the lock only to copy
+// the held leases' keys and to number the messages: a client holding 100,000 leases builds 100,000
+// LeaseRefs each round, and every Acquire, answer and release of the client waits for that lock.
 func (k *keeper) nextRequests() []*leasepb.KeepAliveRequest {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	var reqs []*leasepb.KeepAliveRequest
-	var req *leasepb.KeepAliveRequest
+	keys := make([]leaseKey, 0, len(k.leases))
 	for key := range k.leases {
-		if req == nil || len(req.Leases) == k.c.cfg.KeepAliveBatch {
-			req = k.newRequestLocked()
-			reqs = append(reqs, req)
-		}
-		req.Leases = append(req.Leases, &leasepb.LeaseRef{Resource: key.resource, Token: key.token})
+		keys = append(keys, key)
 	}
-	if len(reqs) == 0 {
-		reqs = append(reqs, k.newRequestLocked()) // an empty message keeps the stream (and leader) known
+	k.mu.Unlock()
+	refs := make([]leasepb.LeaseRef, len(keys)) // one allocation, not one a lease
+	per := k.c.cfg.KeepAliveBatch
+	reqs := make([]*leasepb.KeepAliveRequest, 0, max(1, (len(keys)+per-1)/per))
+	for i := 0; i < len(keys) || len(reqs) == 0; i += per { // an empty message keeps the stream (and leader) known
+		part := keys[i:min(i+per, len(keys))]
+		req := &leasepb.KeepAliveRequest{Leases: make([]*leasepb.LeaseRef, len(part))}
+		for j, key := range part {
+			ref := &refs[i+j]
+			ref.Resource, ref.Token = key.resource, key.token
+			req.Leases[j] = ref
+		}
+		reqs = append(reqs, req)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, req := range reqs {
+		req.Seq = k.nextSeqLocked()
 	}
 	// Answers come in order; anything far older than the newest request will not come any more.
 	for seq := range k.sent {
@@ -338,10 +371,11 @@ func (k *keeper) nextRequests() []*leasepb.KeepAliveRequest {
 	return reqs
 }
 
-func (k *keeper) newRequestLocked() *leasepb.KeepAliveRequest {
+// nextSeqLocked numbers the next message and records when it is sent (now: before it is).
+func (k *keeper) nextSeqLocked() uint64 {
 	k.seq++
 	k.sent[k.seq] = k.c.clock.Now()
-	return &leasepb.KeepAliveRequest{Seq: k.seq}
+	return k.seq
 }
 
 // handle applies one answer: extend each lease from the request's send time, or end it if it is gone.
@@ -354,14 +388,19 @@ func (k *keeper) handle(resp *leasepb.KeepAliveResponse) {
 		return
 	}
 	k.c.metrics.renewalAnswered(k.c.clock.Now().Sub(sentAt))
-	for _, r := range resp.GetResults() {
-		k.mu.Lock()
-		l := k.leases[leaseKey{r.GetResource(), r.GetToken()}]
-		if l != nil && r.GetGone() {
-			delete(k.leases, leaseKey{r.GetResource(), r.GetToken()})
+	results := resp.GetResults()
+	held := make([]*Lease, len(results))
+	k.mu.Lock()
+	for i, r := range results {
+		key := leaseKey{r.GetResource(), r.GetToken()}
+		held[i] = k.leases[key]
+		if r.GetGone() {
+			k.deleteLocked(key)
 		}
-		k.mu.Unlock()
-		switch {
+	}
+	k.mu.Unlock()
+	for i, r := range results {
+		switch l := held[i]; {
 		case l == nil:
 		case r.GetGone():
 			l.end(ErrExpired)
@@ -389,9 +428,9 @@ func (k *keeper) interval() time.Duration {
 
 func (k *keeper) intervalLocked() time.Duration {
 	shortest := time.Duration(0)
-	for _, l := range k.leases {
-		if shortest == 0 || l.ttl < shortest {
-			shortest = l.ttl
+	for ttl := range k.ttls {
+		if shortest == 0 || ttl < shortest {
+			shortest = ttl
 		}
 	}
 	if shortest == 0 {
