@@ -3,8 +3,10 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,5 +100,60 @@ func TestAuditTrail(t *testing.T) {
 	}
 	if lines[0]["index"] != float64(a.GetLease().GetToken()) {
 		t.Errorf("a grant's index %v is not its token %d", lines[0]["index"], a.GetLease().GetToken())
+	}
+}
+
+// gatedWriter holds every write while its gate is shut: a log sink that stopped reading.
+type gatedWriter struct {
+	syncBuffer
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (w *gatedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	gate := w.gate
+	w.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return w.syncBuffer.Write(p)
+}
+
+func (w *gatedWriter) shut() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gate = make(chan struct{})
+	return w.gate
+}
+
+// TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose: the node writes its audit lines off the Ready
+// loop — grants are answered while the log sink is not reading — and a node that stops writes every line
+// it had handed over before Close returns.
+func TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose(t *testing.T) {
+	logs := &gatedWriter{}
+	cfg := server.TestConfig()
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s := startSingleNode(t, &cfg)
+	cl := dial(t, s.ClientAddr())
+	gate := logs.shut()
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before the node's Close: a loop stuck writing a line could not stop
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const n = 20 // well under the writer's backlog of batches
+	for i := range n {
+		if _, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "audit/" + strconv.Itoa(i), Holder: "h", TtlMs: 60_000}); err != nil {
+			t.Fatalf("acquire %d while the log sink is stuck: %v", i, err)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	openGate()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := len(auditLines(t, logs.String())); got != n {
+		t.Fatalf("%d audit lines after Close, want %d:\n%s", got, n, logs.String())
 	}
 }

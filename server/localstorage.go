@@ -80,6 +80,7 @@ func (n *node) applyLocal(m *raftpb.Message) error {
 		if err := n.applyEntries(ents); err != nil {
 			return err
 		}
+		n.audit.handOff()
 		n.metrics.applySeconds.Observe(since(start))
 	}
 	n.deliverResponses(m.GetResponses())

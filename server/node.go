@@ -46,6 +46,7 @@ type logIndexer interface {
 type node struct {
 	cfg       Config
 	log       *slog.Logger
+	audit     *auditTrail // the audit trail's lines, written off the loop (audit.go)
 	clock     Clock
 	id        uint64
 	clusterID uint64
@@ -139,6 +140,7 @@ type node struct {
 // stop is closed or on a fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
 	defer n.halt()
+	defer n.audit.close()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	n.lastTick = n.clock.Now()

@@ -312,6 +312,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	n.applied.Store(snapIndex)
+	n.audit = newAuditTrail(n.log, snapIndex)
 	n.logIndex = storage
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
@@ -455,6 +456,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { s.node.watchDisk(s.stop) })
 	s.spawn(func() { s.node.snapshotLoop(s.stop) })
+	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })

@@ -46,6 +46,7 @@ func (n *node) maybeSnapshot() error {
 	if err := n.flushHardState(); err != nil {
 		return err
 	}
+	n.audit.waitWritten() // a restart re-logs only the entries after the snapshot (audit.go)
 	n.fsmMu.Lock()
 	view := n.sm.View()
 	n.fsmMu.Unlock()
