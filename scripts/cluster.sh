@@ -60,13 +60,13 @@ declare -A cmdline=()
 
 # prefix copies its input to stdout with "name | " before every line. It ignores SIGINT and SIGTERM so that
 # it outlives its node's last words (a node whose stderr pipe closed would die of SIGPIPE mid-shutdown);
-# it ends at end of input, when its node has exited.
+# it ends at end of input, when its node has exited. awk reads its input in blocks and writes each line at
+# once: a shell loop (which reads a pipe a byte at a time) or `sed -u` passed some 5,000 lines a second, and
+# at info level every grant and expiry is a line on every node (docs/operations.md, "Audit trail"), so
+# under load the pipe filled and the nodes, waiting to write their logs, stopped answering.
 prefix() {
 	trap '' INT TERM
-	local line
-	while IFS= read -r line || [[ -n $line ]]; do
-		printf '%s | %s\n' "$1" "$line"
-	done
+	awk -v name="$1" '{ print name " | " $0; fflush() }'
 }
 
 start() {
@@ -122,6 +122,17 @@ reported() {
 	unset "pid[$name]"
 }
 
+# forget_gone reports, with an unknown status, the nodes that exited without wait -n seeing them.
+forget_gone() {
+	for name in "${!pid[@]}"; do
+		if ! kill -0 "${pid[$name]}" 2>/dev/null; then
+			echo "$name (pid ${pid[$name]}) is gone (exit status unknown)"
+			((stopping)) || failed=1
+			unset "pid[$name]"
+		fi
+	done
+}
+
 trap stop_all INT TERM
 
 for i in 1 2 3; do
@@ -139,7 +150,12 @@ echo "client endpoints: 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 (HTTP/JSON:
 while ((${#pid[@]} > 0)); do
 	ended='' status=0
 	wait -n -p ended "${pid[@]}" || status=$?
-	[[ -n ${ended:-} ]] || continue
+	if [[ -z ${ended:-} ]]; then
+		# A trapped signal; or (127) bash knows none of the pids as a job any more, and would answer the
+		# same at once forever: forget the nodes that are gone.
+		((status == 127)) && { forget_gone; sleep 0.1; }
+		continue
+	fi
 	for name in "${!pid[@]}"; do
 		if [[ ${pid[$name]} == "$ended" ]]; then
 			reported "$name" "$status"
