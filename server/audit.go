@@ -30,6 +30,7 @@ type auditTrail struct {
 	on  bool // info is enabled: decided once, the level does not change while a node runs
 
 	pending []auditLine     // the lines of the Ready being applied (Ready loop only)
+	upTo    uint64          // the newest index with a line in pending (Ready loop only)
 	handed  uint64          // the newest index whose lines were handed over (Ready loop only)
 	batches chan auditBatch // to run; closed by the loop as it ends
 	written *indexWaiter    // the newest index whose lines are written
@@ -79,7 +80,7 @@ func (a *auditTrail) record(index uint64, role string, res fsm.Result) {
 		a.pending = append(a.pending, auditLine{role: role, event: e})
 	}
 	if len(res.Events) > 0 || res.Changes.ACLSet {
-		a.handed = index
+		a.upTo = index
 	}
 }
 
@@ -88,8 +89,8 @@ func (a *auditTrail) handOff() {
 	if len(a.pending) == 0 {
 		return
 	}
-	a.batches <- auditBatch{lines: a.pending, upTo: a.handed}
-	a.pending = nil
+	a.batches <- auditBatch{lines: a.pending, upTo: a.upTo}
+	a.pending, a.handed = nil, a.upTo
 }
 
 // waitWritten returns once every line handed over is written (Ready loop, before a snapshot).
