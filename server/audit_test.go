@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -51,14 +52,20 @@ func auditLines(t *testing.T, s string) []map[string]any {
 	return out
 }
 
+// startAuditedNode starts a single node that logs at info level, as JSON, into logs.
+func startAuditedNode(t *testing.T, logs io.Writer) (server.Config, *server.Server, leasepb.LeasesClient) {
+	t.Helper()
+	cfg := server.TestConfig()
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s := startSingleNode(t, &cfg)
+	return cfg, s, dial(t, s.ClientAddr())
+}
+
 // TestAuditTrail: a grant, a release and an expiry each make one info line on the (single) node, in the
 // JSON format of --log-format json, with the constant keys.
 func TestAuditTrail(t *testing.T) {
 	logs := &syncBuffer{}
-	cfg := server.TestConfig()
-	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s := startSingleNode(t, &cfg)
-	cl := dial(t, s.ClientAddr())
+	cfg, _, cl := startAuditedNode(t, logs)
 	ctx := ctxT(t)
 	a, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "audit/a", Holder: "alice", TtlMs: 60_000})
 	if err != nil {
@@ -132,10 +139,7 @@ func (w *gatedWriter) shut() chan struct{} {
 // it had handed over before Close returns.
 func TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose(t *testing.T) {
 	logs := &gatedWriter{}
-	cfg := server.TestConfig()
-	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s := startSingleNode(t, &cfg)
-	cl := dial(t, s.ClientAddr())
+	_, s, cl := startAuditedNode(t, logs)
 	gate := logs.shut()
 	openGate := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(openGate) // before the node's Close: a loop stuck writing a line could not stop
