@@ -59,7 +59,7 @@ func (n *node) applyNormal(e *raftpb.Entry) error {
 	n.size.applied(res)
 	n.watch.publish(index, res.Events)
 	n.metrics.applied(res)
-	n.audit.record(index, roleName(raft.StateType(n.role.Load())), res)
+	n.audit.record(index, raft.StateType(n.role.Load()), res)
 	n.queue.applied(res)
 	if res.Handoff != nil { // the waiting acquire a release carried
 		n.proposals.deliver(cmd.GetReleaseHandoff().GetAcquireProposalId(), proposalOutcome{index: index, result: *res.Handoff})

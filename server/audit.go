@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"go.etcd.io/raft/v3"
+
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 )
@@ -68,20 +70,19 @@ var auditMessages = map[leasepb.EventType]string{
 	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "lease value proclaimed",
 }
 
-// record notes the lines of the entry at index, applied with the node in role (Ready loop).
-func (a *auditTrail) record(index uint64, role string, res fsm.Result) {
-	if !a.on {
+// record notes the lines of the entry at index, applied with the node in state st (Ready loop).
+func (a *auditTrail) record(index uint64, st raft.StateType, res fsm.Result) {
+	if !a.on || (len(res.Events) == 0 && !res.Changes.ACLSet) {
 		return
 	}
+	role := roleName(st)
 	if res.Changes.ACLSet {
 		a.pending = append(a.pending, auditLine{role: role, aclSet: true, index: index})
 	}
 	for _, e := range res.Events {
 		a.pending = append(a.pending, auditLine{role: role, event: e})
 	}
-	if len(res.Events) > 0 || res.Changes.ACLSet {
-		a.upTo = index
-	}
+	a.upTo = index
 }
 
 // handOff gives the lines recorded since the last hand-off to the writer (Ready loop, after each apply).
