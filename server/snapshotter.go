@@ -18,6 +18,12 @@ import (
 // (snapshotTaken). At a million leases the encoding is some 0.4 s and the raft.db write 46 MB; on the loop
 // they stalled every node at once (all snapshot at the same index) for up to 5 s, past the election
 // timeout. One snapshot is in flight at a time.
+//
+// Off the loop, a snapshot still takes a core and the disk for a while, and three nodes snapshotting at
+// the same index slowed the whole cluster at once: a commit needs a majority, and that moment every
+// member was busy (the p99 of a loaded cluster was that moment). So the voters stagger their snapshot
+// points over the interval (snapshotPhase): each snapshots every SnapshotEntries entries, at a phase of
+// its own, and at most one of three is busy with a snapshot at any index.
 
 // snapshotJob is a snapshot the loop decided on: the state frozen at index, with the ConfState at it.
 type snapshotJob struct {
@@ -34,12 +40,15 @@ type snapshotResult struct {
 	err   error
 }
 
-// maybeSnapshot starts a snapshot every SnapshotEntries entries, or after a conf change, unless one is in
-// flight. The HardState held back goes to disk first: raft refuses to restart with a commit index below
-// its snapshot's.
+// maybeSnapshot starts a snapshot every SnapshotEntries entries (at this node's phase), or after a conf
+// change, unless one is in flight. The HardState held back goes to disk first: raft refuses to restart
+// with a commit index below its snapshot's.
 func (n *node) maybeSnapshot() error {
-	applied := n.applied.Load()
-	if n.snapshotting || (applied-n.snapIndex < n.cfg.SnapshotEntries && !n.confSnapshotDue) {
+	if n.snapshotting {
+		return nil
+	}
+	due := nextSnapshotAt(n.snapIndex, n.cfg.SnapshotEntries, snapshotPhase(n.id, n.confState, n.cfg.SnapshotEntries))
+	if n.applied.Load() < due && !n.confSnapshotDue {
 		return nil
 	}
 	n.confSnapshotDue = false
@@ -53,6 +62,34 @@ func (n *node) maybeSnapshot() error {
 	n.snapshotting = true
 	n.snapJobs <- snapshotJob{view: view, cs: n.confState, start: time.Now()} // room for one: never blocks
 	return nil
+}
+
+// nextSnapshotAt is the applied index at which a node whose last snapshot is at snapIndex takes its next
+// one: the first index at least half an interval past snapIndex that lies at phase (mod entries). Once a
+// node snapshots at its phase it does so every entries entries; the first snapshot after a start or after
+// a snapshot from the leader (at another phase) comes between half an interval and one and a half later.
+func nextSnapshotAt(snapIndex, entries, phase uint64) uint64 {
+	from := snapIndex + max(entries/2, 1)
+	return from + (phase%entries+entries-from%entries)%entries
+}
+
+// snapshotPhase spreads the voters' snapshot points evenly over the interval, by the node's rank among
+// the voters' IDs (the same on every node: the ConfState is replicated). A learner or a lone node takes
+// phase 0.
+func snapshotPhase(id uint64, cs *raftpb.ConfState, entries uint64) uint64 {
+	voters := cs.GetVoters()
+	rank := uint64(0)
+	found := false
+	for _, v := range voters {
+		if v < id {
+			rank++
+		}
+		found = found || v == id
+	}
+	if !found {
+		return 0
+	}
+	return entries / uint64(len(voters)) * rank
 }
 
 // snapshotLoop encodes and writes the loop's snapshots, one at a time, until stop closes. A snapshot it
