@@ -79,7 +79,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
 	fs.IntVar(&c.ElectionTicks, "election-ticks", c.ElectionTicks, "ticks without a leader before a follower campaigns")
 	fs.IntVar(&c.HeartbeatTicks, "heartbeat-ticks", c.HeartbeatTicks, "ticks between leader heartbeats")
-	fs.Uint64Var(&c.SnapshotEntries, "snapshot-entries", c.SnapshotEntries, "applied entries that trigger a snapshot and log compaction")
+	fs.Uint64Var(&c.SnapshotEntries, "snapshot-entries", c.SnapshotEntries, "applied entries between snapshots and log compactions (the voters stagger theirs over the interval)")
 	fs.Uint64Var(&c.SnapshotCatchUp, "snapshot-catchup", c.SnapshotCatchUp, "entries kept after compaction for slow followers")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often the leader checkpoints remaining lease TTLs")
 	fs.IntVar(&c.ExpiryBatch, "expiry-batch", c.ExpiryBatch, "most leases expired by one log entry")
