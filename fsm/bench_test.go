@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 )
 
@@ -187,4 +188,72 @@ func BenchmarkRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchHeld is an FSM holding n leases granted by distinctAcquires (applied at indexes 1..n), with a View
+// taken after them, as a node has after a snapshot: the first change of each lease copies it.
+func benchHeld(b *testing.B, n int) (*FSM, *View) {
+	f := New()
+	for i, c := range distinctAcquires(n, true) {
+		if res, err := f.Apply(uint64(i+1), c); err != nil || res.Code != OK {
+			b.Fatalf("apply: %v %v", res.Code, err)
+		}
+	}
+	return f, f.View()
+}
+
+// batchesOf splits the leases of benchHeld(n) into commands of per leases, made by mk.
+func batchesOf(n, per int, mk func(leases []*leasepb.LeaseRef) *wirepb.Command) []*wirepb.Command {
+	var cmds []*wirepb.Command
+	for i := 0; i < n; i += per {
+		var refs []*leasepb.LeaseRef
+		for j := i; j < min(i+per, n); j++ {
+			refs = append(refs, &leasepb.LeaseRef{Resource: fmt.Sprintf("r/%07d", j), Token: uint64(j + 1)})
+		}
+		cmds = append(cmds, mk(refs))
+	}
+	return cmds
+}
+
+// BenchmarkApplyExpire measures the apply of expiry entries of 1,000 leases each (the default
+// --expiry-batch) on an FSM holding 200,000, all of which expire: a mass disconnect. Reported per lease.
+func BenchmarkApplyExpire(b *testing.B) {
+	const n = 200_000
+	for b.Loop() {
+		b.StopTimer()
+		f, _ := benchHeld(b, n)
+		cmds := batchesOf(n, 1000, func(refs []*leasepb.LeaseRef) *wirepb.Command {
+			return &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}
+		})
+		b.StartTimer()
+		for i, c := range cmds {
+			if res, err := f.Apply(uint64(n+1+i), c); err != nil || len(res.Events) == 0 {
+				b.Fatalf("expire: %v %v", res.Code, err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lease")
+}
+
+// BenchmarkApplyCheckpoint is BenchmarkApplyExpire for the idle checkpoints that precede the expiries.
+func BenchmarkApplyCheckpoint(b *testing.B) {
+	const n = 200_000
+	for b.Loop() {
+		b.StopTimer()
+		f, _ := benchHeld(b, n)
+		cmds := batchesOf(n, 1000, func(refs []*leasepb.LeaseRef) *wirepb.Command {
+			cps := make([]*wirepb.LeaseCheckpoint, len(refs))
+			for i, r := range refs {
+				cps[i] = &wirepb.LeaseCheckpoint{Resource: r.GetResource(), Token: r.GetToken(), RemainingMs: 6_000}
+			}
+			return &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}
+		})
+		b.StartTimer()
+		for i, c := range cmds {
+			if res, err := f.Apply(uint64(n+1+i), c); err != nil || len(res.Changes.Checkpointed) == 0 {
+				b.Fatalf("checkpoint: %v %v", res.Code, err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lease")
 }

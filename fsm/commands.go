@@ -126,10 +126,8 @@ func (f *FSM) releaseHandoff(index uint64, c *wirepb.ReleaseHandoffCmd) Result {
 }
 
 func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
-	var (
-		events []Event
-		delays []LockDelay
-	)
+	var delays []LockDelay
+	events := make([]Event, 0, len(c.GetLeases())) // nearly every listed lease is still current
 	for _, ref := range c.GetLeases() {
 		l, ok := f.current(ref.GetResource(), ref.GetToken())
 		if !ok {
