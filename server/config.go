@@ -66,6 +66,11 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// ExpiryBatch caps the leases expired by one log entry.
 	ExpiryBatch int
+	// ExpiryRate caps the leases per second the leader proposes to expire (a burst of a tenth of a second's
+	// worth, at least one batch). A mass disconnect expires hundreds of thousands of leases at once; every
+	// node applies their expiries, and without a cap one Ready's apply held each node's loop (ticks,
+	// heartbeats, every client's write) for most of a second (lessor.go, "expiry rate").
+	ExpiryRate int
 	// WatchHistory is how many events are kept for Watch to resume from, and WatchHistoryBytes how many
 	// bytes of them (watch.go, eventBytes): the history stops at whichever is reached first, except that
 	// the newest entry's events are always kept.
@@ -199,6 +204,7 @@ func DefaultConfig() Config {
 		SnapshotCatchUp:    10_000,
 		CheckpointInterval: 5 * time.Second,
 		ExpiryBatch:        1000,
+		ExpiryRate:         50_000,
 		WatchHistory:       100_000,
 		WatchHistoryBytes:  64 << 20,
 		ProposalTimeout:    5 * time.Second,
@@ -346,6 +352,7 @@ func (c Config) Validate() error {
 	check(c.SnapshotEntries > 0, "snapshot entries must be positive")
 	check(c.CheckpointInterval > 0, "checkpoint interval must be positive")
 	check(c.ExpiryBatch > 0, "expiry batch must be positive")
+	check(c.ExpiryRate > 0, "expiry rate must be positive")
 	check(c.WatchHistory > 0 && c.WatchHistoryBytes > 0, "watch history (events and bytes) must be positive")
 	check(c.ProposalTimeout > 0, "proposal timeout must be positive")
 	check(c.DiskStallTimeout >= 2*c.ElectionTimeout(), "disk stall timeout (%v) must be at least twice the election timeout (%v): "+

@@ -35,6 +35,8 @@ type lessor struct {
 	retry    time.Duration // re-propose an expiry or checkpoint not applied within this
 	batch    int
 	out      chan<- lessorCmd
+	// expiries is the expiry rate's budget (expiryBudget): leases this leader may still propose to expire.
+	expiries expiryBudget
 
 	leader bool
 	term   uint64 // the raft term this node leads in; tags every command it decides
@@ -132,6 +134,7 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 		retry:    2 * cfg.ElectionTimeout(),
 		batch:    cfg.ExpiryBatch,
 		out:      out,
+		expiries: newExpiryBudget(cfg.ExpiryRate, cfg.ExpiryBatch),
 		leases:   make(map[uint64]*leaseTimer),
 		delays:   make(map[string]*delayTimer),
 	}
@@ -325,16 +328,21 @@ func (l *lessor) tick(now time.Time) {
 	}
 }
 
+// expireDue proposes the expiry of leases whose deadline passed, the most overdue first, as many as the
+// expiry rate's budget allows; the rest wait in the heap for the next tick.
 func (l *lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	cur := l.at(now)
-	for len(l.deadlines) > 0 && l.deadlines[0].at <= cur {
+	budget := l.expiries.refill(now)
+	defer func(start int) { l.expiries.left -= float64(start - budget) }(budget)
+	for len(l.deadlines) > 0 && l.deadlines[0].at <= cur && budget > 0 {
 		t := l.deadlines[0].t
 		if t.deadline > l.deadlines[0].at { // renewed since it was queued: requeue at its deadline
 			l.deadlines[0].at = t.deadline
 			heap.Fix(&l.deadlines, 0)
 			continue
 		}
+		budget--
 		if !t.expiring {
 			t.expiring, t.due = true, t.deadline
 		}
@@ -351,6 +359,34 @@ func (l *lessor) expireDue(now time.Time) {
 	if len(refs) > 0 {
 		l.send(&wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}})
 	}
+}
+
+// expiryBudget is a token bucket of expiries: rate leases a second, up to burst at once. Every node
+// applies every expiry, and a mass disconnect (hundreds of thousands of leases whose holders went at
+// once) proposed in one go was applied in one Ready, each node's loop busy with it for most of a second
+// (no ticks, heartbeats or client writes meanwhile). At the rate the expiries come a few batches a tick,
+// between the clients' writes. An expiry late by the budget is safe (the holder's SDK stopped trusting
+// the lease at its own deadline; the resource is regranted later); leased_expiry_lag_seconds shows it.
+type expiryBudget struct {
+	rate, burst float64
+	left        float64
+	at          time.Time // when left was last refilled (zero: full)
+}
+
+// newExpiryBudget allows rate leases a second in bursts of a tenth of a second's worth, at least one
+// batch, starting full.
+func newExpiryBudget(rate, batch int) expiryBudget {
+	burst := max(float64(rate)/10, float64(batch))
+	return expiryBudget{rate: float64(rate), burst: burst, left: burst}
+}
+
+// refill adds what the rate earned since the last refill and returns the budget, in whole leases.
+func (b *expiryBudget) refill(now time.Time) int {
+	if !b.at.IsZero() && now.After(b.at) {
+		b.left = min(b.burst, b.left+b.rate*now.Sub(b.at).Seconds())
+	}
+	b.at = now
+	return int(b.left)
 }
 
 func (l *lessor) endDelays(now time.Time) {

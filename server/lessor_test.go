@@ -581,3 +581,38 @@ func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
 			live == old, live.renewedAt, l.at(at))
 	}
 }
+
+// TestMassExpiryKeepsToTheExpiryRate: a thousand leases due at once are expired at the expiry rate, the
+// most overdue first, not in one go; none is left behind.
+func TestMassExpiryKeepsToTheExpiryRate(t *testing.T) {
+	const (
+		rate, batch, n = 2000, 100, 1000
+		tick           = 10 * time.Millisecond
+	)
+	cfg := TestConfig()
+	cfg.ExpiryRate, cfg.ExpiryBatch = rate, batch // bursts of 200
+	s := newLessorSim(t, 1, cfg)
+	s.elect(0)
+	s.apply(acquireCmd("first", 900*time.Millisecond)) // the most overdue
+	for i := range n - 1 {
+		s.apply(acquireCmd(fmt.Sprintf("r/%04d", i), time.Second))
+	}
+	s.step(time.Second, tick)
+	if _, ok := s.expired["first"]; !ok {
+		t.Fatal("the most overdue lease was not among the first expired")
+	}
+	due := s.clock.Now() // the 999 are due at this tick
+	for {
+		elapsed := s.clock.Now().Sub(due)
+		if most := 1 + 200 + int(rate*elapsed.Seconds()); len(s.expired) > most { // first, a burst, the rate since
+			t.Fatalf("%d leases expired %v after they were due; the rate allows at most %d", len(s.expired), elapsed, most)
+		}
+		if len(s.expired) == n {
+			return
+		}
+		if elapsed > time.Second {
+			t.Fatalf("only %d of %d leases expired %v after they were due (rate %d/s)", len(s.expired), n, elapsed, rate)
+		}
+		s.step(tick, tick)
+	}
+}

@@ -83,6 +83,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.Uint64Var(&c.SnapshotCatchUp, "snapshot-catchup", c.SnapshotCatchUp, "entries kept after compaction for slow followers")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "how often the leader checkpoints remaining lease TTLs")
 	fs.IntVar(&c.ExpiryBatch, "expiry-batch", c.ExpiryBatch, "most leases expired by one log entry")
+	fs.IntVar(&c.ExpiryRate, "expiry-rate", c.ExpiryRate, "most leases the leader expires per second (a mass expiry is spread out at this rate)")
 	fs.IntVar(&c.WatchHistory, "watch-history", c.WatchHistory, "events kept for Watch to resume from")
 	fs.Int64Var(&c.WatchHistoryBytes, "watch-history-bytes", c.WatchHistoryBytes, "bytes of events kept for Watch to resume from (the history stops at this or --watch-history, whichever comes first)")
 	fs.DurationVar(&c.ProposalTimeout, "proposal-timeout", c.ProposalTimeout, "how long a write waits for its entry to apply")
