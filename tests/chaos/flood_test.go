@@ -29,12 +29,22 @@ import (
 //   - the flood costs no election (the leader's term is the same after it);
 //   - and, through L1 (a flood impairs no node), no healthy holder loses its lease and every acquire of
 //     a free resource stays within the bound while the flood is on.
+//
+// Beside the floods, a mass expiry: a client takes floodMassLeases leases at once and abandons them
+// (holders that went together), more than one burst of the nodes' small --expiry-rate, so the leader
+// spreads their expiry out. Its promise, also under "limits": every one of them has expired within its TTL
+// plus its share of the rate plus floodMassSlack, and the expiry cost no election.
 
 const (
 	floodWatchersPerConn    = 150
 	floodWaitersPerResource = 150
 	floodStreamsPerConn     = 400
 	floodExcess             = 40 // requests past each limit
+	// The mass expiry: 3,000 leases at 2,000 a second, in bursts of one 1,000-lease batch, take a second
+	// past their deadlines to expire.
+	floodMassLeases = 3000
+	floodExpiryRate = 2000
+	floodMassSlack  = 10 * time.Second // a tick, commits and applies on a loaded 2-core machine
 )
 
 // floodArgs are the limits every node of the harness runs with.
@@ -42,6 +52,7 @@ var floodArgs = []string{
 	fmt.Sprintf("--max-watchers-per-conn=%d", floodWatchersPerConn),
 	fmt.Sprintf("--max-waiters-per-resource=%d", floodWaitersPerResource),
 	fmt.Sprintf("--max-streams-per-conn=%d", floodStreamsPerConn),
+	fmt.Sprintf("--expiry-rate=%d", floodExpiryRate),
 }
 
 // floodOutcome is what one flood's requests got.
@@ -77,8 +88,9 @@ func (r *run) floodNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	defer cancel()
 	hold := 2*time.Second + time.Duration(rng.IntN(2000))*time.Millisecond
 	var watch, wait floodOutcome
+	var mass massLeases
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		watch = floodWatch(fctx, n.ClientAddr, tlsConf, hold)
@@ -87,13 +99,21 @@ func (r *run) floodNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 		defer wg.Done()
 		wait = r.floodWait(fctx, n.ClientAddr, tlsConf, hold)
 	}()
+	go func() {
+		defer wg.Done()
+		mass = r.takeMassLeases(fctx, n.ClientAddr, tlsConf)
+	}()
 	wg.Wait()
 	cancel()
 	if ctx.Err() != nil {
 		return // the run ended mid-flood: what was served says nothing
 	}
+	gone, finding := r.awaitMassExpiry(ctx, n.ClientAddr, tlsConf, mass)
+	if finding != "" && ctx.Err() == nil {
+		r.floodFinding(finding)
+	}
 	after, err := r.c.Status(ctx, ld)
-	r.faultNote(id, nil, fmt.Sprintf("watch: %v; wait: %v", watch, wait))
+	r.faultNote(id, nil, fmt.Sprintf("watch: %v; wait: %v; mass expiry: %d leases gone %v after the last grant", watch, wait, mass.taken, gone.Round(time.Millisecond)))
 	if err != nil || after.GetTerm() != before.GetTerm() || after.GetRole() != leasepb.Role_ROLE_LEADER {
 		// Another fault cannot overlap (one at a time): the flood itself cost an election, or the node.
 		r.floodFinding(fmt.Sprintf("flood on n%d: term %d before, %d after (role %v, err %v): the flood cost an election",
@@ -102,6 +122,89 @@ func (r *run) floodNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	}
 	r.checkFloodOutcome("watch", "--max-watchers-per-conn", floodWatchersPerConn, watch)
 	r.checkFloodOutcome("wait", "--max-waiters-per-resource", floodWaitersPerResource, wait)
+}
+
+// massLeases is what takeMassLeases took: under prefix, taken of floodMassLeases, the last granted
+// before last; err is the first refusal.
+type massLeases struct {
+	prefix string
+	taken  int
+	last   time.Time
+	err    error
+}
+
+// takeMassLeases takes floodMassLeases leases of the minimum TTL on fresh resources, 32 at a time, and
+// abandons them.
+func (r *run) takeMassLeases(ctx context.Context, addr string, tlsConf *tls.Config) massLeases {
+	m := massLeases{prefix: fmt.Sprintf("flood/mass/%d/", r.floods)}
+	conn, err := floodDial(addr, tlsConf)
+	if err != nil {
+		m.err = err
+		return m
+	}
+	defer conn.Close()
+	lc := leasepb.NewLeasesClient(conn)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 32 {
+		wg.Go(func() {
+			for k := range next {
+				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err := lc.Acquire(actx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("%s%04d", m.prefix, k), Holder: "flood-mass", TtlMs: r.minTTL.Milliseconds()})
+				cancel()
+				mu.Lock()
+				if err == nil {
+					m.taken, m.last = m.taken+1, time.Now()
+				} else if m.err == nil {
+					m.err = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for k := range floodMassLeases {
+		select {
+		case next <- k:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	return m
+}
+
+// awaitMassExpiry waits until none of the mass expiry's leases is left, within its bound, and returns
+// how long after the last grant that was, or what went wrong: one still there, or the leases not taken.
+func (r *run) awaitMassExpiry(ctx context.Context, addr string, tlsConf *tls.Config, m massLeases) (time.Duration, string) {
+	if m.taken < floodMassLeases {
+		return 0, fmt.Sprintf("mass expiry: took %d of %d leases (first refusal: %v)", m.taken, floodMassLeases, m.err)
+	}
+	conn, err := floodDial(addr, tlsConf)
+	if err != nil {
+		return 0, "mass expiry: " + err.Error()
+	}
+	defer conn.Close()
+	lc := leasepb.NewLeasesClient(conn)
+	bound := r.minTTL + time.Duration(floodMassLeases)*time.Second/floodExpiryRate + floodMassSlack
+	deadline := m.last.Add(bound)
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		list, err := lc.List(lctx, &leasepb.ListRequest{Prefix: m.prefix, Limit: 1})
+		cancel()
+		if err == nil && len(list.GetLeases()) == 0 {
+			return time.Since(m.last), ""
+		}
+		if time.Now().After(deadline) {
+			return time.Since(m.last), fmt.Sprintf("mass expiry: leases under %s still live %v after the last was granted (bound: TTL %v + %d leases at %d/s + %v; last List error: %v)",
+				m.prefix, time.Since(m.last).Round(time.Millisecond), r.minTTL, floodMassLeases, floodExpiryRate, floodMassSlack, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ""
+		case <-time.After(100 * time.Millisecond): // poll interval
+		}
+	}
 }
 
 // checkFloodOutcome records a finding unless exactly limit requests were served and the excess refused.
