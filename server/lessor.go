@@ -333,16 +333,15 @@ func (l *lessor) tick(now time.Time) {
 func (l *lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	cur := l.at(now)
-	budget := l.expiries.refill(now)
-	defer func(start int) { l.expiries.left -= float64(start - budget) }(budget)
-	for len(l.deadlines) > 0 && l.deadlines[0].at <= cur && budget > 0 {
+	budget, proposed := l.expiries.refill(now), 0
+	for len(l.deadlines) > 0 && l.deadlines[0].at <= cur && proposed < budget {
 		t := l.deadlines[0].t
 		if t.deadline > l.deadlines[0].at { // renewed since it was queued: requeue at its deadline
 			l.deadlines[0].at = t.deadline
 			heap.Fix(&l.deadlines, 0)
 			continue
 		}
-		budget--
+		proposed++
 		if !t.expiring {
 			t.expiring, t.due = true, t.deadline
 		}
@@ -359,6 +358,7 @@ func (l *lessor) expireDue(now time.Time) {
 	if len(refs) > 0 {
 		l.send(&wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}})
 	}
+	l.expiries.left -= float64(proposed)
 }
 
 // expiryBudget is a token bucket of expiries: rate leases a second, up to burst at once. Every node

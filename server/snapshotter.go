@@ -20,8 +20,8 @@ import (
 // timeout. One snapshot is in flight at a time.
 //
 // Off the loop, a snapshot still takes a core and the disk for a while, and three nodes snapshotting at
-// the same index slowed the whole cluster at once: a commit needs a majority, and that moment every
-// member was busy (the p99 of a loaded cluster was that moment). So the voters stagger their snapshot
+// the same index slow the whole cluster at once: a commit needs a majority, and at that moment every
+// member is busy. So the voters stagger their snapshot
 // points over the interval (snapshotPhase): each snapshots every SnapshotEntries entries, at a phase of
 // its own, and at most one of three is busy with a snapshot at any index.
 
