@@ -50,7 +50,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--name=n2", "--data-dir=/d", "--client-addr=h:1", "--peer-addr=h:2", "--admin-addr=h:3", "--http-addr=h:4",
 		"--initial-cluster=n1=h:10, n2=h:2 ,n3=h:30",
 		"--tick=7ms", "--election-ticks=21", "--heartbeat-ticks=3", "--snapshot-entries=11",
-		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--watch-history=15",
+		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--expiry-rate=39", "--watch-history=15",
 		"--proposal-timeout=16s", "--disk-stall-timeout=27s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
 		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
 		"--max-request-bytes=24", "--max-keepalive-leases=25", "--max-list-limit=26",
@@ -69,7 +69,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.InitialCluster = map[string]string{"n1": "h:10", "n2": "h:2", "n3": "h:30"}
 	want.TickInterval, want.ElectionTicks, want.HeartbeatTicks = 7*time.Millisecond, 21, 3
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
-	want.CheckpointInterval, want.ExpiryBatch, want.WatchHistory = 13*time.Second, 14, 15
+	want.CheckpointInterval, want.ExpiryBatch, want.ExpiryRate, want.WatchHistory = 13*time.Second, 14, 39, 15
 	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
 	want.WatchHistoryBytes = 38
 	want.AdvertiseClientAddr, want.AdvertisePeerAddr, want.GossipAddr, want.AdvertiseGossipAddr = "a:1", "a:2", "h:4", "a:4"

@@ -67,6 +67,16 @@ func TestMinTTLBelowTheFloorExitsOne(t *testing.T) {
 	}
 }
 
+// TestExpiryRateMustBePositive: --expiry-rate=0 would never expire a lease; it is a configuration error.
+func TestExpiryRateMustBePositive(t *testing.T) {
+	args := []string{"--name=n1", "--data-dir=" + t.TempDir(), "--admin-addr=", "--initial-cluster=n1=127.0.0.1:7201", "--expiry-rate=0"}
+	err := run(context.Background(), args, env(), &bytes.Buffer{}, &bytes.Buffer{})
+	var stderr bytes.Buffer
+	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "expiry rate must be positive") {
+		t.Fatalf("exit %d, %q; want 1 and the rule", code, stderr.String())
+	}
+}
+
 // TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
 // signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
