@@ -30,7 +30,11 @@ func TestDoneBeforeServerExpiryWithinTheDriftBound(t *testing.T) {
 	}
 	expired := watchExpiry(ctx, t, observer, "drift")
 	d.cutOff()
-	<-l.Done()
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off lease never ended")
+	}
 	doneAt := time.Now()
 	select {
 	case at := <-expired:

@@ -105,3 +105,47 @@ func TestNewRefusesANegativeKeepAliveBatch(t *testing.T) {
 		t.Fatalf("KeepAliveBatch -1: %v, want ErrInvalid", err)
 	}
 }
+
+// slowClock runs at rate × real time, and its timers are *time.Timer (they have a Reset, which takes a
+// real duration), as a test's or a program's own Clock may be.
+type slowClock struct {
+	start time.Time
+	rate  float64
+}
+
+func (c slowClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.rate))
+}
+
+func (c slowClock) AfterFunc(d time.Duration, f func()) Timer {
+	return time.AfterFunc(time.Duration(float64(d)/c.rate), f)
+}
+
+// TestRenewedLeaseEndsOnAClockOfItsOwn: a lease renewed once and then never again ends with ErrLostContact
+// when its validity runs out on the client's Clock, whatever pace that clock's timers keep. (The
+// watchdog was re-armed with Reset, which took the clock's duration as a real one: on a slow clock it fired
+// early, found the lease still valid and was never armed again, and the lease never ended.)
+func TestRenewedLeaseEndsOnAClockOfItsOwn(t *testing.T) {
+	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, Clock: slowClock{start: time.Now(), rate: 0.9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := c.clock.Now()
+	l, err := c.hold(&leasepb.Lease{Resource: "r", Token: 1, TtlMs: 1000}, now.Add(500*time.Millisecond), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.extend(c.clock.Now(), time.Second) // a renewal's answer re-arms the watchdog
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease did not end 10 s after its validity ran out")
+	}
+	if !errors.Is(l.Err(), ErrLostContact) {
+		t.Fatalf("the lease ended with %v, want ErrLostContact", l.Err())
+	}
+	if left := l.validUntil.Sub(c.clock.Now()); left > 0 {
+		t.Fatalf("the lease ended %v before its validity ran out on the client's clock", left)
+	}
+}

@@ -142,13 +142,15 @@ func (l *Lease) extend(sentAt time.Time, ttl time.Duration) {
 	l.armLocked()
 }
 
-// armLocked (re)starts the watchdog that ends the lease when its validity runs out. A timer that can be
-// reset (the real clock's) is: every renewal of every lease re-arms it, and a new timer each time was
-// half of what the SDK spent applying a KeepAlive answer (CPU profile of a 256-worker acquire load).
+// armLocked (re)starts the watchdog that ends the lease when its validity runs out. The real clock's
+// timer is reset: every renewal of every lease re-arms it, and a new timer each time was half of what the
+// SDK spent applying a KeepAlive answer (CPU profile of a 256-worker acquire load). Any other Clock gets a
+// new timer from its AfterFunc: a timer's Reset takes a real duration, which is not the Clock's own when
+// it runs at another pace.
 func (l *Lease) armLocked() {
 	d := l.validUntil.Sub(l.c.clock.Now())
-	if r, ok := l.timer.(interface{ Reset(time.Duration) bool }); ok {
-		r.Reset(d) // a run of checkValidity this starts or races finds the lease valid and does nothing
+	if t, ok := l.timer.(*time.Timer); ok && l.c.clock == Clock(realClock{}) {
+		t.Reset(d) // a run of checkValidity this starts or races finds the lease valid and re-arms it
 		return
 	}
 	if l.timer != nil {
@@ -157,14 +159,23 @@ func (l *Lease) armLocked() {
 	l.timer = l.c.clock.AfterFunc(d, func() { l.checkValidity() })
 }
 
+// checkValidity ends the lease if its validity ran out, and otherwise arms the watchdog again: a timer
+// can fire before the Clock says the time has come (a Reset racing its run, or a Clock whose timers
+// keep another pace), and a watchdog that gave up then would never end the lease.
 func (l *Lease) checkValidity() {
 	l.mu.Lock()
-	expired := l.err == nil && !l.c.clock.Now().Before(l.validUntil)
-	l.mu.Unlock()
-	if expired {
-		l.c.keeper.remove(l)
-		l.end(ErrLostContact)
+	if l.err != nil {
+		l.mu.Unlock()
+		return
 	}
+	if l.c.clock.Now().Before(l.validUntil) {
+		l.armLocked()
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.c.keeper.remove(l)
+	l.end(ErrLostContact)
 }
 
 // end marks the lease untrustworthy, once.
