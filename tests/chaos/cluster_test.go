@@ -38,8 +38,10 @@ func newCluster(t testing.TB, bin, dir string, size int, withTLS bool) *cluster 
 		},
 	}
 	if withTLS {
-		c.tls = newChaosTLS(t, certsDir(dir), size)
-		cfg.NodeArgs, cfg.ClientTLS = c.tls.nodeArgs, c.tls.client
+		c.tls = newChaosTLS(t, certsDir(dir))
+		// A node's name changes when the membership nemesis replaces it: its certificate follows.
+		cfg.NodeArgs = func(i int) []string { return c.tls.nodeArgs(c.Nodes[i].Name) }
+		cfg.ClientTLS = c.tls.client
 	}
 	c.Cluster = proc.New(t, cfg)
 	var peers []string

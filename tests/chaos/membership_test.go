@@ -109,7 +109,7 @@ func (r *run) isMember(ctx context.Context, cl *client.Client, name string) bool
 // faults (the workload clients' one-second request timeout is too short for it).
 func (r *run) membershipClient() *client.Client {
 	c, err := client.New(client.Config{Endpoints: r.c.Endpoints(), Holder: "membership-nemesis",
-		DialTimeout: time.Second, RequestTimeout: 15 * time.Second})
+		DialTimeout: time.Second, RequestTimeout: 15 * time.Second, TLS: r.c.tls.clientTLS()})
 	if err != nil {
 		panic(err) // only on a bad config
 	}

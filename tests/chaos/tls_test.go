@@ -2,9 +2,9 @@ package chaos
 
 import (
 	"crypto/tls"
-	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/credentials"
@@ -19,26 +19,25 @@ import (
 // certificate. The fault proxies between peers (HTTP CONNECT tunnels) and the client-side fault layer
 // (a dialer) only move bytes, so the TLS sessions pass through them end to end.
 type chaosTLS struct {
-	nodeArgs func(i int) []string
-	client   *tls.Config
+	t           testing.TB
+	ca          *testcerts.CA
+	dir         string
+	caFile, acl string
+	client      *tls.Config
+	mu          sync.Mutex
+	certs       map[string][2]string // node name -> certificate and key files
 }
 
 func tlsFromEnv() bool { return os.Getenv("LEASED_CHAOS_TLS") == "1" }
 
-// newChaosTLS writes a CA and the certificates of size nodes (n1, ...) and of the harness into dir.
-func newChaosTLS(t testing.TB, dir string, size int) *chaosTLS {
+// newChaosTLS writes a CA, the harness's certificate and the ACL into dir; nodeArgs writes each node's
+// certificate, for the name it runs under, when it first starts.
+func newChaosTLS(t testing.TB, dir string) *chaosTLS {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ca := testcerts.NewCA(t, "chaos-ca")
-	caFile := ca.WriteCA(t, dir, "ca.crt")
-	certs := make([][2]string, size)
-	for i := range size {
-		name := fmt.Sprintf("n%d", i+1)
-		cert, key := ca.Node(t, name).Write(t, dir, name)
-		certs[i] = [2]string{cert, key}
-	}
 	// Every workload client is the identity "chaos"; with client certificates required and no rules,
 	// everything would be refused.
 	aclFile := filepath.Join(dir, "acl.yaml")
@@ -47,14 +46,27 @@ func newChaosTLS(t testing.TB, dir string, size int) *chaosTLS {
 		t.Fatal(err)
 	}
 	return &chaosTLS{
-		nodeArgs: func(i int) []string {
-			cert, key := certs[i][0], certs[i][1]
-			return []string{"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + caFile, "--client-cert-auth",
-				"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + caFile,
-				"--initial-acl-file=" + aclFile}
-		},
+		t: t, ca: ca, dir: dir, caFile: ca.WriteCA(t, dir, "ca.crt"), acl: aclFile,
 		client: testcerts.ClientConfig(ca.Client(t, "chaos"), ca.Pool()),
+		certs:  map[string][2]string{},
 	}
+}
+
+// nodeArgs are the TLS flags of a node running as name. Its certificate names it: the peers refuse a
+// member whose certificate names another (a replaced node runs under a new name, so it gets a new one).
+func (c *chaosTLS) nodeArgs(name string) []string {
+	c.mu.Lock()
+	files, ok := c.certs[name]
+	if !ok {
+		cert, key := c.ca.Node(c.t, name).Write(c.t, c.dir, name)
+		files = [2]string{cert, key}
+		c.certs[name] = files
+	}
+	c.mu.Unlock()
+	cert, key := files[0], files[1]
+	return []string{"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + c.caFile, "--client-cert-auth",
+		"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + c.caFile,
+		"--initial-acl-file=" + c.acl}
 }
 
 // clientTLS is the SDK's TLS configuration: nil without TLS.
