@@ -55,25 +55,21 @@ func TestConfigErrorsExitOne(t *testing.T) {
 	}
 }
 
-// TestMinTTLBelowTheFloorExitsOne: with the default 1 s election timeout the TTL floor is 8 s, so
-// --min-ttl=3s is a configuration error naming the floor (before it existed, 3 s was accepted and such a
-// lease was lost on a leader SIGKILL).
-func TestMinTTLBelowTheFloorExitsOne(t *testing.T) {
-	args := []string{"--name=n1", "--data-dir=" + t.TempDir(), "--admin-addr=", "--initial-cluster=n1=127.0.0.1:7201", "--min-ttl=3s"}
-	err := run(context.Background(), args, env(), &bytes.Buffer{}, &bytes.Buffer{})
-	var stderr bytes.Buffer
-	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "min TTL 3s is below the TTL floor 8s") {
-		t.Fatalf("exit %d, %q; want 1 and the floor", code, stderr.String())
-	}
-}
-
-// TestExpiryRateMustBePositive: --expiry-rate=0 would never expire a lease; it is a configuration error.
-func TestExpiryRateMustBePositive(t *testing.T) {
-	args := []string{"--name=n1", "--data-dir=" + t.TempDir(), "--admin-addr=", "--initial-cluster=n1=127.0.0.1:7201", "--expiry-rate=0"}
-	err := run(context.Background(), args, env(), &bytes.Buffer{}, &bytes.Buffer{})
-	var stderr bytes.Buffer
-	if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), "expiry rate must be positive") {
-		t.Fatalf("exit %d, %q; want 1 and the rule", code, stderr.String())
+// TestBadSettingsExitOne: a setting the node cannot run with is a configuration error (exit 1) whose
+// message says why. With the default 1 s election timeout the TTL floor is 8 s, so --min-ttl=3s names the
+// floor (before it existed, 3 s was accepted and such a lease was lost on a leader SIGKILL); --expiry-rate=0
+// would never expire a lease.
+func TestBadSettingsExitOne(t *testing.T) {
+	for flag, want := range map[string]string{
+		"--min-ttl=3s":    "min TTL 3s is below the TTL floor 8s",
+		"--expiry-rate=0": "expiry rate must be positive",
+	} {
+		args := []string{"--name=n1", "--data-dir=" + t.TempDir(), "--admin-addr=", "--initial-cluster=n1=127.0.0.1:7201", flag}
+		err := run(context.Background(), args, env(), &bytes.Buffer{}, &bytes.Buffer{})
+		var stderr bytes.Buffer
+		if code := exitCode(err, &stderr); code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: exit %d, %q; want 1 and %q", flag, code, stderr.String(), want)
+		}
 	}
 }
 
