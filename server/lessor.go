@@ -358,7 +358,7 @@ func (l *lessor) expireDue(now time.Time) {
 	if len(refs) > 0 {
 		l.send(&wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}})
 	}
-	l.expiries.left -= float64(proposed)
+	l.expiries.spend(proposed)
 }
 
 // expiryBudget is a token bucket of expiries: rate leases a second, up to burst at once. Every node
@@ -388,6 +388,9 @@ func (b *expiryBudget) refill(now time.Time) int {
 	b.at = now
 	return int(b.left)
 }
+
+// spend takes n leases' worth from the budget (n at most what refill returned).
+func (b *expiryBudget) spend(n int) { b.left -= float64(n) }
 
 func (l *lessor) endDelays(now time.Time) {
 	var refs []*leasepb.LeaseRef
