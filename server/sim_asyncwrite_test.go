@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -174,5 +175,25 @@ func TestSimFollowersAcknowledgeOnlyDurableCopies(t *testing.T) {
 			t.Fatal("the client was not answered after the followers' writes returned")
 		}
 		c.converge(5 * time.Second)
+	})
+}
+
+// TestSimAnswerComesAfterTheAppliedIndex: a client that holds a grant never finds the leader's applied
+// index below the grant's token (cluster status, metrics and linearizable reads all read that index).
+// With the proposer answered inside the apply, before the index was stored, the client's goroutine
+// could run first and read the old index.
+func TestSimAnswerComesAfterTheAppliedIndex(t *testing.T) {
+	runSim(t, 3, nil, func(t *testing.T, c *simCluster) {
+		l := c.waitLeader(20 * time.Second)
+		for i := range 500 {
+			resp, err := c.leases(l).Acquire(context.Background(), &leasepb.AcquireRequest{
+				Resource: fmt.Sprintf("r%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprintf("q%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok, applied := resp.GetLease().GetToken(), c.node(l).applied.Load(); applied < tok {
+				t.Fatalf("acquire %d answered with token %d while the leader's applied index is %d", i, tok, applied)
+			}
+		}
 	})
 }
