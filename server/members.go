@@ -171,6 +171,7 @@ func (n *node) syncPeers() {
 // seedPeers lets a node that has applied no member table yet (a new member's first start) reach the
 // members it was told of, so it can answer the leader that is about to send it the log.
 func (n *node) seedPeers(ms []*leasepb.Member) {
+	n.rememberSeeds(ms)
 	for _, m := range ms {
 		if m.GetId() != n.id && m.GetPeerAddr() != "" && n.peers[m.GetId()] == "" {
 			n.transport.AddPeer(m.GetId(), m.GetPeerAddr())

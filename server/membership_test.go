@@ -14,12 +14,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
+	"github.com/leased/leased/server/servertest/testcerts"
 )
 
 // members asks node i for the member table, serializably (a node without a leader still answers).
@@ -56,6 +58,13 @@ type joiner struct {
 
 func startJoiner(t *testing.T, c *servertest.Cluster, name string, lis server.Listeners) *joiner {
 	t.Helper()
+	return startJoinerWith(t, c, name, lis, nil, insecure.NewCredentials())
+}
+
+// startJoinerWith is startJoiner with mutate applied to the node's configuration and creds securing
+// the test's connection to it.
+func startJoinerWith(t *testing.T, c *servertest.Cluster, name string, lis server.Listeners, mutate func(*server.Config), creds credentials.TransportCredentials) *joiner {
+	t.Helper()
 	cfg := server.TestConfig()
 	cfg.Name = name
 	cfg.DataDir = filepath.Join(t.TempDir(), name)
@@ -64,12 +73,15 @@ func startJoiner(t *testing.T, c *servertest.Cluster, name string, lis server.Li
 	cfg.InitialClusterState = server.ClusterStateExisting
 	cfg.JoinTimeout = 10 * time.Second
 	verboseLogs(t)(&cfg)
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	srv, err := server.New(cfg, lis)
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	srv.Start()
-	conn, err := grpc.NewClient(cfg.ClientAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(cfg.ClientAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,4 +300,33 @@ func TestIdleLearnersArePromoted(t *testing.T) {
 			t.Fatalf("removed %s did not stop", name)
 		}
 	}
+}
+
+// TestMemberJoinsWithPeerTLS adds a member to a cluster whose peers speak mutual TLS. The joining node
+// has applied no configuration yet, so it cannot look its peers' names up; their certificates name them
+// and also localhost (as testcerts' node certificates, and most real ones, do), and the joiner must still
+// take the leader's stream. It refused every peer as "naming several members" when any name counted as
+// a member before the first configuration (found by the chaos run TLS=1 MEMBERSHIP=1).
+func TestMemberJoinsWithPeerTLS(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	c := servertest.StartTLS(t, 3, ca, verboseLogs(t))
+	ctx := ctxT(t)
+	lis := listeners(t)
+	add, err := leasepb.NewClusterClient(c.Conn(c.WaitLeader())).MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: lis.Peer.Addr().String()})
+	if err != nil {
+		t.Fatalf("member add: %v", err)
+	}
+	j := startJoinerWith(t, c, "n4", lis, func(cfg *server.Config) {
+		node := ca.Node(t, cfg.Name)
+		cfg.PeerTLS = testcerts.MutualConfig(node, ca)
+		cfg.ClientTLS = testcerts.ServerConfig(node, ca.Pool())
+		cfg.ClientCertAuth = true
+	}, credentials.NewTLS(testcerts.ClientConfig(ca.Client(t, "servertest"), ca.Pool())))
+	eventually(t, 30*time.Second, "n4 promoted", func() bool {
+		m := memberNamed(members(t, c, c.WaitLeader()), "n4")
+		return m != nil && !m.GetIsLearner() && m.GetId() == add.GetMember().GetId()
+	})
+	eventually(t, 10*time.Second, "n4 applied the cluster's entries", func() bool {
+		return j.srv.AppliedIndex() >= c.Node(c.WaitLeader()).AppliedIndex()
+	})
 }

@@ -58,9 +58,12 @@ type node struct {
 	raft      raftControl
 	transport peerTransport
 
-	// fsmMu guards sm: the Ready loop writes under it, reads take it shared.
+	// fsmMu guards sm and seedNames: the Ready loop writes under it, reads take it shared.
 	fsmMu sync.RWMutex
 	sm    *fsm.FSM
+	// seedNames are the members the node was told of before it applied a member table (--initial-cluster,
+	// a join's answer), by name: whose a peer certificate is until the table says (memberByName).
+	seedNames map[string]uint64
 
 	applied     atomic.Uint64
 	appliedWait *indexWaiter

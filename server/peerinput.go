@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -188,10 +189,24 @@ func (n *node) memberByName(name string) (uint64, bool) {
 	if m := n.sm.MemberByName(name); m != nil && !n.sm.WasRemoved(m.GetId()) {
 		return m.GetId(), true
 	}
-	// Before the node applied its first configuration (a joining node), any name of the CA's: its id as
-	// the cluster derives it.
+	// Before the node applied its first configuration (a founding member's first start, a joining
+	// node's), the members it was told of. Not any name: a certificate also naming localhost, say, would
+	// name two members and be refused.
 	if len(n.sm.Members()) == 0 {
-		return memberID(n.clusterID, name), true
+		id, ok := n.seedNames[name]
+		return id, ok
 	}
 	return 0, false
+}
+
+// rememberSeeds records ms as the members a certificate may name before the node applies a member table.
+func (n *node) rememberSeeds(ms []*leasepb.Member) {
+	n.fsmMu.Lock()
+	defer n.fsmMu.Unlock()
+	if n.seedNames == nil {
+		n.seedNames = make(map[string]uint64, len(ms))
+	}
+	for _, m := range ms {
+		n.seedNames[m.GetName()] = m.GetId()
+	}
 }

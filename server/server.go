@@ -401,6 +401,8 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
 	if logEmpty(n.logIndex) {
 		n.seedPeers(seed)
+	} else {
+		n.rememberSeeds(seed) // until the log's table applies again
 	}
 	return peers, nil
 }
