@@ -61,7 +61,13 @@ func supersededErrorOf(st *status.Status) (*SupersededError, bool) {
 
 // intent numbers the attempts of one Acquire call. Attempts are sequential (callWith makes one at a
 // time), so a plain counter suffices.
-type intent struct{ last uint32 }
+type intent struct {
+	last uint32
+	// fresh: the request id was drawn for this call, so its first attempt is the first request to
+	// carry it, and tells the cluster so (AcquireRequest.fresh_request_id): a refusal of it as held then
+	// costs the cluster no log entry. Not with WithRequestID, which may repeat an earlier call's id.
+	fresh bool
+}
 
 // next is the number of the next attempt.
 func (in *intent) next() uint32 {
@@ -87,5 +93,6 @@ func (in *intent) sendAttempt(ctx context.Context, w *batcher, req *leasepb.Acqu
 func (in *intent) send(ctx context.Context, w *batcher, req *leasepb.AcquireRequest, attempt uint32, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
 	numbered := proto.CloneOf(req)
 	numbered.Attempt = attempt
+	numbered.FreshRequestId = in.fresh && attempt == 1
 	return w.acquire(ctx, numbered, opts...)
 }
