@@ -25,6 +25,12 @@ func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
 // SnapshotsRestored is how many snapshots this node received from a leader and restored.
 func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
 
+// LogFirstIndex is the first index left in the node's raft log: those before it were compacted away.
+func (s *Server) LogFirstIndex() uint64 {
+	first, _ := s.node.logIndex.FirstIndex()
+	return first
+}
+
 // StorageFault makes a node's raft-log writes fail on demand, like a full or failing disk, or holds its
 // snapshot writes, like a disk slow to take a large one.
 type StorageFault struct {

@@ -121,12 +121,14 @@ func TestFollowerRestartedAfterCompactionCatchesUpBySnapshot(t *testing.T) {
 	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 50, 5 })
 	ctx := ctxT(t)
 	f := c.Follower()
+	stoppedAt := c.Node(f).AppliedIndex()
 	c.Stop(f)
 	for i := range 300 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	compactPast(t, c, stoppedAt, "fill")
 	c.Restart(f)
 	c.WaitSettled()
 	if c.Node(f).SnapshotsRestored() == 0 {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -67,6 +68,41 @@ func acquireRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.Ac
 	return retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.AcquireResponse, error) {
 		return cl.Acquire(ctx, req)
 	})
+}
+
+// compactPast acquires leases named prefix/N (a 60 s TTL) until every running node's raft log starts
+// after index, so that a follower stopped at index can catch up only by snapshot. A fixed number of
+// entries is not enough: each voter snapshots at its own point in the interval, and in the background.
+func compactPast(t *testing.T, c *servertest.Cluster, index uint64, prefix string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := 0; ; i++ {
+		compacted := true
+		for n := range c.Size() {
+			if s := c.Node(n); s != nil && running(s) && s.LogFirstIndex() <= index+1 {
+				compacted = false
+			}
+		}
+		if compacted {
+			return
+		}
+		if i == 2000 {
+			t.Fatalf("2,000 entries after index %d, a node's log still holds it", index)
+		}
+		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("%s/%d", prefix, i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(prefix, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// running reports whether s has not stopped.
+func running(s *server.Server) bool {
+	select {
+	case <-s.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // listRetrying lists through any running node.

@@ -195,18 +195,15 @@ func TestSemaphoreSlotsSurviveASnapshotAndExpireUnderANewLeader(t *testing.T) {
 	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
 	ctx := ctxT(t)
 	f := c.Follower()
+	stoppedAt := c.Node(f).AppliedIndex()
 	c.Stop(f)
-	for i := range 30 {
-		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("fill/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ttl := c.Config(0).TTLFloor().Milliseconds()
 	for i := range 2 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "sem/snap", Holder: "h", TtlMs: ttl, Limit: 2, RequestId: fmt.Sprint("s", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	compactPast(t, c, stoppedAt, "fill")
 	c.Restart(f)
 	c.WaitSettled()
 	if c.Node(f).SnapshotsRestored() == 0 {
