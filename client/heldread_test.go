@@ -14,25 +14,7 @@ import (
 
 // appliedProposals is how many client commands the node proposed and applied (leased_proposals_total).
 func appliedProposals(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "leased_proposals_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == "applied" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no leased_proposals_total{outcome=\"applied\"}")
-	return 0
+	return outcomeCount(t, reg, "leased_proposals_total", "applied")
 }
 
 // TestHeldAcquireWritesNothing: an Acquire that finds the resource held, with the request id the SDK

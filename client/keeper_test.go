@@ -84,18 +84,23 @@ func TestNewLeasesDoNotRenewEveryHeldLease(t *testing.T) {
 
 // renewalsRenewed reads leased_renewals_total{outcome="renewed"} from a node's registry.
 func renewalsRenewed(t *testing.T, reg *prometheus.Registry) float64 {
+	return outcomeCount(t, reg, "leased_renewals_total", "renewed")
+}
+
+// outcomeCount reads the counter name{outcome=outcome} from a node's registry (0 if absent).
+func outcomeCount(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "leased_renewals_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == "renewed" {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
 					return m.GetCounter().GetValue()
 				}
 			}
