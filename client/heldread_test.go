@@ -28,7 +28,8 @@ func TestHeldAcquireWritesNothing(t *testing.T) {
 	ctx := ctxT(t)
 	a := newClient(t, cluster.Endpoints(), func(cfg *client.Config) { cfg.Holder = "a" })
 	b := newClient(t, cluster.Endpoints(), func(cfg *client.Config) { cfg.Holder = "b" })
-	held, err := a.Acquire(ctx, "r", client.WithTTL(10*time.Second))
+	// A minute: no renewal of it (which may be a Renew entry, if it was checkpointed idle) within the test.
+	held, err := a.Acquire(ctx, "r", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

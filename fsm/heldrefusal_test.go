@@ -38,7 +38,7 @@ func genRefusable() *rapid.Generator[*wirepb.AcquireCmd] {
 func TestPropertyHeldRefusalIsWhatTheApplyAnswers(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := New()
-		// alice may lease everything but denied/, bob nothing.
+		// alice may lease a and b (not denied/x), bob nothing.
 		if _, err := f.Apply(1, setACL(true, rule("alice", "a", leasepb.Permission_PERMISSION_LEASE),
 			rule("alice", "b", leasepb.Permission_PERMISSION_LEASE))); err != nil {
 			t.Fatal(err)
