@@ -277,10 +277,10 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 	}
 	var again []*leasepb.KeepAliveResult
 	for i, c := range batch {
-		switch {
-		case errors.Is(c.err, ErrNotCurrent):
+		switch c.err { // renewChecked's own sentinels, compared as they are: this runs once a lease renewed
+		case ErrNotCurrent:
 			pending[i].Gone = true // definite: this node's state reflects every write committed before the request
-		case errors.Is(c.err, errIdle):
+		case errIdle:
 			again = append(again, pending[i])
 		default:
 			pending[i].TtlMs = c.ttl.Milliseconds()

@@ -30,9 +30,21 @@ func (l Limits) resource(field, r string) error {
 	return nil
 }
 
-func resourceByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_-.:@=+", c) >= 0
-}
+// resourceByte reports whether a resource name may hold c: [A-Za-z0-9] and "/_-.:@=+". A table, since
+// every KeepAlive checks each byte of up to MaxKeepAliveLeases names.
+func resourceByte(c byte) bool { return resourceBytes[c] }
+
+var resourceBytes = func() (ok [256]bool) {
+	for _, r := range [][2]byte{{'a', 'z'}, {'A', 'Z'}, {'0', '9'}} {
+		for c := r[0]; c <= r[1]; c++ {
+			ok[c] = true
+		}
+	}
+	for _, c := range []byte("/_-.:@=+") {
+		ok[c] = true
+	}
+	return ok
+}()
 
 // prefix validates a List/Watch prefix: like a resource, but may be empty or end with '/'.
 func (l Limits) prefix(field, p string) error {

@@ -68,8 +68,22 @@ func checkResource(t *testing.T, l Limits, r string) {
 		t.Fatalf("accepted resource %q", r)
 	}
 	for i := 0; i < len(r); i++ {
-		if !resourceByte(r[i]) {
+		if !allowedInResource(r[i]) {
 			t.Fatalf("accepted resource %q with byte %q", r, r[i])
+		}
+	}
+}
+
+// allowedInResource is the documented set, [A-Za-z0-9] and "/_-.:@=+", written out independently of
+// resourceByte's table.
+func allowedInResource(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_-.:@=+", c) >= 0
+}
+
+func TestResourceBytesAreTheDocumentedSet(t *testing.T) {
+	for c := range 256 {
+		if resourceByte(byte(c)) != allowedInResource(byte(c)) {
+			t.Errorf("byte %q: resourceByte says %v", byte(c), resourceByte(byte(c)))
 		}
 	}
 }
