@@ -113,15 +113,14 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 		return nil, err
 	}
 	cmd := n.acquireCmd(req, identity)
-	if res, held, err := n.refuseFromRead(ctx, req, cmd); err != nil || held {
-		if err != nil {
-			return nil, err
-		}
-		return n.acquireAnswer(req, res)
-	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: cmd}})
+	res, held, err := n.refuseFromRead(ctx, req, cmd)
 	if err != nil {
 		return nil, err
+	}
+	if !held {
+		if res, _, err = n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: cmd}}); err != nil {
+			return nil, err
+		}
 	}
 	return n.acquireAnswer(req, res)
 }
