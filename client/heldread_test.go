@@ -20,8 +20,8 @@ func appliedProposals(t *testing.T, reg *prometheus.Registry) float64 {
 // TestHeldAcquireWritesNothing: an Acquire that finds the resource held, with the request id the SDK
 // drew for it or one given WithFreshRequestID, costs the cluster no log entry (the first attempt says
 // its id is fresh); one WithRequestID, which may repeat an earlier call's id, is refused through the log
-// as before. A waiting
-// Acquire (whose first ask is such a refusal) is still granted when the holder releases.
+// as before. A waiting Acquire (whose first ask is such a refusal) is still granted when the holder
+// releases.
 func TestHeldAcquireWritesNothing(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cluster := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Registerer = reg })

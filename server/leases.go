@@ -135,7 +135,7 @@ func (n *node) refuseFromRead(ctx context.Context, req *leasepb.AcquireRequest, 
 		return fsm.Result{}, false, nil
 	}
 	// A resource that looks free here is proposed at once: a read first would only delay its grant.
-	if n.readFSM(func(sm *fsm.FSM) { _, held = sm.HeldRefusal(cmd) }); !held {
+	if !n.held(req.GetResource()) {
 		return fsm.Result{}, false, nil
 	}
 	if err := n.linearizable(ctx); err != nil {
