@@ -150,6 +150,17 @@ func (r *refusals) add(err error) {
 	}
 }
 
+// describe says how many calls were refused at a limit and how many failed otherwise.
+func (r *refusals) describe() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := error(nil)
+	if len(r.other) > 0 {
+		first = r.other[0]
+	}
+	return fmt.Sprintf("%d refused at a limit %v, %d failed otherwise (first: %v)", r.total.Load(), r.byFlag, len(r.other), first)
+}
+
 func (r *refusals) check(t *testing.T, want int, flags ...string) {
 	t.Helper()
 	r.mu.Lock()
@@ -309,6 +320,11 @@ func TestWaiterFloodIsRefusedPastTheLimits(t *testing.T) {
 		}()
 	}
 	leader := f.c.Node(f.leader)
+	defer func() {
+		if t.Failed() { // say where the flood stood (a CI run once timed out below with nothing to go on)
+			t.Logf("%s; %d waiting on the leader; %v leader changes", refused.describe(), leader.Waiters(), f.leaderChanges()-f.changes)
+		}
+	}()
 	eventually(t, 60*time.Second, "the flood to be queued or refused", func() bool {
 		return refused.total.Load() == calls-perNode && leader.Waiters() == perNode
 	})
