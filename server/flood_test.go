@@ -292,7 +292,9 @@ func TestWaiterFloodIsRefusedPastTheLimits(t *testing.T) {
 	leases := f.c.Leases(f.leader)
 	held := make([]*leasepb.Lease, resources)
 	for r := range held {
-		resp, err := leases.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("wait/%d", r), Holder: "owner", TtlMs: 60_000})
+		// Ten minutes: no holder's lease may expire (and grant its waiters) however slowly a loaded
+		// machine takes the flood in; at 60 s it could, just as the wait below gave up.
+		resp, err := leases.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("wait/%d", r), Holder: "owner", TtlMs: 600_000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +327,7 @@ func TestWaiterFloodIsRefusedPastTheLimits(t *testing.T) {
 			t.Logf("%s; %d waiting on the leader; %v leader changes", refused.describe(), leader.Waiters(), f.leaderChanges()-f.changes)
 		}
 	}()
-	eventually(t, 60*time.Second, "the flood to be queued or refused", func() bool {
+	eventually(t, 100*time.Second, "the flood to be queued or refused", func() bool { // within floodCtx's 2 min
 		return refused.total.Load() == calls-perNode && leader.Waiters() == perNode
 	})
 	q := leader.QueueLen("wait/0")
