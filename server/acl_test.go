@@ -82,8 +82,7 @@ func TestIdentitiesAndACLSurviveASnapshot(t *testing.T) {
 	c := servertest.StartWithACL(t, 3, ca, "ops", aclTestRules, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
 	ctx := ctxT(t)
 	f := c.Follower()
-	stoppedAt := c.Node(f).AppliedIndex()
-	c.Stop(f)
+	stoppedAt := stopBehind(c, f)
 	for i := range 40 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("jobs/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)

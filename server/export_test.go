@@ -31,6 +31,12 @@ func (s *Server) LogFirstIndex() uint64 {
 	return first
 }
 
+// LogLastIndex is the last index in the node's raft log.
+func (s *Server) LogLastIndex() uint64 {
+	last, _ := s.node.logIndex.LastIndex()
+	return last
+}
+
 // StorageFault makes a node's raft-log writes fail on demand, like a full or failing disk, or holds its
 // snapshot writes, like a disk slow to take a large one.
 type StorageFault struct {

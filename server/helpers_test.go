@@ -70,6 +70,20 @@ func acquireRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.Ac
 	})
 }
 
+// stopBehind stops node f and returns an index its log does not go past: the highest last index of the
+// nodes still running, read once it stopped (its own applied index is not enough: it may hold entries
+// it has not applied).
+func stopBehind(c *servertest.Cluster, f int) uint64 {
+	c.Stop(f)
+	var last uint64
+	for n := range c.Size() {
+		if s := c.Node(n); s != nil { // nil: stopped
+			last = max(last, s.LogLastIndex())
+		}
+	}
+	return last
+}
+
 // compactPast acquires leases named prefix/N (a 60 s TTL) until every running node's raft log starts
 // after index, so that a follower stopped at index can catch up only by snapshot. A fixed number of
 // entries is not enough: each voter snapshots at its own point in the interval, and in the background.
