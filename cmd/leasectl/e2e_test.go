@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -22,7 +23,11 @@ import (
 // in-process three-node cluster.
 
 func TestCluster(t *testing.T) {
-	c := servertest.Start(t, 3, nil)
+	// A 300 ms election timeout rather than the test default's 100 ms: nothing here needs a fast
+	// failover, and the benches want no error at all, which an election on a busy machine (a chaos run
+	// beside CI lost this cluster its leader during bench keepalive) denies them. TTLs down to 3 s stay
+	// above the floor (8 election timeouts).
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.ElectionTicks = 30 })
 	eps := c.Endpoints()
 	for _, tc := range []struct {
 		name string
