@@ -156,10 +156,15 @@ func (e *waitEndedError) Unwrap() error { return e.held }
 type outcomeUnknownError struct {
 	op           string
 	cause, final error
+	// requestID is the Acquire's request id (OutcomeRequestID); "" for other writes.
+	requestID string
 }
 
 func (e *outcomeUnknownError) Error() string {
 	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): ", e.op)
+	if e.requestID != "" {
+		msg = fmt.Sprintf("leased: outcome unknown: the %s (request id %s) may or may not have taken effect (retrying with that request id is safe): ", e.op, e.requestID)
+	}
 	cause, final := e.cause.Error(), ""
 	if e.final != nil {
 		final = e.final.Error()
@@ -179,6 +184,19 @@ func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcom
 // Unwrap gives the error of the last attempt whose outcome was unknown (ErrUnavailable, or a
 // context.DeadlineExceeded).
 func (e *outcomeUnknownError) Unwrap() error { return e.cause }
+
+// OutcomeRequestID gives the request id of the Acquire call whose outcome err leaves unknown (err wraps
+// ErrOutcomeUnknown): the id the caller gave, or the one the SDK drew for the call. A grant that call may
+// have made holds the resource until its TTL runs out; an Acquire WithRequestID(id) (same resource,
+// holder and options) returns that grant if it exists, to use or release, and otherwise asks anew. ok is
+// false for any other error.
+func OutcomeRequestID(err error) (id string, ok bool) {
+	var e *outcomeUnknownError
+	if !errors.As(err, &e) || e.requestID == "" {
+		return "", false
+	}
+	return e.requestID, true
+}
 
 // InvalidError is ErrInvalid with what the server named: the request field, and, for a number outside a
 // bound, the bound (in the field's units: milliseconds for ttl_ms and lock_delay_ms) and why it is what it

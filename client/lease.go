@@ -349,8 +349,9 @@ func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()
 // acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
 // returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
 // attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
-// If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
-// which an Acquire with the same request id returns, or which expires after its TTL.
+// If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown and carries the
+// request id (OutcomeRequestID): a grant may exist, which an Acquire with that id returns, or which
+// expires after its TTL.
 func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, in *intent, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
 	var sentAt time.Time
 	o.sent = &sentAt
@@ -358,6 +359,10 @@ func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, i
 		return in.sendAttempt(ctx, c.writer(conn), req, opts...)
 	}, nil)
 	if err != nil {
+		var unknown *outcomeUnknownError
+		if errors.As(err, &unknown) {
+			unknown.requestID = req.GetRequestId() // made for this call: OutcomeRequestID
+		}
 		return nil, time.Time{}, err
 	}
 	c.follow(resp.GetHeader())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ type fakeLeases struct {
 	mu      sync.Mutex
 	answers []func() (any, error)
 	calls   int
+	// acquired are the request ids of the Acquire requests served, in order.
+	acquired []string
 }
 
 func (f *fakeLeases) next() (any, error) {
@@ -38,7 +41,18 @@ func (f *fakeLeases) Release(context.Context, *leasepb.ReleaseRequest) (*leasepb
 	if err != nil {
 		return nil, err
 	}
-	return resp.(*leasepb.ReleaseResponse), nil
+	return answerAs[*leasepb.ReleaseResponse](resp)
+}
+
+func (f *fakeLeases) Acquire(_ context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+	f.mu.Lock()
+	f.acquired = append(f.acquired, req.GetRequestId())
+	f.mu.Unlock()
+	resp, err := f.next()
+	if err != nil {
+		return nil, err
+	}
+	return answerAs[*leasepb.AcquireResponse](resp)
 }
 
 func (f *fakeLeases) Renew(context.Context, *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
@@ -46,7 +60,17 @@ func (f *fakeLeases) Renew(context.Context, *leasepb.RenewRequest) (*leasepb.Ren
 	if err != nil {
 		return nil, err
 	}
-	return resp.(*leasepb.RenewResponse), nil
+	return answerAs[*leasepb.RenewResponse](resp)
+}
+
+// answerAs gives a scripted answer as the response type a method returns; a script meant for another
+// method (the SDK's background renewals of a lease a test holds) gets an Unavailable.
+func answerAs[T any](resp any) (T, error) {
+	out, ok := resp.(T)
+	if !ok {
+		return out, status.Errorf(codes.Unavailable, "no scripted answer of type %T", out)
+	}
+	return out, nil
 }
 
 func statusWith(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
@@ -182,5 +206,64 @@ func TestWriteThatReachedNoNodeIsUnavailableNotUnknown(t *testing.T) {
 	err = c.Release(ctx, "r", 5)
 	if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("release against no server = %v, want ErrUnavailable (not sent, so not unknown)", err)
+	}
+}
+
+// TestAcquireWithAnUnknownOutcomeNamesItsRequestID: an Acquire whose outcome stays unknown gives the
+// request id the SDK drew for it (OutcomeRequestID, and in its message), the one every attempt carried,
+// so the caller can ask again about that grant; an Acquire WithRequestID(id) then sends that id.
+func TestAcquireWithAnUnknownOutcomeNamesItsRequestID(t *testing.T) {
+	f := &fakeLeases{answers: []func() (any, error){lostLeadership, serverTimedOut}}
+	c := newClient(t, []string{serveLeases(t, f)}, nil)
+	ctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Acquire(ctx, "r", client.WithTTL(5*time.Second))
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("acquire = %v, want ErrOutcomeUnknown", err)
+	}
+	id, ok := client.OutcomeRequestID(err)
+	f.mu.Lock()
+	sent := append([]string(nil), f.acquired...)
+	f.mu.Unlock()
+	if !ok || id == "" || len(sent) < 2 {
+		t.Fatalf("OutcomeRequestID = %q, %v after %d attempts; want the call's id", id, ok, len(sent))
+	}
+	for _, s := range sent {
+		if s != id {
+			t.Fatalf("attempts carried %q, OutcomeRequestID says %q", sent, id)
+		}
+	}
+	if !strings.Contains(err.Error(), id) {
+		t.Fatalf("the message %q does not name the request id %q", err, id)
+	}
+
+	f.mu.Lock()
+	f.answers, f.calls = []func() (any, error){func() (any, error) {
+		return &leasepb.AcquireResponse{Lease: &leasepb.Lease{Resource: "r", Token: 7, TtlMs: 5000, RemainingMs: 4000}, Replayed: true}, nil
+	}}, 0
+	f.mu.Unlock()
+	l, err := c.Acquire(ctxT(t), "r", client.WithTTL(5*time.Second), client.WithRequestID(id))
+	if err != nil || l.Token() != 7 {
+		t.Fatalf("acquire again with the id = %v, %v; want the replayed grant 7", l, err)
+	}
+	f.mu.Lock()
+	last := f.acquired[len(f.acquired)-1]
+	f.mu.Unlock()
+	if last != id {
+		t.Fatalf("the second call sent request id %q, want %q", last, id)
+	}
+
+	// Other errors carry none: a Release's unknown outcome, a plain refusal.
+	if _, ok := client.OutcomeRequestID(errors.New("x")); ok {
+		t.Fatal("OutcomeRequestID of an unrelated error says ok")
+	}
+	f2 := &fakeLeases{answers: []func() (any, error){serverTimedOut}}
+	c2 := newClient(t, []string{serveLeases(t, f2)}, nil)
+	rctx, rcancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer rcancel()
+	if err := c2.Release(rctx, "r", 5); !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("release = %v, want ErrOutcomeUnknown", err)
+	} else if _, ok := client.OutcomeRequestID(err); ok {
+		t.Fatalf("a release's unknown outcome names a request id: %v", err)
 	}
 }
