@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -81,6 +83,7 @@ func BenchmarkMemoryHeld(b *testing.B) {
 		c := servertest.Start(b, 1, productionMemory(n))
 		cl := c.Leases(c.WaitLeader())
 		heap0, rss0 := settledMemory(b)
+		m0 := runtimeMemory()
 		start := time.Now()
 		grantMany(b, cl, 0, n)
 		grantRate := float64(n) / time.Since(start).Seconds()
@@ -90,6 +93,15 @@ func BenchmarkMemoryHeld(b *testing.B) {
 		b.ReportMetric(float64(rss1.anon-rss0.anon)/float64(n), "rssanon-B/lease")
 		b.ReportMetric(float64(rss1.file-rss0.file)/float64(n), "rssfile-B/lease")
 		b.ReportMetric(grantRate, "grants/s")
+		// Where the RSS above the live heap is (runtime/metrics, same moment): freed heap pages the
+		// runtime still holds (retained), the unused tails of spans in use (fragmentation), and, after
+		// returning every free page to the OS, what the RSS would be without the retained part.
+		m1 := runtimeMemory()
+		b.ReportMetric(float64(m1.retained-m0.retained)/float64(n), "retained-B/lease")
+		b.ReportMetric(float64(m1.unused-m0.unused)/float64(n), "frag-B/lease")
+		b.ReportMetric(float64(m1.goal-m0.goal)/float64(n), "goal-B/lease")
+		debug.FreeOSMemory()
+		b.ReportMetric(float64(readRSS(b).total-rss0.total)/float64(n), "rss-freed-B/lease")
 		writeHeapProfile(b)
 		c.Close()
 	}
@@ -214,6 +226,19 @@ func settledMemory(b *testing.B) (uint64, rss) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc, readRSS(b)
+}
+
+// heapClasses are runtime/metrics' view of the heap's memory beyond its live objects, in bytes.
+type heapClasses struct{ retained, unused, goal uint64 }
+
+func runtimeMemory() heapClasses {
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/free:bytes"},   // free pages not yet returned to the OS
+		{Name: "/memory/classes/heap/unused:bytes"}, // unused parts of spans holding objects
+		{Name: "/gc/heap/goal:bytes"},               // the heap size at which the next collection ends
+	}
+	metrics.Read(samples)
+	return heapClasses{retained: samples[0].Value.Uint64(), unused: samples[1].Value.Uint64(), goal: samples[2].Value.Uint64()}
 }
 
 func readRSS(b *testing.B) rss {
