@@ -156,15 +156,10 @@ func (e *waitEndedError) Unwrap() error { return e.held }
 type outcomeUnknownError struct {
 	op           string
 	cause, final error
-	// requestID is the Acquire's request id (OutcomeRequestID); "" for other writes.
-	requestID string
 }
 
 func (e *outcomeUnknownError) Error() string {
 	msg := fmt.Sprintf("leased: outcome unknown: the %s may or may not have taken effect (retrying is safe): ", e.op)
-	if e.requestID != "" {
-		msg = fmt.Sprintf("leased: outcome unknown: the %s (request id %s) may or may not have taken effect (retrying with that request id is safe): ", e.op, e.requestID)
-	}
 	cause, final := e.cause.Error(), ""
 	if e.final != nil {
 		final = e.final.Error()
@@ -185,17 +180,39 @@ func (e *outcomeUnknownError) Is(target error) bool { return target == ErrOutcom
 // context.DeadlineExceeded).
 func (e *outcomeUnknownError) Unwrap() error { return e.cause }
 
-// OutcomeRequestID gives the request id of the Acquire call whose outcome err leaves unknown (err wraps
+// OutcomeRequestID gives the request id of the Acquire call whose outcome err leaves open (err wraps
 // ErrOutcomeUnknown): the id the caller gave, or the one the SDK drew for the call. A grant that call may
 // have made holds the resource until its TTL runs out; an Acquire WithRequestID(id) (same resource,
-// holder and options) returns that grant if it exists, to use or release, and otherwise asks anew. ok is
-// false for any other error.
+// holder and options) returns that grant if it still exists, to use or release, and otherwise asks anew.
+// ok is false for any other error.
 func OutcomeRequestID(err error) (id string, ok bool) {
-	var e *outcomeUnknownError
-	if !errors.As(err, &e) || e.requestID == "" {
+	var e *acquireOutcomeError
+	if !errors.As(err, &e) {
 		return "", false
 	}
 	return e.requestID, true
+}
+
+// acquireOutcomeError is an Acquire's error that wraps ErrOutcomeUnknown, with the call's request id: no
+// attempt learned whether the grant happened, or it happened and the renewal Acquire makes after a long
+// wait went unanswered (the SDK then does not hold the grant, which expires after its TTL).
+type acquireOutcomeError struct {
+	requestID string
+	err       error
+}
+
+func (e *acquireOutcomeError) Error() string {
+	return fmt.Sprintf("%v (request id %s)", e.err, e.requestID)
+}
+
+func (e *acquireOutcomeError) Unwrap() error { return e.err }
+
+// withAcquireOutcome names requestID on an Acquire's error that leaves the outcome open.
+func withAcquireOutcome(err error, requestID string) error {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return &acquireOutcomeError{requestID: requestID, err: err}
+	}
+	return err
 }
 
 // InvalidError is ErrInvalid with what the server named: the request field, and, for a number outside a

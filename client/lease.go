@@ -273,14 +273,23 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
 		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
 	}
+	var l *Lease
+	var err error
 	if o.wait {
-		return c.acquireWaiting(ctx, req, in, o.margin)
+		l, err = c.acquireWaiting(ctx, req, in, o.margin)
+	} else {
+		l, err = c.acquireNow(ctx, req, in, o.margin)
 	}
+	return l, withAcquireOutcome(err, o.requestID)
+}
+
+// acquireNow is Acquire without WithWait: one request, retried as call retries.
+func (c *Client) acquireNow(ctx context.Context, req *leasepb.AcquireRequest, in *intent, margin time.Duration) (*Lease, error) {
 	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return c.granted(ctx, resp, sentAt, o.margin)
+	return c.granted(ctx, resp, sentAt, margin)
 }
 
 // acquireWaiting is Acquire WithWait. It first asks without waiting (the same request id throughout, so
@@ -349,8 +358,8 @@ func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()
 // acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
 // returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
 // attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
-// If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown and carries the
-// request id (OutcomeRequestID): a grant may exist, which an Acquire with that id returns, or which
+// If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
+// which an Acquire with the same request id returns (Acquire names it: OutcomeRequestID), or which
 // expires after its TTL.
 func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, in *intent, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
 	var sentAt time.Time
@@ -359,10 +368,6 @@ func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, i
 		return in.sendAttempt(ctx, c.writer(conn), req, opts...)
 	}, nil)
 	if err != nil {
-		var unknown *outcomeUnknownError
-		if errors.As(err, &unknown) {
-			unknown.requestID = req.GetRequestId() // made for this call: OutcomeRequestID
-		}
 		return nil, time.Time{}, err
 	}
 	c.follow(resp.GetHeader())

@@ -253,6 +253,20 @@ func TestAcquireWithAnUnknownOutcomeNamesItsRequestID(t *testing.T) {
 		t.Fatalf("the second call sent request id %q, want %q", last, id)
 	}
 
+	// A grant whose renewal (made before Acquire returns, the grant being short of time) goes unanswered:
+	// the SDK does not hold it, so the Acquire's outcome is open too and names its id.
+	shortGrant := func() (any, error) {
+		return &leasepb.AcquireResponse{Lease: &leasepb.Lease{Resource: "r", Token: 8, TtlMs: 5000, RemainingMs: 500}, Replayed: true}, nil
+	}
+	f3 := &fakeLeases{answers: []func() (any, error){shortGrant, lostLeadership, serverTimedOut}}
+	c3 := newClient(t, []string{serveLeases(t, f3)}, nil)
+	gctx, gcancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
+	defer gcancel()
+	_, err = c3.Acquire(gctx, "r", client.WithTTL(5*time.Second), client.WithRequestID("mine"))
+	if got, ok := client.OutcomeRequestID(err); !errors.Is(err, client.ErrOutcomeUnknown) || !ok || got != "mine" {
+		t.Fatalf("acquire whose grant's renewal went unanswered = %v; OutcomeRequestID %q, %v; want ErrOutcomeUnknown naming \"mine\"", err, got, ok)
+	}
+
 	// Other errors carry none: a Release's unknown outcome, a plain refusal.
 	if _, ok := client.OutcomeRequestID(errors.New("x")); ok {
 		t.Fatal("OutcomeRequestID of an unrelated error says ok")

@@ -114,6 +114,9 @@ type run struct {
 	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
 	floods        int
 	floodFindings []string
+
+	// outcomeFindings: Acquire calls whose unknown outcome did not name their request id (checkOutcomeID).
+	outcomeFindings []string
 }
 
 // report is the outcome of a run: the summary figures and the violations per invariant.
@@ -175,7 +178,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -424,6 +427,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// The limits held against the flood nemesis.
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
+	violate("outcome-id", r.outcomeFindings...)
 	r.mu.Unlock()
 
 	// L1, from the nemesis log.

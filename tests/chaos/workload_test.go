@@ -198,6 +198,7 @@ func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int
 		ranOut := actx.Err() != nil
 		cancel()
 		ret := r.hist.now()
+		r.checkOutcomeID(res, reqID, err)
 		out := opOutput{Out: classify(err)}
 		var he *client.HeldError
 		switch {
@@ -213,6 +214,19 @@ func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int
 		if out.Out != outUnknown || attempt >= retries || ctx.Err() != nil {
 			return l, out.Out
 		}
+	}
+}
+
+// checkOutcomeID records a finding when an Acquire's unknown outcome does not name the request id its
+// attempts carried (client.OutcomeRequestID), the id a caller needs to claim or release the grant.
+func (r *run) checkOutcomeID(res, reqID string, err error) {
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		return
+	}
+	if got, ok := client.OutcomeRequestID(err); !ok || got != reqID {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.outcomeFindings = append(r.outcomeFindings, fmt.Sprintf("acquire %s with request id %q: outcome unknown naming %q (named: %v): %v", res, reqID, got, ok, err))
 	}
 }
 
