@@ -256,7 +256,9 @@ func WithLockDelay(d time.Duration) AcquireOption { return func(o *acquireOption
 func WithSafetyMargin(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.margin = d } }
 
 // Acquire takes a lease on resource and keeps it alive until Release, loss, or Close. If the resource is
-// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given.
+// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given. If no answer said
+// whether the grant happened, the error wraps ErrOutcomeUnknown and OutcomeRequestID gives the call's
+// request id.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	o := acquireOptions{ttl: 10 * time.Second, holder: c.cfg.Holder}
 	for _, opt := range opts {
