@@ -117,6 +117,7 @@ type run struct {
 
 	// outcomeFindings: Acquire calls whose unknown outcome did not name their request id (checkOutcomeID).
 	outcomeFindings []string
+	outcomeChecked  int
 }
 
 // report is the outcome of a run: the summary figures and the violations per invariant.
@@ -141,6 +142,7 @@ type report struct {
 	L1            l1Report
 	Strict        bool
 	AnswersLog    int // answers checked against the applied event log
+	OutcomeIDs    int // acquires ended ErrOutcomeUnknown whose named request id was checked
 }
 
 // strictOnly are the checks that fail a run only with Strict: they find the SDK defects of issue 11
@@ -175,6 +177,7 @@ func (rep *report) String() string {
 		rep.Plain.Accepted, rep.Plain.StaleAccepted, rep.Plain.LostUpdates)
 	fmt.Fprintf(&b, "  I4 loose overlaps (Done seen after a later grant returned, incl. scheduling delay): %d\n", rep.LooseOverlaps)
 	fmt.Fprintf(&b, "  answers checked against the applied event log: %d\n", rep.AnswersLog)
+	fmt.Fprintf(&b, "  acquires of unknown outcome checked for their request id: %d\n", rep.OutcomeIDs)
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
@@ -428,6 +431,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
 	violate("outcome-id", r.outcomeFindings...)
+	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
 
 	// L1, from the nemesis log.

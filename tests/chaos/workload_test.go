@@ -223,9 +223,10 @@ func (r *run) checkOutcomeID(res, reqID string, err error) {
 	if !errors.Is(err, client.ErrOutcomeUnknown) {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outcomeChecked++
 	if got, ok := client.OutcomeRequestID(err); !ok || got != reqID {
-		r.mu.Lock()
-		defer r.mu.Unlock()
 		r.outcomeFindings = append(r.outcomeFindings, fmt.Sprintf("acquire %s with request id %q: outcome unknown naming %q (named: %v): %v", res, reqID, got, ok, err))
 	}
 }
