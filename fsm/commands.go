@@ -103,7 +103,7 @@ func (f *FSM) HeldRefusal(c *wirepb.AcquireCmd) (Result, bool) {
 		return Result{}, false
 	}
 	cur, ok := f.lookup(c.Resource)
-	if !ok || (c.RequestId != "" && keyOf(cur) == keyOfCmd(c) && cur.requestID == c.RequestId) {
+	if !ok || (c.RequestId != "" && keyOf(cur) == keyOfCmd(c)) { // the key holds the request id: the same request's grant
 		return Result{}, false
 	}
 	return Result{Code: Held, Lease: cur.export()}, true
