@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
@@ -58,6 +59,10 @@ type FSM struct {
 	removed map[uint64]bool
 	// epoch counts the views taken (view.go); it may wrap: only equality is asked of it.
 	epoch uint32
+	// liveViews counts the views taken and not yet released (View.Release). While it is 0 no view shares
+	// a lease, and writable changes leases in place. Atomic: a view is released on the goroutine that
+	// encoded it.
+	liveViews atomic.Int32
 }
 
 // New returns an empty state machine.

@@ -30,7 +30,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot encodes the whole state. Equal states encode to equal bytes. It is View().Encode(), so it
 // needs the access View needs.
-func (f *FSM) Snapshot() ([]byte, error) { return f.View().Encode() }
+func (f *FSM) Snapshot() ([]byte, error) {
+	v := f.View()
+	defer v.Release()
+	return v.Encode()
+}
 
 // Restore decodes a snapshot into a new FSM. It checks the envelope and checksum and every record's
 // consistency; on any fault it returns an error wrapping ErrBadSnapshot and no FSM.

@@ -2,8 +2,10 @@ package fsm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
@@ -18,9 +20,11 @@ import (
 //
 //   - the lease tree is a copy-on-write clone (btree.Clone): each side copies a node before changing it;
 //   - a lease the tree shares with a view is never changed in place: the FSM counts views in epoch, every
-//     lease remembers the epoch it was made in, and a lease older than the latest view is copied (writable)
-//     before a checkpoint, renewal mark or proclaim changes it. Leases are changed rarely (a grant's value,
-//     an idle mark), so this costs one copy per changed lease per snapshot;
+//     lease remembers the epoch it was made in, and while a view is live (taken, not yet released) a lease
+//     older than the latest view is copied (writable) before a checkpoint, renewal mark or proclaim changes
+//     it. Once every view is released nothing is shared, and leases change in place again: a view lives
+//     only while it is encoded, so the idle checkpoints of a mass disconnect, one per lease, mostly find
+//     none live and skip the copy and the re-indexing it costs;
 //   - the bounded rest (remembered ends, lock-delays, the ACL, members, answered requests) is copied.
 
 // View is the state machine frozen at one applied index, for encoding (Encode) while the FSM goes on.
@@ -28,12 +32,20 @@ type View struct {
 	head, rest *wirepb.SnapshotBody // rest without Ends, built from ends by Encode
 	leases     *btree.BTreeG[entry]
 	ends       []leaseEnd // the remembered ends, oldest first: one copy, not a message each
+	// live is the FSM's count of live views, released the view's own mark (Release).
+	live     *atomic.Int32
+	released atomic.Bool
 }
 
+// ErrViewReleased: Encode was called on a view after its Release.
+var ErrViewReleased = errors.New("fsm: view already released")
+
 // View freezes the current state. It changes f (as Apply does: the caller needs the same exclusive
-// access), and only for a moment: its cost does not grow with the leases.
+// access), and only for a moment: its cost does not grow with the leases. The caller releases the view
+// (Release) once done with it; until then every lease the FSM changes is copied first.
 func (f *FSM) View() *View {
 	f.epoch++
+	f.liveViews.Add(1)
 	ends := make([]leaseEnd, 0, f.ends.len())
 	f.ends.ascend(func(e leaseEnd) { ends = append(ends, e) })
 	return &View{
@@ -41,8 +53,21 @@ func (f *FSM) View() *View {
 		rest:   f.restBody(),
 		leases: f.byResource.Clone(),
 		ends:   ends,
+		live:   &f.liveViews,
 	}
 }
+
+// Release ends the view: it may no longer be encoded, and the FSM may again change in place the leases
+// it shared. Call it once every Encode of the view has returned; a second call does nothing. A view never
+// released is safe, only costly: the FSM goes on copying the leases it changes.
+func (v *View) Release() {
+	if v.released.CompareAndSwap(false, true) {
+		v.live.Add(-1)
+	}
+}
+
+// LiveViews is how many views of f are taken and not yet released.
+func (f *FSM) LiveViews() int { return int(f.liveViews.Load()) }
 
 // AppliedIndex is the index the view was taken at.
 func (v *View) AppliedIndex() uint64 { return v.head.AppliedIndex }
@@ -51,8 +76,11 @@ func (v *View) AppliedIndex() uint64 { return v.head.AppliedIndex }
 func (v *View) Leases() int { return v.leases.Len() }
 
 // Encode encodes the view as a snapshot (Snapshot's format). It may run on any goroutine, concurrently
-// with the FSM it came from, and more than once.
+// with the FSM it came from, and more than once, until Release.
 func (v *View) Encode() ([]byte, error) {
+	if v.released.Load() {
+		return nil, ErrViewReleased
+	}
 	rest := proto.CloneOf(v.rest) // Encode may run more than once, and concurrently
 	rest.Ends = make([]*wirepb.LeaseEndRecord, 0, len(v.ends))
 	for _, e := range v.ends {
@@ -89,10 +117,10 @@ func (f *FSM) restBody() *wirepb.SnapshotBody {
 	return rest
 }
 
-// writable returns l, or a copy of it that replaces it everywhere the FSM refers to it when a view may
-// share l: what the caller then changes is the FSM's alone.
+// writable returns l, or a copy of it that replaces it everywhere the FSM refers to it when a live view
+// may share l: what the caller then changes is the FSM's alone.
 func (f *FSM) writable(l *lease) *lease {
-	if l.epoch == f.epoch {
+	if l.epoch == f.epoch || f.liveViews.Load() == 0 {
 		return l
 	}
 	c := *l

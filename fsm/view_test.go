@@ -2,8 +2,10 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -16,9 +18,10 @@ func proclaim(resource string, token uint64, value string) *wirepb.Command {
 	return &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{Resource: resource, Token: token, Value: []byte(value)}}}
 }
 
-// TestPropertyViewsStayFrozen: views taken at random points of a random log still encode, at the end,
-// to the bytes they encoded to when taken, whatever the FSM applied since (checkpoints, renewal marks and
-// proclaims of the leases they share included); and taking views changes nothing the FSM does: its
+// TestPropertyViewsStayFrozen: views taken at random points of a random log, and not released, still
+// encode, at the end, to the bytes they encoded to when taken, whatever the FSM applied since
+// (checkpoints, renewal marks and proclaims of the leases they share included, some of them changed in
+// place while every view was released); and taking and releasing views changes nothing the FSM does: its
 // results and its final snapshot equal those of a twin that applied the same log without views.
 func TestPropertyViewsStayFrozen(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -50,6 +53,14 @@ func TestPropertyViewsStayFrozen(t *testing.T) {
 					rt.Fatal(err)
 				}
 				views = append(views, taken{v, b})
+			}
+			if len(views) > 0 && rapid.IntRange(0, 5).Draw(rt, "release") == 0 {
+				i := rapid.IntRange(0, len(views)-1).Draw(rt, "released")
+				views[i].v.Release()
+				if _, err := views[i].v.Encode(); !errors.Is(err, ErrViewReleased) {
+					rt.Fatalf("a released view encoded: %v", err)
+				}
+				views = slices.Delete(views, i, i+1)
 			}
 		}
 		for i, tk := range views {
@@ -103,5 +114,51 @@ func TestViewEncodesWhileTheFSMApplies(t *testing.T) {
 	}
 	if bytes.Equal(mustSnapshot(t, a.f), want) {
 		t.Fatal("the FSM did not change")
+	}
+}
+
+// TestReleasedViewsLetLeasesChangeInPlace: while any view is live, a checkpoint copies a lease older
+// than the latest view (the view keeps the old one), and changes a lease made since in place; once every
+// view is released it changes even an old lease in place; and a released view refuses to encode.
+func TestReleasedViewsLetLeasesChangeInPlace(t *testing.T) {
+	a := newApplier(t)
+	a.apply(acq("r", "h", "q1"))
+	held := func() *lease {
+		l, ok := a.f.lookup("r")
+		if !ok {
+			t.Fatal("the lease is gone")
+		}
+		return l
+	}
+	cp := func(ms int64) { a.apply(checkpoint(&wirepb.LeaseCheckpoint{Resource: "r", Token: 1, RemainingMs: ms})) }
+
+	first, second := a.f.View(), a.f.View()
+	first.Release()
+	before := held()
+	cp(5)
+	if held() == before {
+		t.Fatal("a lease a live view shares was changed in place")
+	}
+	copied := held()
+	cp(6)
+	if held() != copied {
+		t.Fatal("a lease copied after the latest view was copied again")
+	}
+	second.Release()
+	second.Release() // a second call does nothing
+	a.f.View().Release()
+	old := held()
+	cp(7)
+	if held() != old {
+		t.Fatal("a checkpoint copied the lease although every view was released")
+	}
+	if got := held().remainingMs; got != 7 {
+		t.Fatalf("remaining %d ms after the checkpoint, want 7", got)
+	}
+	if _, err := second.Encode(); !errors.Is(err, ErrViewReleased) {
+		t.Fatalf("encoding a released view: %v, want ErrViewReleased", err)
+	}
+	if n := a.f.liveViews.Load(); n != 0 {
+		t.Fatalf("%d live views counted after every one was released", n)
 	}
 }

@@ -25,6 +25,27 @@ func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
 // SnapshotsRestored is how many snapshots this node received from a leader and restored.
 func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
 
+// LiveViews is how many views of this node's state machine are taken and not yet released.
+func (s *Server) LiveViews() int {
+	s.node.fsmMu.RLock()
+	defer s.node.fsmMu.RUnlock()
+	return s.node.sm.LiveViews()
+}
+
+// CheckpointedAmong is how many of resources hold a lease this node's state machine has applied an idle
+// checkpoint to.
+func (s *Server) CheckpointedAmong(resources []string) int {
+	s.node.fsmMu.RLock()
+	defer s.node.fsmMu.RUnlock()
+	n := 0
+	for _, r := range resources {
+		if l, ok := s.node.sm.Get(r); ok && l.Checkpointed && !l.Renewed {
+			n++
+		}
+	}
+	return n
+}
+
 // LogFirstIndex is the first index left in the node's raft log: those before it were compacted away.
 func (s *Server) LogFirstIndex() uint64 {
 	first, _ := s.node.logIndex.FirstIndex()

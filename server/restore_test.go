@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // backup streams a snapshot from addr and checks the chunks' contract: at most 1 MiB each, the applied
@@ -56,6 +58,26 @@ func backup(t *testing.T, addr string) ([]byte, uint64) {
 			t.Fatalf("after the last chunk: %v", err)
 		}
 		return data, index
+	}
+}
+
+// TestSnapshotsReleaseTheirViews: the views a node takes for its own snapshots and for a backup are
+// released once encoded, so the state machine goes back to changing leases in place (fsm.View).
+func TestSnapshotsReleaseTheirViews(t *testing.T) {
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 5 })
+	ctx := ctxT(t)
+	for i := range 60 {
+		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("v/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backup(t, c.Node(c.WaitLeader()).ClientAddr())
+	for n := range c.Size() {
+		s := c.Node(n)
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d releases its views", n), func() bool { return s.LiveViews() == 0 })
+		if s.LogFirstIndex() <= 1 {
+			t.Fatalf("node %d took no snapshot: its log still starts at %d", n, s.LogFirstIndex())
+		}
 	}
 }
 

@@ -108,6 +108,7 @@ func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint6
 	view := n.sm.View()
 	n.fsmMu.Unlock()
 	data, err = view.Encode()
+	view.Release()
 	return data, view.AppliedIndex(), err
 }
 

@@ -109,6 +109,7 @@ func (n *node) snapshotLoop(stop <-chan struct{}) {
 func (n *node) writeSnapshot(job snapshotJob) snapshotResult {
 	res := snapshotResult{index: job.view.AppliedIndex(), start: job.start}
 	data, err := job.view.Encode()
+	job.view.Release() // the FSM may change leases in place again
 	if err != nil {
 		res.err = fmt.Errorf("encode snapshot at %d: %w", res.index, err)
 		return res
