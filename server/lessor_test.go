@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,13 @@ func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
 	return s
 }
 
+// applyAll applies the entries a proposer makes of c, in order.
+func (s *lessorSim) applyAll(c lessorCmd) {
+	for _, cmd := range c.entries() {
+		s.apply(cmd)
+	}
+}
+
 func (s *lessorSim) apply(cmd *wirepb.Command) fsm.Result {
 	s.index++
 	res, err := s.sm.Apply(s.index, cmd)
@@ -59,7 +67,7 @@ func (s *lessorSim) step(d, tick time.Duration) {
 			s.lessors[s.leader].tick(s.clock.Now())
 		}
 		for len(s.out) > 0 {
-			s.apply((<-s.out).cmd)
+			s.applyAll(<-s.out)
 		}
 	}
 }
@@ -323,7 +331,7 @@ func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
 	}
 	drain := func() {
 		for len(s.out) > 0 {
-			s.apply((<-s.out).cmd)
+			s.applyAll(<-s.out)
 		}
 	}
 	if !s.renew("r", tok) { // refused while the checkpoint is on its way; once applied, renewed durably
@@ -381,7 +389,7 @@ func TestMonoAddSaturates(t *testing.T) {
 
 // checkpointBacklog starts a leader whose idle checkpoints go one lease per command, grants n leases and
 // ticks until it has decided a checkpoint for each, which it returns unapplied.
-func checkpointBacklog(t *testing.T, n int) (*lessorSim, []lessorCmd) {
+func checkpointBacklog(t *testing.T, n int) (*lessorSim, []*wirepb.Command) {
 	cfg := TestConfig()
 	cfg.CheckpointInterval = time.Second
 	cfg.ExpiryBatch = 1
@@ -390,7 +398,7 @@ func checkpointBacklog(t *testing.T, n int) (*lessorSim, []lessorCmd) {
 	for i := range n {
 		s.apply(acquireCmd(fmt.Sprintf("r%d", i), time.Minute))
 	}
-	var cmds []lessorCmd
+	var cmds []*wirepb.Command
 	for start := s.clock.Now(); len(cmds) < n; {
 		if s.clock.Now().Sub(start) > cfg.CheckpointInterval {
 			t.Fatalf("setup: %d checkpoints decided within an interval, want %d", len(cmds), n)
@@ -398,7 +406,7 @@ func checkpointBacklog(t *testing.T, n int) (*lessorSim, []lessorCmd) {
 		s.clock.Advance(10 * time.Millisecond)
 		s.lessors[0].tick(s.clock.Now())
 		for len(s.out) > 0 {
-			cmds = append(cmds, <-s.out)
+			cmds = append(cmds, (<-s.out).entries()...)
 		}
 	}
 	return s, cmds
@@ -417,7 +425,7 @@ func TestCheckpointBacklogIsNotReproposed(t *testing.T) {
 			s.clock.Advance(l.retry / 8)
 			l.tick(s.clock.Now())
 		}
-		s.apply(c.cmd)
+		s.apply(c)
 		if len(s.out) > 0 {
 			t.Fatalf("a checkpoint still in the queue was proposed again: %v", (<-s.out).cmd)
 		}
@@ -429,9 +437,9 @@ func TestCheckpointBacklogIsNotReproposed(t *testing.T) {
 func TestLostCheckpointIsReproposed(t *testing.T) {
 	s, backlog := checkpointBacklog(t, 2)
 	l := s.lessors[0]
-	lost := backlog[0].cmd.GetCheckpoint().GetLeases()[0].GetResource()
+	lost := backlog[0].GetCheckpoint().GetLeases()[0].GetResource()
 	// Both were decided in one scan: a later scan's checkpoint must apply to show the first was lost.
-	s.apply(backlog[1].cmd)
+	s.apply(backlog[1])
 	s.clock.Advance(l.retry + l.scan) // a scan after the retry period
 	l.tick(s.clock.Now())
 	if len(s.out) != 1 || (<-s.out).cmd.GetCheckpoint().GetLeases()[0].GetResource() != lost {
@@ -614,5 +622,41 @@ func TestMassExpiryKeepsToTheExpiryRate(t *testing.T) {
 			t.Fatalf("only %d of %d leases expired %v after they were due (rate %d/s)", len(s.expired), n, elapsed, rate)
 		}
 		s.step(tick, tick)
+	}
+}
+
+// TestLessorCommandsGoToTheLogInNameOrder: an expiry or checkpoint decision naming many leases becomes
+// entries of at most the batch, its leases in name order (then token), none lost or repeated; a command
+// without a batch goes as it is.
+func TestLessorCommandsGoToTheLogInNameOrder(t *testing.T) {
+	names := []string{"m", "b", "z", "a", "q", "b", "c"}
+	var refs []*leasepb.LeaseRef
+	var cps []*wirepb.LeaseCheckpoint
+	for i, r := range names {
+		refs = append(refs, &leasepb.LeaseRef{Resource: r, Token: uint64(10 - i)})
+		cps = append(cps, &wirepb.LeaseCheckpoint{Resource: r, Token: uint64(10 - i), RemainingMs: int64(i)})
+	}
+	want := "a/7 b/5 b/9 | c/4 m/10 q/6 | z/8"
+	expire := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}, batch: 3}
+	checkpoint := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}, batch: 3}
+	for _, c := range []lessorCmd{expire, checkpoint} {
+		var entries []string
+		for _, e := range c.entries() {
+			var leases []string
+			for _, r := range e.GetExpire().GetLeases() {
+				leases = append(leases, fmt.Sprintf("%s/%d", r.GetResource(), r.GetToken()))
+			}
+			for _, cp := range e.GetCheckpoint().GetLeases() {
+				leases = append(leases, fmt.Sprintf("%s/%d", cp.GetResource(), cp.GetToken()))
+			}
+			entries = append(entries, strings.Join(leases, " "))
+		}
+		if got := strings.Join(entries, " | "); got != want {
+			t.Errorf("%T entries: %s, want %s", c.cmd.GetOp(), got, want)
+		}
+	}
+	whole := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}}
+	if got := whole.entries(); len(got) != 1 || got[0] != whole.cmd {
+		t.Errorf("a command without a batch became %d entries", len(got))
 	}
 }

@@ -76,16 +76,23 @@ func (n *node) proposeErr(ctx context.Context, err error) error {
 	return err
 }
 
-// proposeAsync appends a lessor command without waiting; the lessor observes its effects when it applies.
-// A command decided in another term than the one this node now leads in is dropped: it may have waited
-// in the queue across a leadership change, during which another leader renewed the leases it names (a
-// checkpoint's stale remainder would let the leader after that cut them short). The lessor decides again.
+// proposeAsync appends a lessor command (its entries, in order) without waiting; the lessor observes its
+// effects when it applies. A command decided in another term than the one this node now leads in is
+// dropped: it may have waited in the queue across a leadership change, during which another leader
+// renewed the leases it names (a checkpoint's stale remainder would let the leader after that cut them
+// short). The lessor decides again.
 func (n *node) proposeAsync(c lessorCmd) {
 	if !n.isLeader() || n.term.Load() != c.term {
 		n.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.term, "term", n.term.Load())
 		return
 	}
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.cmd)
+	for _, cmd := range c.entries() {
+		n.proposeLessorEntry(cmd, c.term)
+	}
+}
+
+func (n *node) proposeLessorEntry(cmd *wirepb.Command, term uint64) {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 	if err != nil {
 		n.log.Error("encode lessor command", "err", err)
 		return
@@ -93,7 +100,7 @@ func (n *node) proposeAsync(c lessorCmd) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ProposalTimeout)
 	defer cancel()
 	// The loop checks the term again as it steps the command: it may wait in the queue meanwhile.
-	if err := n.raft.propose(ctx, proposal{data: data, term: c.term}); err != nil {
+	if err := n.raft.propose(ctx, proposal{data: data, term: term}); err != nil {
 		n.log.Debug("lessor proposal not accepted", "err", err)
 	}
 }
