@@ -103,14 +103,82 @@ func runCallers(b *testing.B, callers int, fn func(context.Context) error) {
 // Run: go test -run '^$' -bench MassExpiry -benchtime 1x -timeout 20m ./server/
 func BenchmarkMassExpiry(b *testing.B) {
 	const n, ttl = 100_000, time.Second
+	m := startMass(b, n, ttl, func(*server.Config) {})
+	b.ResetTimer()
+	for elapsed := time.Duration(0); elapsed <= ttl; elapsed += 20 * time.Millisecond {
+		m.step()
+	}
+	due := time.Now()
+	worst := m.probe(b)
+	m.runUntil(b, func() bool {
+		list, err := m.leases.List(context.Background(), &leasepb.ListRequest{Prefix: "mass/", Limit: 1, Serializable: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(list.GetLeases()) == 0
+	})
+	b.ReportMetric(time.Since(due).Seconds(), "s-to-expire-all")
+	b.ReportMetric(float64(worst().Milliseconds()), "worst-acquire-ms")
+	b.ReportMetric(m.grantRate, "grants/s")
+}
+
+// BenchmarkMassCheckpoint: the idle checkpoints of a mass disconnect. It grants 100,000 leases under a
+// 60 s TTL at one instant of a manual clock (their holders then renew none), with the production
+// checkpoint interval and snapshot spacing, and moves the clock on at about its real pace until a
+// follower has applied an idle checkpoint to every one of 200 leases spread over them, then one second
+// more. It reports how long the checkpoints took to apply, from the first of those 200 to the last, and
+// the worst latency of an unrelated client's acquires meanwhile.
+// Run: go test -run '^$' -bench MassCheckpoint -benchtime 1x -timeout 20m ./server/
+func BenchmarkMassCheckpoint(b *testing.B) {
+	const n, samples = 100_000, 200
+	prod := server.DefaultConfig()
+	m := startMass(b, n, time.Minute, func(cfg *server.Config) {
+		cfg.CheckpointInterval = prod.CheckpointInterval
+		cfg.SnapshotEntries, cfg.SnapshotCatchUp = prod.SnapshotEntries, prod.SnapshotCatchUp
+	})
+	follower := m.c.Node(m.c.Follower())
+	var sampled []string
+	for i := 1; i <= n; i += n / samples {
+		sampled = append(sampled, fmt.Sprintf("mass/%06d", i))
+	}
+	b.ResetTimer()
+	var first, last time.Time
+	worst := m.probe(b)
+	m.runUntil(b, func() bool {
+		done := follower.CheckpointedAmong(sampled)
+		if done > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		return done == len(sampled)
+	})
+	last = time.Now()
+	for range 50 {
+		m.step()
+	}
+	b.ReportMetric(last.Sub(first).Seconds(), "s-checkpointing")
+	b.ReportMetric(float64(worst().Milliseconds()), "worst-acquire-ms")
+	b.ReportMetric(m.grantRate, "grants/s")
+}
+
+// mass is a 3-node cluster on a manual clock holding n leases named mass/NNNNNN, all granted at one
+// instant of that clock, for the mass benchmarks.
+type mass struct {
+	c         *servertest.Cluster
+	clock     *server.ManualClock
+	leader    *server.Server
+	leases    leasepb.LeasesClient
+	grantRate float64
+}
+
+func startMass(b *testing.B, n int, ttl time.Duration, configure func(*server.Config)) *mass {
 	clock := server.NewManualClock()
 	c := servertest.Start(b, 3, func(cfg *server.Config) {
 		cfg.Clock = clock
 		cfg.Limits.MaxLeasesPerHolder = n
+		configure(cfg)
 	})
 	leader := c.WaitLeader()
-	cl := c.Leases(leader)
-	ctx := context.Background()
+	m := &mass{c: c, clock: clock, leader: c.Node(leader), leases: c.Leases(leader)}
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -118,8 +186,8 @@ func BenchmarkMassExpiry(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1); i <= n; i = next.Add(1) {
-				if _, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("mass/%06d", i), Holder: "mass", TtlMs: ttl.Milliseconds()}); err != nil {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if _, err := m.leases.Acquire(context.Background(), &leasepb.AcquireRequest{Resource: fmt.Sprintf("mass/%06d", i), Holder: "mass", TtlMs: ttl.Milliseconds()}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -127,55 +195,51 @@ func BenchmarkMassExpiry(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	grantRate := float64(n) / time.Since(start).Seconds()
-	b.ResetTimer()
-	// Time passes normally (steps below the stall threshold, one tick each) up to the common deadline.
-	node := c.Node(leader)
-	step := func() {
-		clock.Advance(20 * time.Millisecond)
-		for from := node.Ticks(); node.Ticks() == from; {
-			time.Sleep(time.Millisecond) // wait for the loop's next tick
-		}
+	m.grantRate = float64(n) / time.Since(start).Seconds()
+	return m
+}
+
+// step moves the clock 20 ms on (below the stall threshold) and waits for the leader's next tick.
+func (m *mass) step() {
+	m.clock.Advance(20 * time.Millisecond)
+	for from := m.leader.Ticks(); m.leader.Ticks() == from; {
+		time.Sleep(time.Millisecond) // wait for the loop's next tick
 	}
-	for elapsed := time.Duration(0); elapsed <= ttl; elapsed += 20 * time.Millisecond {
-		step()
+}
+
+// runUntil moves the clock on at about its real pace (the expiry rate is leases per second of it): a
+// step of 20 ms every 20 ms, or as slowly as the loop ticks, until done.
+func (m *mass) runUntil(b *testing.B, done func() bool) {
+	for !done() {
+		next := time.Now().Add(20 * time.Millisecond)
+		m.step()
+		time.Sleep(time.Until(next)) // the pace of the manual clock, not a wait for a condition
 	}
-	due := time.Now()
-	probeDone := make(chan time.Duration)
-	stop := make(chan struct{})
+}
+
+// probe starts acquiring unrelated leases one after another; the function it returns stops it and says
+// the worst latency seen.
+func (m *mass) probe(b *testing.B) (stop func() time.Duration) {
+	done := make(chan struct{})
+	worst := make(chan time.Duration)
 	go func() {
-		var worst time.Duration
+		var w time.Duration
 		for i := 0; ; i++ {
 			select {
-			case <-stop:
-				probeDone <- worst
+			case <-done:
+				worst <- w
 				return
 			default:
 			}
 			t0 := time.Now()
-			if _, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("probe/%d", i), Holder: "probe", TtlMs: 60_000}); err != nil {
+			if _, err := m.leases.Acquire(context.Background(), &leasepb.AcquireRequest{Resource: fmt.Sprintf("probe/%d", i), Holder: "probe", TtlMs: 60_000}); err != nil {
 				b.Error(err)
 			}
-			worst = max(worst, time.Since(t0))
+			w = max(w, time.Since(t0))
 		}
 	}()
-	for {
-		list, err := cl.List(ctx, &leasepb.ListRequest{Prefix: "mass/", Limit: 1, Serializable: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(list.GetLeases()) == 0 {
-			break
-		}
-		// The clock goes on at about its real pace (the expiry rate is leases per second of it): a step
-		// of 20 ms every 20 ms, or as slowly as the loop ticks.
-		next := time.Now().Add(20 * time.Millisecond)
-		step()
-		time.Sleep(time.Until(next)) // the pace of the manual clock, not a wait for a condition
+	return func() time.Duration {
+		close(done)
+		return <-worst
 	}
-	cleared := time.Since(due)
-	close(stop)
-	b.ReportMetric(cleared.Seconds(), "s-to-expire-all")
-	b.ReportMetric(float64((<-probeDone).Milliseconds()), "worst-acquire-ms")
-	b.ReportMetric(grantRate, "grants/s")
 }
