@@ -1,6 +1,9 @@
 package raftlog
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // termIndex remembers the term of every index in [offset, last] as runs of
 // equal terms. Terms change only on leader elections, so a whole log needs a
@@ -45,6 +48,22 @@ func (x *termIndex) compact(i uint64) {
 	runs := append([]termRun(nil), x.runs[n-1:]...)
 	runs[0].start = i
 	x.runs = runs
+}
+
+// setOffsetTerm sets the offset's term to t, learned late (a provisional
+// replay's base or compaction record); the indexes after the offset up to
+// last keep the term they have. The offset's run may cover them too: its
+// term is split off for them first, or they would change with it.
+func (x *termIndex) setOffsetTerm(t, last uint64) {
+	first := x.runs[0]
+	if first.term == t {
+		return
+	}
+	coversMore := len(x.runs) == 1 && last > first.start || len(x.runs) > 1 && x.runs[1].start > first.start+1
+	if coversMore {
+		x.runs = slices.Insert(x.runs, 1, termRun{first.start + 1, first.term})
+	}
+	x.runs[0].term = t
 }
 
 // clone returns a copy that shares nothing with x.

@@ -190,7 +190,7 @@ func (r *replayer) start(buf []byte, from walFrom) (int64, error) {
 			return 0, fmt.Errorf("base record says the log ends at %d, replay has %d past the offset %d", last.index, r.st.last, r.st.offset())
 		}
 		if last.index == r.st.offset() {
-			r.st.terms.runs[0].term = last.term
+			r.st.terms.setOffsetTerm(last.term, r.st.last)
 		}
 	case r.st.last != last.index || r.st.terms.term(last.index) != last.term:
 		return 0, fmt.Errorf("base record says the log ends at %d (term %d), replay has %d (term %d)", last.index, last.term, r.st.last, r.st.terms.term(r.st.last))
@@ -293,7 +293,7 @@ func (r *replayer) compact(p point) error {
 	case p.index > st.last:
 		return fmt.Errorf("compaction to %d beyond last index %d", p.index, st.last)
 	case p.index == st.offset() && r.provisional:
-		st.terms.runs[0].term = p.term
+		st.terms.setOffsetTerm(p.term, st.last)
 	case p.index <= st.offset():
 		return fmt.Errorf("compaction to %d at or below the offset %d", p.index, st.offset())
 	case st.terms.term(p.index) != p.term:

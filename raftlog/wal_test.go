@@ -332,3 +332,46 @@ func countSegments(t *testing.T, dir string) int {
 	}
 	return len(names)
 }
+
+// TestProvisionalReplayLearnsTheOffsetTermAlone: replay that starts at a
+// segment's base record (the segments before it deleted as compacted)
+// learns the offset's real term only from the compaction record; setting it
+// must not change the term of the entries after the offset that share the
+// base's term (they did, and the log reopened with a wrong term for them).
+// raft's own logs never have a term drop after an overwrite, but raft's
+// MemoryStorage answers for any history, and so must Storage.
+func TestProvisionalReplayLearnsTheOffsetTermAlone(t *testing.T) {
+	withSegmentSize(t, 300)
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	bare := func(lo, hi, term uint64) []*raftpb.Entry { // no payload: the second segment holds them all
+		var ents []*raftpb.Entry
+		for i := lo; i < hi; i++ {
+			ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(term)})
+		}
+		return ents
+	}
+	steps := []func() error{
+		func() error { return s.Save(nil, entries(1, 11, 1), nil) }, // fills the first segment
+		func() error { return s.Save(nil, bare(1, 2, 2), nil) },     // cuts: base record (10, term 1)
+		func() error { return s.Save(nil, append(bare(2, 11, 2), bare(11, 12, 1)...), nil) },
+		func() error { return s.Compact(10) }, // deletes the first segment: replay starts at the base record
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if n := countSegments(t, dir); n != 1 {
+		t.Fatalf("%d segments after the compaction, want 1 (the set-up no longer replays from a base record)", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, dir)
+	for i, want := range map[uint64]uint64{10: 2, 11: 1} {
+		if got, err := s.Term(i); err != nil || got != want {
+			t.Errorf("Term(%d) after reopen = %d, %v; want %d", i, got, err, want)
+		}
+	}
+}
