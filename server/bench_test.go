@@ -178,6 +178,8 @@ func startMass(b *testing.B, n int, ttl time.Duration, configure func(*server.Co
 	c := servertest.Start(b, 3, func(cfg *server.Config) {
 		cfg.Clock = clock
 		cfg.Limits.MaxLeasesPerHolder = n
+		cfg.Limits.MaxLeases = n + 100_000 // room for the probe's
+		cfg.Limits.QuotaBytes = 8 << 30
 		configure(cfg)
 	})
 	leader := c.WaitLeader()
