@@ -32,7 +32,7 @@ type View struct {
 	head, rest *wirepb.SnapshotBody // rest without Ends, built from ends by Encode
 	leases     *btree.BTreeG[entry]
 	ends       []leaseEnd // the remembered ends, oldest first: one copy, not a message each
-	// live is the FSM's count of live views, released the view's own mark (Release).
+	// live points at the FSM's count of live views; released says this view was released (Release).
 	live     *atomic.Int32
 	released atomic.Bool
 }
