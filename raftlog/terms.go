@@ -59,7 +59,7 @@ func (x *termIndex) setOffsetTerm(t, last uint64) {
 	if first.term == t {
 		return
 	}
-	coversMore := len(x.runs) == 1 && last > first.start || len(x.runs) > 1 && x.runs[1].start > first.start+1
+	coversMore := (len(x.runs) == 1 && last > first.start) || (len(x.runs) > 1 && x.runs[1].start > first.start+1)
 	if coversMore {
 		x.runs = slices.Insert(x.runs, 1, termRun{first.start + 1, first.term})
 	}
