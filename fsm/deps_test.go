@@ -17,7 +17,7 @@ var allowedImports = map[string]bool{
 	"slices": true, "strings": true, "cmp": true,
 	// sync/atomic: the count of live views (view.go), released from the goroutine that encoded one. It
 	// decides whether a changed lease is copied first, never a result (TestPropertyViewsStayFrozen).
-	"sync/atomic": true,
+	"sync/atomic":                      true,
 	"github.com/google/btree":          true,
 	"google.golang.org/protobuf/proto": true,
 	// protowire: the protobuf wire format's primitives (the streamed snapshot, snapshot_stream.go).
