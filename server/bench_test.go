@@ -185,21 +185,9 @@ func startMass(b *testing.B, n int, ttl time.Duration, configure func(*server.Co
 	leader := c.WaitLeader()
 	m := &mass{c: c, clock: clock, leader: c.Node(leader), leases: c.Leases(leader)}
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 256 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				if _, err := m.leases.Acquire(context.Background(), &leasepb.AcquireRequest{Resource: fmt.Sprintf("mass/%06d", i), Holder: "mass", TtlMs: ttl.Milliseconds()}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	acquireMany(b, m.leases, n, func(i int) *leasepb.AcquireRequest {
+		return &leasepb.AcquireRequest{Resource: fmt.Sprintf("mass/%06d", i), Holder: "mass", TtlMs: ttl.Milliseconds()}
+	})
 	m.grantRate = float64(n) / time.Since(start).Seconds()
 	return m
 }

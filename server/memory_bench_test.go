@@ -109,6 +109,14 @@ func BenchmarkMemoryHeld(b *testing.B) {
 
 // grantMany acquires the leases numbered from+1 to from+n (benchAcquire) with 256 concurrent callers.
 func grantMany(b *testing.B, cl leasepb.LeasesClient, from, n int) {
+	acquireMany(b, cl, n, func(i int) *leasepb.AcquireRequest {
+		a := benchAcquire(from + i)
+		return &leasepb.AcquireRequest{Resource: a.Resource, Holder: a.Holder, TtlMs: a.TtlMs, RequestId: a.RequestId}
+	})
+}
+
+// acquireMany makes the Acquire requests req(1) to req(n) with 256 concurrent callers; a refusal fails b.
+func acquireMany(b *testing.B, cl leasepb.LeasesClient, n int, req func(i int) *leasepb.AcquireRequest) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -118,10 +126,9 @@ func grantMany(b *testing.B, cl leasepb.LeasesClient, from, n int) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				a := benchAcquire(from + int(i))
-				_, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: a.Resource, Holder: a.Holder, TtlMs: a.TtlMs, RequestId: a.RequestId})
-				if err != nil {
-					b.Errorf("lease %d, %s after the first grant: %v", from+int(i), time.Since(start).Round(time.Millisecond), err)
+				r := req(int(i))
+				if _, err := cl.Acquire(ctx, r); err != nil {
+					b.Errorf("%s, %s after the first grant: %v", r.GetResource(), time.Since(start).Round(time.Millisecond), err)
 					return
 				}
 			}
