@@ -427,7 +427,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// The audit trail and the leader gauges (issue 15).
 	violate("obs", r.checkObservability(events)...)
 
-	// The limits held against the flood nemesis.
+	// The limits held against the flood nemesis, and every unknown acquire named its request id.
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
 	violate("outcome-id", r.outcomeFindings...)
