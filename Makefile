@@ -29,12 +29,13 @@ cluster: ## build leased into ./bin and run a local 3-node cluster in the foregr
 	GO=$(GO) ./scripts/cluster.sh
 
 bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
-	$(GO) test -run='^$$' -bench='BenchmarkApply' -cpu 1 -benchtime 1000000x ./fsm/
+	$(GO) test -run='^$$' -bench='BenchmarkApply(Entry)?Acquire$$' -cpu 1 -benchtime 1000000x ./fsm/
+	$(GO) test -run='^$$' -bench='ApplyExpire|ApplyCheckpoint' -benchtime 5x ./fsm/
 	$(GO) test -run='^$$' -bench='Memory|Snapshot|Restore' -benchtime 1x ./fsm/
 	$(GO) test -run='^$$' -bench=. -benchtime 2s ./raftlog/
 	$(GO) test -run='^$$' -bench=. -benchtime 3s ./server/transport/
 	$(GO) test -run='^$$' -bench='Acquire|Renew' -benchtime 3000x ./server/
-	$(GO) test -run='^$$' -bench=MassExpiry -benchtime 1x -timeout 20m ./server/
+	$(GO) test -run='^$$' -bench='MassExpiry|MassCheckpoint|CheckpointScan' -benchtime 1x -timeout 20m ./server/
 	$(GO) test -run='^$$' -bench='MemoryHeld|RestartReady' -benchtime 1x -timeout 30m ./server/
 	$(GO) test -run='^$$' -bench=KeepAlive10k -benchtime 1x ./client/
 
