@@ -462,10 +462,7 @@ func (c *Client) discover(done chan struct{}) {
 			st, err := c.statusOf(ctx, ep)
 			a := answer{addr: ep, err: err}
 			if err == nil {
-				a.leader = st.GetHeader().GetLeaderAddr()
-				if st.GetRole() == leasepb.Role_ROLE_LEADER {
-					a.leader = ep
-				}
+				a.leader = leaderNamedBy(ep, st)
 			}
 			answers <- a
 		})
@@ -524,6 +521,20 @@ collect:
 	c.mu.Unlock()
 	close(done)
 	c.log.Debug("leader discovery", "leader", leader)
+}
+
+// leaderNamedBy is the leader a Status answer from addr names: addr itself if it leads, else its
+// header's hint. A node whose loop has stalled names none, whatever it says of its role: it cannot act
+// on it, and its peers may have elected another leader.
+func leaderNamedBy(addr string, st *leasepb.StatusResponse) string {
+	switch {
+	case st.GetLoopStalledMs() > 0:
+		return ""
+	case st.GetRole() == leasepb.Role_ROLE_LEADER:
+		return addr
+	default:
+		return st.GetHeader().GetLeaderAddr()
+	}
 }
 
 // discoveryGrace is how long discovery waits for a leader's name after the first node answered without one.

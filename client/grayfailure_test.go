@@ -206,10 +206,13 @@ type stuckLeader struct {
 	leasepb.UnimplementedLeasesServer
 	leasepb.UnimplementedClusterServer
 	acquires atomic.Int32
+	// stalledMs, when set, is the loop stall its Status answers report (a server that knows its loop is
+	// stuck says so).
+	stalledMs atomic.Uint64
 }
 
 func (s *stuckLeader) Status(context.Context, *leasepb.StatusRequest) (*leasepb.StatusResponse, error) {
-	return &leasepb.StatusResponse{Role: leasepb.Role_ROLE_LEADER}, nil
+	return &leasepb.StatusResponse{Role: leasepb.Role_ROLE_LEADER, LoopStalledMs: s.stalledMs.Load()}, nil
 }
 
 func (s *stuckLeader) Acquire(ctx context.Context, _ *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
@@ -237,10 +240,15 @@ func serveStuckLeader(t *testing.T) (*stuckLeader, string) {
 // slowStatusOf delays the Status answers of the node at addr by 200 ms, so that discovery picks another
 // node (a stuck one) first.
 func slowStatusOf(addr string) grpc.UnaryClientInterceptor {
+	return delayStatusOf(addr, 200*time.Millisecond)
+}
+
+// delayStatusOf delays the Status answers of the node at addr by d.
+func delayStatusOf(addr string, d time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if method == leasepb.Cluster_Status_FullMethodName && strings.HasSuffix(cc.Target(), "/"+addr) {
 			select {
-			case <-time.After(200 * time.Millisecond): // injected delay
+			case <-time.After(d): // injected delay
 			case <-ctx.Done():
 			}
 		}
@@ -469,4 +477,29 @@ func (c *latencyConn) Close() error {
 	err := c.Conn.Close()
 	c.wg.Wait()
 	return err
+}
+
+// TestDiscoveryPassesOverAStalledLeader: a node that says it leads but reports its loop stalled (a
+// leader blocked in a disk write, whose peers have elected another) answers Status first; the real
+// leader answers 50 ms later. Discovery waits for the real leader's answer and no Acquire ever goes to the
+// stalled node. When discovery took the first node claiming to lead, a client kept choosing a stalled
+// leader until its lease ran out (chaos, disk-stall-leader).
+func TestDiscoveryPassesOverAStalledLeader(t *testing.T) {
+	cl := servertest.Start(t, 1, nil)
+	real := cl.Endpoints()[0]
+	stalled, stalledAddr := serveStuckLeader(t)
+	stalled.stalledMs.Store(700)
+	c := newClient(t, []string{stalledAddr, real}, func(cfg *client.Config) {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(delayStatusOf(real, 50*time.Millisecond))}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := c.Acquire(ctx, fmt.Sprintf("gray/stalled/%d", i), client.WithTTL(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := stalled.acquires.Load(); n != 0 {
+		t.Fatalf("the stalled leader got %d Acquires, want none: discovery chose it", n)
+	}
 }

@@ -20,19 +20,20 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 	n := s.n
 	self := n.member(n.id)
 	return &leasepb.StatusResponse{
-		Header:       n.header(),
-		Id:           n.id,
-		Name:         n.cfg.Name,
-		Role:         roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
-		Term:         n.term.Load(),
-		LeaderId:     n.leader.Load(),
-		CommitIndex:  n.commit.Load(),
-		AppliedIndex: n.applied.Load(),
-		DbSizeBytes:  n.storage.Size(),
-		Version:      n.cfg.Version,
-		ClientAddr:   n.clientAddr,
-		PeerAddr:     n.peerAddr,
-		LiveLeases:   uint64(n.liveLeases()),
+		Header:        n.header(),
+		Id:            n.id,
+		Name:          n.cfg.Name,
+		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
+		Term:          n.term.Load(),
+		LeaderId:      n.knownLeader(),
+		CommitIndex:   n.commit.Load(),
+		AppliedIndex:  n.applied.Load(),
+		DbSizeBytes:   n.storage.Size(),
+		Version:       n.cfg.Version,
+		ClientAddr:    n.clientAddr,
+		PeerAddr:      n.peerAddr,
+		LiveLeases:    uint64(n.liveLeases()),
+		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
 	}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
@@ -99,12 +100,16 @@ func listenLocal(t *testing.T) net.Listener {
 }
 
 func dial(t *testing.T, addr string) leasepb.LeasesClient {
+	return leasepb.NewLeasesClient(dialConn(t, addr))
+}
+
+func dialConn(t *testing.T, addr string) *grpc.ClientConn {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return leasepb.NewLeasesClient(conn)
+	return conn
 }
 
 // TestWritesGoOnWhileASnapshotIsWritten: a snapshot's write to raft.db (tens of MB at a million leases)
@@ -164,4 +169,67 @@ func TestWritesGoOnWhileASnapshotIsWritten(t *testing.T) {
 		acquire(i)
 	}
 	eventually(t, 10*time.Second, "the next compaction", func() bool { return fault.Compactions() > done })
+}
+
+// TestStalledLeaderNamesNoLeader: a leader whose loop is blocked in a raft log write for longer than an
+// election timeout stops claiming to lead — Status reports the stall and no leader (nor does its response
+// header), the health service says NOT_SERVING, Leader (the rule of /readyz) is 0 — and claims it again
+// once the write returns, with the write that waited on it acknowledged. It used to answer Status as the
+// leader all through the stall: clients' discovery kept choosing it over the leader its peers elected.
+func TestStalledLeaderNamesNoLeader(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, _, s, fault := oneNodeWithFault(t, nil)
+	s.Start()
+	defer s.Close()
+	conn := dialConn(t, cfg.ClientAddr)
+	cl, cluster, health := leasepb.NewLeasesClient(conn), leasepb.NewClusterClient(conn), healthpb.NewHealthClient(conn)
+	eventually(t, 5*time.Second, "leader", s.IsLeader)
+	status := func() *leasepb.StatusResponse {
+		t.Helper()
+		st, err := cluster.Status(ctx, &leasepb.StatusRequest{})
+		if err != nil {
+			t.Fatalf("Status: %v", err)
+		}
+		return st
+	}
+	serving := func() bool {
+		t.Helper()
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	eventually(t, 5*time.Second, "SERVING", serving)
+	if st := status(); st.GetLoopStalledMs() != 0 || st.GetLeaderId() != s.ID() || st.GetHeader().GetLeaderAddr() != cfg.ClientAddr {
+		t.Fatalf("before the stall: %v", st)
+	}
+
+	release := fault.HoldSaves()
+	defer release()
+	acked := make(chan error, 1)
+	go func() {
+		_, err := cl.Acquire(ctx, &leasepb.AcquireRequest{Resource: "waits", Holder: "h", TtlMs: 60_000})
+		acked <- err
+	}()
+	eventually(t, 5*time.Second, "Status to report the stall", func() bool { return status().GetLoopStalledMs() > 0 })
+	st := status()
+	if st.GetRole() != leasepb.Role_ROLE_LEADER || st.GetLeaderId() != 0 || st.GetHeader().GetLeaderAddr() != "" {
+		t.Errorf("a stalled leader answered role %v, leader %x, header leader %q; want its raft role and no leader",
+			st.GetRole(), st.GetLeaderId(), st.GetHeader().GetLeaderAddr())
+	}
+	if s.Leader() != 0 {
+		t.Errorf("Leader() = %x while stalled, want 0 (/readyz would say ready)", s.Leader())
+	}
+	eventually(t, 5*time.Second, "NOT_SERVING while stalled", func() bool { return !serving() })
+
+	release()
+	if err := <-acked; err != nil {
+		t.Fatalf("the acquire that waited on the stalled write: %v", err)
+	}
+	eventually(t, 5*time.Second, "the stall to end", func() bool {
+		st := status()
+		return st.GetLoopStalledMs() == 0 && st.GetLeaderId() == s.ID()
+	})
+	eventually(t, 5*time.Second, "SERVING again", serving)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +68,16 @@ type StorageFault struct {
 	// write that starts waiting.
 	hold        atomic.Pointer[chan struct{}]
 	held        chan struct{}
+	holdSaves   atomic.Pointer[chan struct{}]
 	compactions atomic.Int64
+}
+
+// HoldSaves makes the next raft log saves wait until release is called, like a disk that stopped
+// answering: the node's Ready loop blocks in the first.
+func (f *StorageFault) HoldSaves() (release func()) {
+	hold := make(chan struct{})
+	f.holdSaves.Store(&hold)
+	return sync.OnceFunc(func() { close(hold); f.holdSaves.Store(nil) })
 }
 
 // HoldSnapshots makes snapshot writes wait until release is called; started receives one value as each
@@ -96,6 +106,9 @@ func (f *StorageFault) Fail(err error) { f.err.Store(&err) }
 func (f *StorageFault) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	if p := f.err.Load(); p != nil {
 		return *p
+	}
+	if hold := f.holdSaves.Load(); hold != nil {
+		<-*hold
 	}
 	return f.logStore.Save(hs, ents, snap)
 }

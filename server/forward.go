@@ -249,7 +249,7 @@ func (n *node) header() *leasepb.ResponseHeader {
 }
 
 func (n *node) hint() leaderHint {
-	leader := n.leader.Load()
+	leader := n.knownLeader()
 	return leaderHint{id: leader, addr: n.clientAddrOf(leader)}
 }
 

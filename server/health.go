@@ -26,7 +26,7 @@ func (s *Server) watchHealth(stop <-chan struct{}) {
 	last := healthpb.HealthCheckResponse_UNKNOWN
 	for {
 		want := healthpb.HealthCheckResponse_NOT_SERVING
-		if s.node.leader.Load() != 0 {
+		if s.node.knownLeader() != 0 {
 			want = healthpb.HealthCheckResponse_SERVING
 		}
 		select {

@@ -28,7 +28,7 @@ func (n *node) memberTable() []*leasepb.Member {
 	n.fsmMu.RLock()
 	ms := n.sm.Members()
 	n.fsmMu.RUnlock()
-	leader := n.leader.Load()
+	leader := n.knownLeader()
 	for _, m := range ms {
 		m.IsLeader = m.GetId() == leader
 		if m.GetClientAddr() == "" && n.gossip != nil { // not announced yet: gossip may know it

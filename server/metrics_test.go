@@ -51,7 +51,7 @@ leased_is_leader 1
 
 // contractSeries are the node series of the metrics contract (docs/operations.md, "Metrics").
 var contractSeries = []string{
-	"leased_build_info", "leased_has_leader", "leased_is_leader", "leased_leader_changes_total", "leased_term",
+	"leased_build_info", "leased_has_leader", "leased_loop_stalled_seconds", "leased_is_leader", "leased_leader_changes_total", "leased_term",
 	"leased_proposals_total", "leased_disk_fsync_duration_seconds", "leased_apply_duration_seconds",
 	"leased_raft_log_entries", "leased_db_size_bytes", "leased_snapshot_size_bytes", "leased_snapshot_duration_seconds",
 	"leased_live_leases", "leased_waiters", "leased_watchers", "leased_open_streams", "leased_keepalive_batch_size",

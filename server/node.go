@@ -116,11 +116,14 @@ type node struct {
 	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
 	markRemoved func(why string) error
 
-	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3).
-	lastTick time.Time
-	ticks    atomic.Uint64 // for tests that wait for the loop to have run
-	restores atomic.Uint64 // snapshots received from a leader and restored
-	stopped  chan struct{}
+	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3). lastTickAt is
+	// the same instant (UnixNano) for other goroutines: a node whose loop has stalled for an election
+	// timeout does not claim to lead (loopStalled).
+	lastTick   time.Time
+	lastTickAt atomic.Int64
+	ticks      atomic.Uint64 // for tests that wait for the loop to have run
+	restores   atomic.Uint64 // snapshots received from a leader and restored
+	stopped    chan struct{}
 	// done closes when the node stops serving: its Ready loop ended (Close, a failed write), or the disk
 	// watchdog gave up on a stalled write while the loop is still blocked in it.
 	done     chan struct{}
@@ -146,7 +149,7 @@ func (n *node) run(stop <-chan struct{}) {
 	defer n.audit.close()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
-	n.lastTick = n.clock.Now()
+	n.ticked(n.clock.Now())
 	h := n.host
 	for {
 		// Proposals wait in their queue while raft knows no leader: it would drop them.
@@ -200,10 +203,41 @@ func (n *node) tick() {
 		n.log.Warn("ready loop stalled; extending lease deadlines", "stall", gap)
 		n.lessor.extend(gap)
 	}
-	n.lastTick = now
+	n.ticked(now)
 	n.ticks.Add(1)
 	n.host.rn.Tick()
 	n.lessor.tick(now)
+}
+
+func (n *node) ticked(now time.Time) {
+	n.lastTick = now
+	n.lastTickAt.Store(now.UnixNano())
+}
+
+// loopStalled is how long the Ready loop has not ticked, once that is longer than an election timeout;
+// 0 while it ticks. Any goroutine may ask.
+func (n *node) loopStalled() time.Duration {
+	last := n.lastTickAt.Load()
+	if last == 0 { // not started
+		return 0
+	}
+	if gap := n.clock.Now().Sub(time.Unix(0, last)); gap > n.cfg.ElectionTimeout() {
+		return gap
+	}
+	return 0
+}
+
+// knownLeader is the leader this node tells others of (response headers, Status, the member table,
+// readiness): the one raft knows, except that a leader whose loop has stalled for an election timeout
+// (a blocked disk write) names none. It cannot act as leader until the loop runs again, and its peers
+// have likely elected another meanwhile; while it still named itself, it answered Status faster than
+// the busy new leader and kept clients' discovery pointed at it until their leases ran out.
+func (n *node) knownLeader() uint64 {
+	leader := n.leader.Load()
+	if leader == n.id && n.loopStalled() > 0 {
+		return raft.None
+	}
+	return leader
 }
 
 func stallThreshold(tick time.Duration) time.Duration {

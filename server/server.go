@@ -614,8 +614,9 @@ func (s *Server) ID() uint64 { return s.node.id }
 // IsLeader reports whether this node currently leads.
 func (s *Server) IsLeader() bool { return s.node.isLeader() }
 
-// Leader is the raft id of the leader this node knows of (0: none).
-func (s *Server) Leader() uint64 { return s.node.leader.Load() }
+// Leader is the raft id of the leader this node knows of (0: none; also while this node leads but its
+// loop has stalled for an election timeout).
+func (s *Server) Leader() uint64 { return s.node.knownLeader() }
 
 // Watchers is how many Watch streams this node currently serves (leased_watchers).
 func (s *Server) Watchers() int { return s.node.watch.len() }

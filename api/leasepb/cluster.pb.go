@@ -143,7 +143,12 @@ type StatusResponse struct {
 	ClientAddr string `protobuf:"bytes,11,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
 	PeerAddr   string `protobuf:"bytes,12,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	// live_leases is the number of leases in the node's applied state.
-	LiveLeases    uint64 `protobuf:"varint,13,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
+	LiveLeases uint64 `protobuf:"varint,13,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
+	// loop_stalled_ms is how long the node's raft loop has not run, once that is longer than an election
+	// timeout (a blocked disk write, say); 0 while it runs. A stalled node cannot act on what it reports:
+	// its peers may have elected another leader meanwhile, so a stalled leader names no leader (leader_id 0,
+	// and no leader in the response header) and clients look for the leader elsewhere.
+	LoopStalledMs uint64 `protobuf:"varint,14,opt,name=loop_stalled_ms,json=loopStalledMs,proto3" json:"loop_stalled_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +270,13 @@ func (x *StatusResponse) GetPeerAddr() string {
 func (x *StatusResponse) GetLiveLeases() uint64 {
 	if x != nil {
 		return x.LiveLeases
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLoopStalledMs() uint64 {
+	if x != nil {
+		return x.LoopStalledMs
 	}
 	return 0
 }
@@ -1149,7 +1161,7 @@ var File_leased_v1_cluster_proto protoreflect.FileDescriptor
 const file_leased_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x17leased/v1/cluster.proto\x12\tleased.v1\x1a\x16leased/v1/leases.proto\"\x0f\n" +
-	"\rStatusRequest\"\xa2\x03\n" +
+	"\rStatusRequest\"\xca\x03\n" +
 	"\x0eStatusResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
@@ -1166,7 +1178,8 @@ const file_leased_v1_cluster_proto_rawDesc = "" +
 	"clientAddr\x12\x1b\n" +
 	"\tpeer_addr\x18\f \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vlive_leases\x18\r \x01(\x04R\n" +
-	"liveLeases\"\xa6\x01\n" +
+	"liveLeases\x12&\n" +
+	"\x0floop_stalled_ms\x18\x0e \x01(\x04R\rloopStalledMs\"\xa6\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +

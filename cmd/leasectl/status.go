@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,8 +29,10 @@ type nodeJSON struct {
 	DBSizeBytes  int64  `json:"db_size_bytes"`
 	LiveLeases   uint64 `json:"live_leases"`
 	Version      string `json:"version"`
-	Healthy      bool   `json:"healthy"`
-	Error        string `json:"error,omitempty"`
+	// LoopStalledMS is how long the node's raft loop has not run, once longer than an election timeout.
+	LoopStalledMS uint64 `json:"loop_stalled_ms"`
+	Healthy       bool   `json:"healthy"`
+	Error         string `json:"error,omitempty"`
 }
 
 func roleName(r leasepb.Role) string {
@@ -53,7 +56,8 @@ func (a *app) statusCommand() *cobra.Command {
 		Long: `status asks every endpoint about its node (in parallel; this needs no leader) and prints one row per
 endpoint: name, client address, role (leader, follower, learner, candidate, or unreachable), term, the
 leader it follows, commit and applied index, data file size, version and health. A node is healthy when it
-answered and knows a leader. status exits with code 5 when no reachable node knows a leader.`,
+answered, knows a leader and its raft loop runs (a node whose loop has not run for an election timeout,
+a blocked disk write say, is "unhealthy: loop stalled"; a stalled leader names no leader). status exits with code 5 when no reachable node knows a leader.`,
 		Example: `  leasectl status
   leasectl status -o json | jq -r 'select(.role == "leader") | .client_addr'`,
 		Args: noArgs,
@@ -102,7 +106,7 @@ answered and knows a leader. status exits with code 5 when no reachable node kno
 						Term: st.GetTerm(), Leader: leader, LeaderID: idOrNone(st.GetLeaderId()),
 						CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
 						DBSizeBytes: st.GetDbSizeBytes(), LiveLeases: st.GetLiveLeases(), Version: st.GetVersion(),
-						Healthy: st.GetLeaderId() != 0,
+						LoopStalledMS: st.GetLoopStalledMs(), Healthy: st.GetLeaderId() != 0 && st.GetLoopStalledMs() == 0,
 					}
 					haveLeader = haveLeader || st.GetLeaderId() != 0
 				}
@@ -151,7 +155,10 @@ func (a *app) printStatus(rows []nodeJSON) error {
 			continue
 		}
 		health := "healthy"
-		if !r.Healthy {
+		switch {
+		case r.LoopStalledMS > 0:
+			health = fmt.Sprintf("unhealthy: loop stalled %v", (time.Duration(r.LoopStalledMS) * time.Millisecond).Round(100*time.Millisecond))
+		case !r.Healthy:
 			health = "unhealthy: no leader"
 		}
 		t.row(orDash(r.Name), orDash(r.ID), r.ClientAddr, r.Role, strconv.FormatUint(r.Term, 10), orDash(r.Leader),

@@ -259,7 +259,7 @@ func TestJSONShapes(t *testing.T) {
 		{leaseJSON{}, []string{"resource", "holder", "token", "ttl_ms", "value"}},
 		{infoJSON{}, []string{"resource", "holder", "token", "remaining_ms", "value"}},
 		{eventJSON{}, []string{"type", "resource", "holder", "token", "index"}},
-		{nodeJSON{}, []string{"name", "id", "client_addr", "role", "term", "leader", "leader_id", "commit_index", "applied_index", "db_size_bytes", "live_leases", "version", "healthy"}},
+		{nodeJSON{}, []string{"name", "id", "client_addr", "role", "term", "leader", "leader_id", "commit_index", "applied_index", "db_size_bytes", "live_leases", "version", "loop_stalled_ms", "healthy"}},
 		{memberJSON{}, []string{"id", "name", "peer_addr", "client_addr", "is_learner"}},
 		{leaderJSON{}, []string{"resource", "holder", "token", "value"}},
 		{benchJSON{}, []string{"workload", "clients", "duration_ms", "ops", "errors", "rate", "p50_ms", "p90_ms", "p99_ms", "max_ms"}},

@@ -22,6 +22,7 @@ var nodeMetrics = map[string]kind{
 	"leased_build_info":                  gauge,
 	"leased_has_leader":                  gauge,
 	"leased_is_leader":                   gauge,
+	"leased_loop_stalled_seconds":        gauge,
 	"leased_leader_changes_total":        counter,
 	"leased_leader_stream_lost_total":    counter,
 	"leased_term":                        gauge,
