@@ -49,8 +49,10 @@ type lessor struct {
 	gen uint64
 	// leases by token: tokens are unique (one grant per entry, decision 1), so the token alone names a
 	// lease; current checks the resource too. An 8-byte key rather than (resource, token) halves the
-	// map's slots and hashes no string: renewals look leases up by the thousand.
+	// map's slots and hashes no string: renewals look leases up by the thousand. The timers themselves
+	// live in timers, where the scans over all of them read memory in order.
 	leases    map[uint64]*leaseTimer
+	timers    timerSlab
 	deadlines timerHeap
 	delays    map[string]*delayTimer
 	base      time.Time // origin of the leases' mono readings
@@ -120,10 +122,12 @@ type leaseTimer struct {
 	idle bool
 	// expiring is set once an Expire was proposed: renewals are refused from then on.
 	expiring bool
-	// removed is set once the lease left the lessor (released, expired or replaced): a renewal checked
-	// before holds a timer that is no longer current.
-	removed bool
 }
+
+// holds reports whether t still is the timer of the lease with token: a renewal batch keeps the timers
+// it checked across the lessor's lock, and the lease may have left meanwhile (released, expired or
+// replaced), its slot freed (token 0) or reused by another lease (another token: tokens are unique).
+func (t *leaseTimer) holds(token uint64) bool { return t.token == token }
 
 // A leaseTimer must stay within its 80-byte size class: this fails to compile if it grows past it.
 var _ [80 - unsafe.Sizeof(leaseTimer{})]struct{}
@@ -154,9 +158,11 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	defer l.mu.Unlock()
 	l.gen++
 	l.leases = make(map[uint64]*leaseTimer, sm.Len())
+	l.timers = timerSlab{} // timers a renewal batch still holds stay valid; the gen sends it to look again
 	l.deadlines = l.deadlines[:0]
 	sm.Ascend(func(ls fsm.Lease) bool {
-		t := &leaseTimer{
+		t := l.timers.alloc()
+		*t = leaseTimer{
 			resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
 			idle:          ls.Checkpointed && !ls.Renewed,
 			checkpointEnd: l.at(now).add(ms(ls.RemainingMs)),
@@ -188,7 +194,7 @@ func (l *lessor) promote(now time.Time, term uint64) {
 func (l *lessor) startDeadlines(now time.Time) {
 	l.deadlines = l.deadlines[:0]
 	cur := l.at(now)
-	for _, t := range l.leases {
+	l.timers.each(func(t *leaseTimer) {
 		if t.idle {
 			t.deadline = t.checkpointEnd
 		} else {
@@ -197,7 +203,7 @@ func (l *lessor) startDeadlines(now time.Time) {
 		t.checkpointing, t.expiring = false, false
 		t.heapIdx = int32(len(l.deadlines))
 		l.deadlines = append(l.deadlines, queuedTimer{at: t.deadline, t: t})
-	}
+	})
 	heap.Init(&l.deadlines)
 	l.lastScan = now
 	for _, d := range l.delays {
@@ -220,9 +226,7 @@ func (l *lessor) extend(gap time.Duration) {
 	if !l.leader {
 		return
 	}
-	for _, t := range l.leases {
-		t.deadline = t.deadline.add(gap)
-	}
+	l.timers.each(func(t *leaseTimer) { t.deadline = t.deadline.add(gap) })
 	for i := range l.deadlines {
 		l.deadlines[i].at = l.deadlines[i].at.add(gap) // a uniform shift keeps the heap ordered
 	}
@@ -286,7 +290,11 @@ func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 
 func (l *lessor) add(now time.Time, ls fsm.Lease) {
 	cur := l.at(now)
-	t := &leaseTimer{
+	if old := l.leases[ls.Token]; old != nil { // not from the log (tokens are unique), but never leak a slot
+		l.remove(old.resource, old.token)
+	}
+	t := l.timers.alloc()
+	*t = leaseTimer{
 		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
 		deadline: cur.add(ms(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(ms(ls.TTLMs)), heapIdx: -1,
 	}
@@ -302,10 +310,10 @@ func (l *lessor) remove(resource string, token uint64) {
 		return
 	}
 	delete(l.leases, token)
-	t.removed = true
 	if l.leader && l.queued(t) {
 		heap.Remove(&l.deadlines, int(t.heapIdx))
 	}
+	l.timers.release(t)
 }
 
 // queued reports whether t is in the deadline heap.
@@ -417,18 +425,18 @@ func (l *lessor) endDelays(now time.Time) {
 func (l *lessor) checkpoint(now time.Time) {
 	var cps []*wirepb.LeaseCheckpoint
 	cur, idleAfter := l.at(now), mono(l.interval-l.scan)
-	for _, t := range l.leases {
+	l.timers.each(func(t *leaseTimer) {
 		switch {
 		case t.idle || t.expiring || cur-t.renewedAt < idleAfter:
-			continue
+			return
 		case t.checkpointing && !l.checkpointLost(t, cur):
-			continue
+			return
 		}
 		t.checkpointing, t.checkpointedAt = true, cur
 		cps = append(cps, &wirepb.LeaseCheckpoint{
 			Resource: t.resource, Token: t.token, RemainingMs: time.Duration(max(t.deadline-cur, 0)).Milliseconds(),
 		})
-	}
+	})
 	if len(cps) > 0 {
 		l.sendSplit(&wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}})
 	}
@@ -556,7 +564,7 @@ func (l *lessor) renewChecked(gen uint64, batch []renewalCheck, at time.Time) er
 			t = l.current(c.resource, c.token)
 		}
 		switch {
-		case t == nil || t.removed || t.expiring:
+		case t == nil || !t.holds(c.token) || t.expiring:
 			c.err = ErrNotCurrent
 		case t.idle || t.checkpointing:
 			c.err = errIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first

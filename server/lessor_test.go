@@ -538,7 +538,8 @@ func TestTokenOfAnotherResourceIsNotCurrent(t *testing.T) {
 }
 
 // TestBatchedRenewalsUseTheTimersTheCheckFound: a batch is checked, then (after the leadership
-// confirmation) renewed through the timers the check found. A lease released in between is gone; one
+// confirmation) renewed through the timers the check found. A lease released in between is gone (even
+// though its timer's slot now holds another lease); one
 // granted in between (not current when checked) is looked up again and renewed; after a leader change in
 // between every lease is looked up again.
 func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
@@ -558,6 +559,12 @@ func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
 	s.apply(&wirepb.Command{Op: &wirepb.Command_Release{Release: &wirepb.ReleaseCmd{Resource: "a", Token: a}}})
 	if tok := s.apply(acquireCmd("b", 2*time.Second)).Lease.Token; tok != kept+2 {
 		t.Fatalf("b granted token %d, the test expects %d", tok, kept+2)
+	}
+	l.mu.Lock()
+	reused := l.current("b", kept+2) == batch[0].t
+	l.mu.Unlock()
+	if !reused { // so a's renewal below holds a timer that is now b's
+		t.Fatal("b's timer is not the slot a's release freed; the test expects the slab to reuse it")
 	}
 	if err := l.renewChecked(gen, batch, s.clock.Now()); err != nil {
 		t.Fatal(err)
