@@ -143,8 +143,15 @@ func (r *run) diskStall(ctx context.Context, i int, d time.Duration) {
 		return
 	}
 	id := r.faultStart("disk-stall-leader", i)
-	sleepCtx(ctx, d+500*time.Millisecond) // the stall, and the write it delayed
-	if !r.c.Running(i) {                  // fail-stop (decision 13): a write stalled beyond the bound
+	// The node's next write blocks for d from when it starts, so until d has passed the stall holds.
+	wctx, stopWatch := context.WithTimeout(ctx, d)
+	claims := r.watchStallClaims(wctx)
+	stopWatch()
+	r.mu.Lock()
+	r.stallFindings = append(r.stallFindings, checkStallClaims(i, claims, 2*proc.ElectionTimeout)...)
+	r.mu.Unlock()
+	sleepCtx(ctx, 500*time.Millisecond) // the write it delayed
+	if !r.c.Running(i) {                // fail-stop (decision 13): a write stalled beyond the bound
 		r.faultNote(id, nil, "the node stopped")
 		r.stats.fault("disk-stall-node-stopped")
 		r.c.Start(i)

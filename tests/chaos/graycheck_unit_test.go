@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -257,5 +258,37 @@ func TestClientNetBlackHole(t *testing.T) {
 	}
 	if err := <-wrote; err != nil {
 		t.Errorf("write: %v", err)
+	}
+}
+
+// TestStallCheckerFindsAStalledLeadersClaim: a disk-stalled n1 that still names itself the leader two
+// election timeouts after n2 was seen leading in a later term is reported; a claim within the grace, in
+// the same term, or an answer naming no leader is not.
+func TestStallCheckerFindsAStalledLeadersClaim(t *testing.T) {
+	const grace = 400 * time.Millisecond
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	base := []statusObs{
+		{Node: 0, At: ms(0), Term: 3, Leads: true}, // before the stall bites: it leads
+		{Node: 1, At: ms(0), Term: 3},
+		{Node: 1, At: ms(300), Term: 4, Leads: true}, // n2 elected in a later term
+	}
+	cases := []struct {
+		name  string
+		obs   statusObs
+		found bool
+	}{
+		{"claim after the grace", statusObs{Node: 0, At: ms(800), Term: 3, Leads: true}, true},
+		{"claim within the grace", statusObs{Node: 0, At: ms(650), Term: 3, Leads: true}, false},
+		{"names no leader", statusObs{Node: 0, At: ms(800), Term: 3}, false},
+		{"caught up to the later term", statusObs{Node: 0, At: ms(800), Term: 4, Leads: true}, false},
+	}
+	for _, c := range cases {
+		v := checkStallClaims(0, append(slices.Clone(base), c.obs), grace)
+		if got := len(v) > 0; got != c.found {
+			t.Errorf("%s: findings %v, want found %v", c.name, v, c.found)
+		}
+	}
+	if v := checkStallClaims(1, append(slices.Clone(base), statusObs{Node: 1, At: ms(900), Term: 4, Leads: true}), grace); len(v) != 0 {
+		t.Errorf("the new leader's own claims were reported: %v", v)
 	}
 }

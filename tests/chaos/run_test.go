@@ -110,6 +110,8 @@ type run struct {
 	l1Leases        []l1Lease
 	workEnd         time.Duration
 	diskHookMissing atomic.Bool
+	// stallFindings: a disk-stalled leader that still named itself the leader (checkStallClaims).
+	stallFindings []string
 
 	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
 	floods        int
@@ -181,7 +183,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -431,6 +433,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
 	violate("outcome-id", r.outcomeFindings...)
+	violate("stall", r.stallFindings...)
 	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
 
