@@ -57,10 +57,11 @@ func (r *run) watchStallClaims(ctx context.Context) []statusObs {
 	}
 }
 
-// checkStallClaims reports every answer of node stalled naming itself the leader at least grace after
-// another node was seen leading in a later term.
+// checkStallClaims reports, in one finding a stall, the answers of node stalled naming itself the leader
+// at least grace after another node was seen leading in a later term: the first, and how many.
 func checkStallClaims(stalled int, obs []statusObs, grace time.Duration) []string {
-	var v []string
+	var first, newer statusObs
+	claims := 0
 	for _, o := range obs {
 		if o.Node != stalled || !o.Leads {
 			continue
@@ -68,11 +69,17 @@ func checkStallClaims(stalled int, obs []statusObs, grace time.Duration) []strin
 		i := slices.IndexFunc(obs, func(p statusObs) bool {
 			return p.Node != stalled && p.Leads && p.Term > o.Term && p.At+grace <= o.At
 		})
-		if i >= 0 {
-			p := obs[i]
-			v = append(v, fmt.Sprintf("stall: n%d, its disk stalled, named itself the leader (term %d) at %v, %v after n%d was seen leading in term %d",
-				stalled+1, o.Term, o.At.Round(time.Millisecond), (o.At-p.At).Round(time.Millisecond), p.Node+1, p.Term))
+		if i < 0 {
+			continue
 		}
+		if claims == 0 {
+			first, newer = o, obs[i]
+		}
+		claims++
 	}
-	return v
+	if claims == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("stall: n%d, its disk stalled, named itself the leader (term %d) at %v, %v after n%d was seen leading in term %d (%d such answers in this stall)",
+		stalled+1, first.Term, first.At.Round(time.Millisecond), (first.At - newer.At).Round(time.Millisecond), newer.Node+1, newer.Term, claims)}
 }
