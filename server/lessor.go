@@ -314,6 +314,25 @@ func (l *lessor) remove(resource string, token uint64) {
 		heap.Remove(&l.deadlines, int(t.heapIdx))
 	}
 	l.timers.release(t)
+	if l.timers.sparse() {
+		l.compactTimers()
+	}
+}
+
+// compactTimers moves the timers into a fresh slab, repointing the token map and the deadline heap. The
+// gen changes: a renewal batch checked before holds timers of the old slab, and looks its leases up again.
+func (l *lessor) compactTimers() {
+	old := l.timers
+	l.timers = timerSlab{}
+	l.gen++
+	old.each(func(t *leaseTimer) {
+		moved := l.timers.alloc()
+		*moved = *t
+		l.leases[moved.token] = moved
+		if l.leader && l.queued(t) {
+			l.deadlines[t.heapIdx].t = moved
+		}
+	})
 }
 
 // queued reports whether t is in the deadline heap.

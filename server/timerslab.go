@@ -8,7 +8,9 @@ package server
 // A chunk is never moved or shrunk, so a *leaseTimer stays valid for the slab's life; a freed slot is
 // zeroed (token 0: no lease has it, tokens are log indexes) and reused. Whoever keeps a timer pointer
 // across the lessor's lock (a renewal batch between its check and its renewal) must therefore check that
-// the slot still holds its lease's token (leaseTimer.holds).
+// the slot still holds its lease's token (leaseTimer.holds). A slab that became mostly free is replaced
+// by a fresh one (lessor.compactTimers), so a node that once held a million leases does not keep their
+// slots; that changes the lessor's gen, and a renewal batch looks its leases up again.
 type timerSlab struct {
 	chunks [][]leaseTimer
 	next   int           // the first never-used slot of the last chunk
@@ -59,3 +61,13 @@ func (s *timerSlab) each(fn func(t *leaseTimer)) {
 
 // len is the number of timers in use.
 func (s *timerSlab) len() int { return s.live }
+
+// sparse reports whether most of the slab is free slots — after a mass expiry, say — and worth moving
+// into a fresh one: at least minSparseChunks chunks, under a quarter of their slots in use. The quarter
+// makes compaction amortized O(1) a removal: the fresh slab must lose three quarters again first.
+func (s *timerSlab) sparse() bool {
+	return len(s.chunks) >= minSparseChunks && s.live < len(s.chunks)*slabChunk/4
+}
+
+// minSparseChunks: below this many chunks (640 KiB) a slab is never compacted.
+const minSparseChunks = 8
