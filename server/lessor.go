@@ -98,8 +98,8 @@ func (m mono) add(d time.Duration) mono {
 	return m + mono(d)
 }
 
-// leaseTimer is the lessor's view of one lease: 80 bytes (a size class), kept so by holding every
-// instant as a mono and the two checkpoint fields as the one instant they are used for.
+// leaseTimer is the lessor's view of one lease: 80 bytes, kept so by holding every instant as a mono and
+// the two checkpoint fields as the one instant they are used for.
 type leaseTimer struct {
 	resource string
 	token    uint64
@@ -129,7 +129,8 @@ type leaseTimer struct {
 // replaced), its slot freed (token 0) or reused by another lease (another token: tokens are unique).
 func (t *leaseTimer) holds(token uint64) bool { return t.token == token }
 
-// A leaseTimer must stay within its 80-byte size class: this fails to compile if it grows past it.
+// A leaseTimer is one slot of the slab, 80 bytes for each lease a node holds: this fails to compile if
+// it grows past them.
 var _ [80 - unsafe.Sizeof(leaseTimer{})]struct{}
 
 type delayTimer struct {

@@ -209,6 +209,7 @@ func (n *node) tick() {
 	n.lessor.tick(now)
 }
 
+// ticked records that the loop ticked at now, for the loop (lastTick) and for everyone else (lastTickAt).
 func (n *node) ticked(now time.Time) {
 	n.lastTick = now
 	n.lastTickAt.Store(now.UnixNano())
