@@ -507,13 +507,13 @@ func (c lessorCmd) entries() []*wirepb.Command {
 	switch op := c.cmd.GetOp().(type) {
 	case *wirepb.Command_Expire:
 		refs := op.Expire.GetLeases()
-		slices.SortFunc(refs, func(a, b *leasepb.LeaseRef) int { return compareRefs(a.Resource, a.Token, b.Resource, b.Token) })
+		sortByName(refs, func(r *leasepb.LeaseRef) (string, uint64) { return r.Resource, r.Token })
 		for batch := range slices.Chunk(refs, c.batch) {
 			out = append(out, &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: batch}}})
 		}
 	case *wirepb.Command_Checkpoint:
 		cps := op.Checkpoint.GetLeases()
-		slices.SortFunc(cps, func(a, b *wirepb.LeaseCheckpoint) int { return compareRefs(a.Resource, a.Token, b.Resource, b.Token) })
+		sortByName(cps, func(c *wirepb.LeaseCheckpoint) (string, uint64) { return c.Resource, c.Token })
 		for batch := range slices.Chunk(cps, c.batch) {
 			out = append(out, &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: batch}}})
 		}
@@ -521,6 +521,28 @@ func (c lessorCmd) entries() []*wirepb.Command {
 		out = append(out, c.cmd)
 	}
 	return out
+}
+
+// sortByName sorts items by (resource, token), the names read once into a slice of keys beside their
+// positions: the comparisons then read the keys in order instead of chasing each item's pointer, which
+// made up a third of the sort of a million checkpoints (BenchmarkCheckpointEntries).
+func sortByName[T any](items []T, name func(T) (string, uint64)) {
+	type key struct {
+		resource string
+		token    uint64
+		at       int
+	}
+	keys := make([]key, len(items))
+	for i, it := range items {
+		keys[i].resource, keys[i].token = name(it)
+		keys[i].at = i
+	}
+	slices.SortFunc(keys, func(a, b key) int { return compareRefs(a.resource, a.token, b.resource, b.token) })
+	sorted := make([]T, len(items))
+	for i, k := range keys {
+		sorted[i] = items[k.at]
+	}
+	copy(items, sorted)
 }
 
 func compareRefs(resA string, tokA uint64, resB string, tokB uint64) int {
