@@ -56,8 +56,9 @@ func (a *app) statusCommand() *cobra.Command {
 		Long: `status asks every endpoint about its node (in parallel; this needs no leader) and prints one row per
 endpoint: name, client address, role (leader, follower, learner, candidate, or unreachable), term, the
 leader it follows, commit and applied index, data file size, version and health. A node is healthy when it
-answered, knows a leader and its raft loop runs (a node whose loop has not run for an election timeout,
-a blocked disk write say, is "unhealthy: loop stalled"; a stalled leader names no leader). status exits with code 5 when no reachable node knows a leader.`,
+answered, knows a leader and its raft loop runs (a node whose loop has not run for an election timeout, a
+blocked disk write say, is "unhealthy: loop stalled"; a stalled leader names no leader). status exits with
+code 5 when no reachable node knows a leader.`,
 		Example: `  leasectl status
   leasectl status -o json | jq -r 'select(.role == "leader") | .client_addr'`,
 		Args: noArgs,
@@ -87,28 +88,10 @@ a blocked disk write say, is "unhealthy: loop stalled"; a stalled leader names n
 				}
 				haveLeader := false
 				for i, st := range sts {
-					if st == nil {
-						continue
+					if st != nil {
+						rows[i] = statusRow(st, names, a.endpoints[i])
+						haveLeader = haveLeader || st.GetLeaderId() != 0
 					}
-					leader := names[st.GetLeaderId()]
-					if leader == "" && st.GetLeaderId() != 0 {
-						leader = orDash(st.GetHeader().GetLeaderAddr())
-						if leader == "-" {
-							leader = leasepb.FormatID(st.GetLeaderId())
-						}
-					}
-					addr := st.GetClientAddr()
-					if addr == "" {
-						addr = a.endpoints[i]
-					}
-					rows[i] = nodeJSON{
-						Name: st.GetName(), ID: idOrNone(st.GetId()), ClientAddr: addr, Role: roleName(st.GetRole()),
-						Term: st.GetTerm(), Leader: leader, LeaderID: idOrNone(st.GetLeaderId()),
-						CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
-						DBSizeBytes: st.GetDbSizeBytes(), LiveLeases: st.GetLiveLeases(), Version: st.GetVersion(),
-						LoopStalledMS: st.GetLoopStalledMs(), Healthy: st.GetLeaderId() != 0 && st.GetLoopStalledMs() == 0,
-					}
-					haveLeader = haveLeader || st.GetLeaderId() != 0
 				}
 				if err := a.printStatus(rows); err != nil {
 					return err
@@ -119,6 +102,28 @@ a blocked disk write say, is "unhealthy: loop stalled"; a stalled leader names n
 				return nil
 			})
 		}),
+	}
+}
+
+// statusRow is the row of a node's Status answer to endpoint; names are the answering nodes' names by id.
+func statusRow(st *client.NodeStatus, names map[uint64]string, endpoint string) nodeJSON {
+	leader := names[st.GetLeaderId()]
+	if leader == "" && st.GetLeaderId() != 0 {
+		leader = orDash(st.GetHeader().GetLeaderAddr())
+		if leader == "-" {
+			leader = leasepb.FormatID(st.GetLeaderId())
+		}
+	}
+	addr := st.GetClientAddr()
+	if addr == "" {
+		addr = endpoint
+	}
+	return nodeJSON{
+		Name: st.GetName(), ID: idOrNone(st.GetId()), ClientAddr: addr, Role: roleName(st.GetRole()),
+		Term: st.GetTerm(), Leader: leader, LeaderID: idOrNone(st.GetLeaderId()),
+		CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
+		DBSizeBytes: st.GetDbSizeBytes(), LiveLeases: st.GetLiveLeases(), Version: st.GetVersion(),
+		LoopStalledMS: st.GetLoopStalledMs(), Healthy: st.GetLeaderId() != 0 && st.GetLoopStalledMs() == 0,
 	}
 }
 

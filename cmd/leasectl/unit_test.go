@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/client/loadgen"
 )
@@ -345,5 +346,31 @@ func TestFailoverOutcome(t *testing.T) {
 		if got := exitCode(failoverOutcome(c.r, c.interrupted)); got != c.want {
 			t.Errorf("failoverOutcome(%+v, %v) exits %d, want %d", c.r, c.interrupted, got, c.want)
 		}
+	}
+}
+
+// A leader whose raft loop stalled answers with its role but no leader and the stall: its row says so,
+// in JSON and in the table, and counts as unhealthy.
+func TestStatusShowsAStalledLoop(t *testing.T) {
+	st := &client.NodeStatus{Id: 0xa3, Name: "n1", Role: leasepb.Role_ROLE_LEADER, Term: 4, LoopStalledMs: 2140}
+	row := statusRow(st, map[uint64]string{0xa3: "n1"}, "127.0.0.1:7101")
+	if row.Healthy || row.Leader != "" || row.LoopStalledMS != 2140 || row.Role != "leader" || row.ClientAddr != "127.0.0.1:7101" {
+		t.Fatalf("stalled leader's row: %+v", row)
+	}
+	var out strings.Builder
+	a := &app{stdout: &out, output: "json"}
+	if err := a.printStatus([]nodeJSON{row}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"loop_stalled_ms":2140`) || !strings.Contains(out.String(), `"healthy":false`) {
+		t.Errorf("JSON: %s", out.String())
+	}
+	out.Reset()
+	a.output = "table"
+	if err := a.printStatus([]nodeJSON{row}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "unhealthy: loop stalled 2.1s") {
+		t.Errorf("table: %s", out.String())
 	}
 }
