@@ -1,10 +1,26 @@
 package main
 
 import (
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"strconv"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
+
+// limitToContainer sets the Go memory limit to 90% of the container's memory limit (its cgroup's, as
+// provider reports it) when the operator set no GOMEMLIMIT; AUTOMEMLIMIT=off leaves it unset, and
+// AUTOMEMLIMIT=0.8 (a ratio in (0, 1]) picks another share. Without a limit the heap may grow to twice the
+// live heap between collections, more than a container sized for the state can hold: at a million leases
+// 1.4 KB of RSS a lease against 450 B live, and an OOM kill rather than a harder-working collector. With
+// the limit in effect, tuneGC raises GOGC as for a GOMEMLIMIT. No cgroup limit, or none readable (not
+// Linux), leaves the runtime as it was.
+func limitToContainer(log *slog.Logger, provider memlimit.Provider) {
+	if _, err := memlimit.Set(memlimit.WithProvider(provider), memlimit.WithLogger(log)); err != nil {
+		log.Debug("no container memory limit applied", "err", err)
+	}
+}
 
 // gcPercentUnderLimit is the GOGC leased runs with when the operator gave the process a memory limit
 // (GOMEMLIMIT) and chose no GOGC. At the runtime's default of 100 the heap may only double between

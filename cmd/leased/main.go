@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -80,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	version := build.Version
 	log := newLogger(o, stderr)
+	limitToContainer(log, memlimit.FromCgroup)
 	gogc, memLimit, gogcSet := tuneGC(getenv)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
