@@ -26,7 +26,8 @@ import (
 // checkpoints as idle, with its remaining TTL, each lease whose last renewal (or the takeover) is at least
 // interval - scan old, so the idle mark is in the log within one CheckpointInterval of the last renewal,
 // and later leaders honour it. So a lease whose holder died is expired within TTL + CheckpointInterval +
-// election gap (docs/design.md, "The lessor").
+// election gap (docs/design.md, "The lessor"), plus, when a mass disconnect's checkpoints take longer to
+// apply than the scan period (the proposer paces them: proposeAsync), the rest of that time.
 //
 // An idle checkpoint decided but not yet applied counts as idle for renewals: a renewal acknowledged from
 // memory after the checkpoint was decided would be undone by it (its remainder predates the renewal), so

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +39,7 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	clock := NewManualClock()
 	out := make(chan lessorCmd, 16)
 	rr := &recordingRaft{}
-	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, raft: rr, lessor: newLessor(cfg, out)}
+	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, raft: rr, lessor: newLessor(cfg, out), proposals: newProposalWaiter()}
 	sm, index := fsm.New(), uint64(0)
 	grant := func(resource string) {
 		index++
@@ -79,5 +81,94 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	// Term 4's expiry names both leases (old was still live when this node took over again).
 	if len(got) != 1 || len(got[0]) != 2 {
 		t.Fatalf("proposed expiries %v; want only the one decided in term 4, [new old] in some order", got)
+	}
+}
+
+// pacedRaft is a raftControl that records proposals, safe to read while a proposer runs.
+type pacedRaft struct {
+	raftControl
+	mu       sync.Mutex
+	proposed []*wirepb.Command
+}
+
+func (r *pacedRaft) propose(_ context.Context, p proposal) error {
+	cmd := &wirepb.Command{}
+	if err := proto.Unmarshal(p.data, cmd); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.proposed = append(r.proposed, cmd)
+	return nil
+}
+
+func (r *pacedRaft) get(i int) (*wirepb.Command, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i < len(r.proposed) {
+		return r.proposed[i], len(r.proposed)
+	}
+	return nil, len(r.proposed)
+}
+
+// TestLessorCommandKeepsAFewEntriesUnapplied: a lessor decision of many entries reaches raft at most
+// lessorWindow entries ahead of what applied — a client's write proposed meanwhile waits behind those few
+// — and all of them go in order; an entry refused ends the decision (the lessor proposes what was lost again)
+// and leaves no proposal waiter behind.
+func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
+	cfg := TestConfig()
+	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: NewManualClock(), proposals: newProposalWaiter(), done: make(chan struct{})}
+	n.term.Store(2)
+	n.role.Store(int32(raft.StateLeader))
+	const entries = 2*lessorWindow + 3
+	decision := func() lessorCmd {
+		var cps []*wirepb.LeaseCheckpoint
+		for i := range entries * 10 {
+			cps = append(cps, &wirepb.LeaseCheckpoint{Resource: fmt.Sprintf("r/%04d", i), Token: uint64(i + 1)})
+		}
+		return lessorCmd{term: 2, batch: 10, cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}}
+	}
+	run := func(r *pacedRaft) <-chan struct{} {
+		n.raft = r
+		done := make(chan struct{})
+		go func() { defer close(done); n.proposeAsync(decision()) }()
+		return done
+	}
+	proposedCount := func(r *pacedRaft, want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for _, got := r.get(0); got != want; _, got = r.get(0) {
+			if got > want || time.Now().After(deadline) {
+				t.Fatalf("%d entries proposed, want %d", got, want)
+			}
+			time.Sleep(time.Millisecond) // poll interval
+		}
+	}
+
+	r := &pacedRaft{}
+	done := run(r)
+	for applied := 0; applied < entries; applied++ {
+		proposedCount(r, min(applied+lessorWindow, entries))
+		cmd, _ := r.get(applied)
+		if first := cmd.GetCheckpoint().GetLeases()[0].GetResource(); first != fmt.Sprintf("r/%04d", applied*10) {
+			t.Fatalf("entry %d starts at %s: out of order", applied, first)
+		}
+		n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: uint64(applied + 1)})
+	}
+	<-done
+
+	r = &pacedRaft{}
+	done = run(r)
+	proposedCount(r, lessorWindow)
+	first, _ := r.get(0)
+	n.proposals.deliver(first.GetProposalId(), proposalOutcome{refused: true, err: ErrNotLeader})
+	<-done
+	if _, got := r.get(0); got != lessorWindow {
+		t.Fatalf("%d entries proposed after the first was refused, want the %d already in flight", got, lessorWindow)
+	}
+	n.proposals.mu.Lock()
+	defer n.proposals.mu.Unlock()
+	if len(n.proposals.waiting) != 0 {
+		t.Fatalf("%d proposal waiters left behind", len(n.proposals.waiting))
 	}
 }

@@ -211,6 +211,9 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 				st = &s
 			}
 			if st.RaftState != raft.StateLeader || st.GetTerm() != p.term {
+				if p.id != 0 { // a lessor entry whose proposer paces the rest on it
+					h.refused(p.id, ErrNotLeader)
+				}
 				continue
 			}
 		}
