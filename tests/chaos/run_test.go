@@ -429,7 +429,8 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// The audit trail and the leader gauges (issue 15).
 	violate("obs", r.checkObservability(events)...)
 
-	// The limits held against the flood nemesis, and every unknown acquire named its request id.
+	// The limits held against the flood nemesis, every unknown acquire named its request id, and no
+	// disk-stalled leader kept naming itself the leader.
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
 	violate("outcome-id", r.outcomeFindings...)
