@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -434,13 +435,15 @@ func (c *Client) responsive(addr string) {
 }
 
 // discover asks every endpoint that is not unresponsive, in parallel, who leads, and prefers the first
-// leader named that is not itself unresponsive; failing that, the first endpoint that answered. Endpoints
-// that do not answer within an attempt's share are remembered as unresponsive.
+// leader named that is not itself unresponsive; failing that, the first endpoint that answered, and a node
+// whose loop has stalled only if no other answered. Endpoints that do not answer within an attempt's share
+// are remembered as unresponsive.
 func (c *Client) discover(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.attemptTimeout())
 	defer cancel()
 	type answer struct {
 		addr, leader string
+		stalled      bool // the node's loop has stalled: its answer is the last resort
 		err          error
 	}
 	c.mu.Lock()
@@ -462,12 +465,12 @@ func (c *Client) discover(done chan struct{}) {
 			st, err := c.statusOf(ctx, ep)
 			a := answer{addr: ep, err: err}
 			if err == nil {
-				a.leader = leaderNamedBy(ep, st)
+				a.leader, a.stalled = leaderNamedBy(ep, st), st.GetLoopStalledMs() > 0
 			}
 			answers <- a
 		})
 	}
-	var leader, answered string
+	var leader, answered, stalled string
 	var grace <-chan time.Time // once a node answered without naming a usable leader, wait only a little more
 collect:
 	for range ask {
@@ -487,6 +490,10 @@ collect:
 			continue
 		}
 		c.responsive(a.addr)
+		if a.stalled { // it answers, but cannot act: wait for the others as if it had not
+			stalled = cmp.Or(stalled, a.addr)
+			continue
+		}
 		if answered == "" {
 			answered = a.addr
 			t := time.NewTimer(discoveryGrace)
@@ -511,9 +518,7 @@ collect:
 		}
 	}
 	c.mu.Lock()
-	if leader == "" {
-		leader = answered
-	}
+	leader = cmp.Or(leader, answered, stalled)
 	if leader != "" {
 		c.leader = leader
 	}

@@ -481,16 +481,17 @@ func (c *latencyConn) Close() error {
 
 // TestDiscoveryPassesOverAStalledLeader: a node that says it leads but reports its loop stalled (a
 // leader blocked in a disk write, whose peers have elected another) answers Status first; the real
-// leader answers 50 ms later. Discovery waits for the real leader's answer and no Acquire ever goes to the
-// stalled node. When discovery took the first node claiming to lead, a client kept choosing a stalled
-// leader until its lease ran out (chaos, disk-stall-leader).
+// leader answers later than the discovery grace. Discovery waits for the real leader's answer — a stalled
+// node's answer neither names a leader nor starts the grace — and no Acquire ever goes to the stalled
+// node. When discovery took the first node claiming to lead, a client kept choosing a stalled leader until
+// its lease ran out (chaos, disk-stall-leader).
 func TestDiscoveryPassesOverAStalledLeader(t *testing.T) {
 	cl := servertest.Start(t, 1, nil)
 	real := cl.Endpoints()[0]
 	stalled, stalledAddr := serveStuckLeader(t)
 	stalled.stalledMs.Store(700)
 	c := newClient(t, []string{stalledAddr, real}, func(cfg *client.Config) {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(delayStatusOf(real, 50*time.Millisecond))}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(delayStatusOf(real, 300*time.Millisecond))} // > discoveryGrace
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
