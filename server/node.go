@@ -116,14 +116,15 @@ type node struct {
 	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
 	markRemoved func(why string) error
 
-	// lastTick is when the Ready loop last ticked; a long gap is a stall (decision 3). lastTickAt is
-	// the same instant (UnixNano) for other goroutines: a node whose loop has stalled for an election
-	// timeout does not claim to lead (loopStalled).
-	lastTick   time.Time
-	lastTickAt atomic.Int64
-	ticks      atomic.Uint64 // for tests that wait for the loop to have run
-	restores   atomic.Uint64 // snapshots received from a leader and restored
-	stopped    chan struct{}
+	// lastTick is when the Ready loop last ticked, as an offset on the node's clock from tickBase plus
+	// one (0: the loop has not started), for any goroutine: a long gap is a stall, which the lessor
+	// makes up for (decision 3) and during which a leader does not claim to lead (loopStalled). An
+	// offset between two readings of the clock, so a step of the wall clock is no stall.
+	tickBase time.Time
+	lastTick atomic.Int64
+	ticks    atomic.Uint64 // for tests that wait for the loop to have run
+	restores atomic.Uint64 // snapshots received from a leader and restored
+	stopped  chan struct{}
 	// done closes when the node stops serving: its Ready loop ended (Close, a failed write), or the disk
 	// watchdog gave up on a stalled write while the loop is still blocked in it.
 	done     chan struct{}
@@ -199,7 +200,7 @@ func (n *node) handleReadys() error {
 // are not punished for the server's stall.
 func (n *node) tick() {
 	now := n.clock.Now()
-	if gap := now.Sub(n.lastTick) - n.cfg.TickInterval; gap > stallThreshold(n.cfg.TickInterval) {
+	if gap := n.sinceTick(now) - n.cfg.TickInterval; gap > stallThreshold(n.cfg.TickInterval) {
 		n.log.Warn("ready loop stalled; extending lease deadlines", "stall", gap)
 		n.lessor.extend(gap)
 	}
@@ -209,20 +210,22 @@ func (n *node) tick() {
 	n.lessor.tick(now)
 }
 
-// ticked records that the loop ticked at now, for the loop (lastTick) and for everyone else (lastTickAt).
-func (n *node) ticked(now time.Time) {
-	n.lastTick = now
-	n.lastTickAt.Store(now.UnixNano())
+// ticked records that the loop ticked at now.
+func (n *node) ticked(now time.Time) { n.lastTick.Store(int64(now.Sub(n.tickBase)) + 1) }
+
+// sinceTick is the time from the loop's last tick to now (0 before the loop started).
+func (n *node) sinceTick(now time.Time) time.Duration {
+	last := n.lastTick.Load()
+	if last == 0 {
+		return 0
+	}
+	return now.Sub(n.tickBase) - time.Duration(last-1)
 }
 
 // loopStalled is how long the Ready loop has not ticked, once that is longer than an election timeout;
 // 0 while it ticks. Any goroutine may ask.
 func (n *node) loopStalled() time.Duration {
-	last := n.lastTickAt.Load()
-	if last == 0 { // not started
-		return 0
-	}
-	if gap := n.clock.Now().Sub(time.Unix(0, last)); gap > n.cfg.ElectionTimeout() {
+	if gap := n.sinceTick(n.clock.Now()); gap > n.cfg.ElectionTimeout() {
 		return gap
 	}
 	return 0

@@ -160,8 +160,7 @@ func (n *node) awaitLessorEntry(e lessorEntry) bool {
 			return false
 		}
 		return true
-	case <-timeout.C:
-		n.proposals.cancel(e.id)
+	case <-timeout.C: // proposeAsync cancels the waiters it still holds
 		return false
 	case <-n.done:
 		return false

@@ -280,7 +280,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	}
 	out := make(chan lessorCmd, 4096)
 	n := &node{
-		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock,
+		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
