@@ -34,7 +34,8 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	if out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build leased: %v\n%s", err, out)
 	}
-	client, peer, admin, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 4)
+	client, peer, admin, httpAddr := addrs[0], addrs[1], addrs[2], addrs[3]
 	stderr := &syncBuffer{}
 	cmd := exec.Command(bin, "--name=solo", "--data-dir="+filepath.Join(dir, "solo"), "--client-addr="+client,
 		"--peer-addr="+peer, "--admin-addr="+admin, "--http-addr="+httpAddr, "--initial-cluster=solo="+peer, "--tick=10ms", "--log-format=json")

@@ -66,7 +66,8 @@ func TestDiskStallHookContract(t *testing.T) {
 // raft log write beyond --disk-stall-timeout, stops with ErrDiskStalled, which main turns into exit
 // status 1.
 func TestInjectedDiskStallExitsOne(t *testing.T) {
-	client, peer, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 3)
+	client, peer, admin := addrs[0], addrs[1], addrs[2]
 	stderr := &syncBuffer{}
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/leased/leased/cmd/internal/buildinfo"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -76,7 +76,8 @@ func TestBadSettingsExitOne(t *testing.T) {
 // TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
 // signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
-	peer, admin := freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 2)
+	peer, admin := addrs[0], addrs[1]
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	stderr := &syncBuffer{}
@@ -187,15 +188,10 @@ func (b *syncBuffer) String() string {
 
 var _ leaderKnower = (*server.Server)(nil)
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeAddrs returns n distinct loopback addresses for a leased binary to listen on
+// (servertest.FreeAddrs: drawn below the ephemeral range, where an outgoing connection of another test
+// could take a port from :0 before the binary binds it).
+func freeAddrs(t *testing.T, n int) []string { return servertest.FreeAddrs(t, n) }
 
 func fetch(t *testing.T, url string) string {
 	t.Helper()

@@ -27,7 +27,8 @@ var _ quotaReporter = (*server.Server)(nil)
 // /readyz (still 200) and leased_quota_exceeded report the NOSPACE alarm, a renewal and a release still
 // work, and the release clears the alarm so that the next grant succeeds.
 func TestQuotaBytesEndToEnd(t *testing.T) {
-	peer, admin, client := freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 3)
+	peer, admin, client := addrs[0], addrs[1], addrs[2]
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	stderr := &syncBuffer{}

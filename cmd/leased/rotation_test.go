@@ -23,7 +23,8 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 	first := ca.Node(t, "solo")
 	cert, key := first.Write(t, dir, "solo")
 	caFile := ca.WriteCA(t, dir, "ca.crt")
-	client, peer, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 3)
+	client, peer, admin := addrs[0], addrs[1], addrs[2]
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(dir, "data"), "--client-addr=" + client,
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--tick=5ms",
