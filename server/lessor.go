@@ -48,11 +48,9 @@ type lessor struct {
 	// demote): a batch of renewals checked under one gen is renewed through the timers it found only
 	// under the same (renewChecked).
 	gen uint64
-	// leases by token: tokens are unique (one grant per entry, decision 1), so the token alone names a
-	// lease; current checks the resource too. An 8-byte key rather than (resource, token) halves the
-	// map's slots and hashes no string: renewals look leases up by the thousand. The timers themselves
-	// live in timers, where the scans over all of them read memory in order.
-	leases    map[uint64]*leaseTimer
+	// timers holds a timer for each lease, found by token: tokens are unique (one grant per entry,
+	// decision 1), so the token alone names a lease; current checks the resource too. A token key
+	// hashes no string: renewals look leases up by the thousand.
 	timers    timerSlab
 	deadlines timerHeap
 	delays    map[string]*delayTimer
@@ -148,7 +146,6 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 		batch:    cfg.ExpiryBatch,
 		out:      out,
 		expiries: newExpiryBudget(cfg.ExpiryRate, cfg.ExpiryBatch),
-		leases:   make(map[uint64]*leaseTimer),
 		delays:   make(map[string]*delayTimer),
 	}
 }
@@ -159,17 +156,14 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.gen++
-	l.leases = make(map[uint64]*leaseTimer, sm.Len())
 	l.timers = timerSlab{} // timers a renewal batch still holds stay valid; the gen sends it to look again
 	l.deadlines = l.deadlines[:0]
 	sm.Ascend(func(ls fsm.Lease) bool {
-		t := l.timers.alloc()
-		*t = leaseTimer{
+		l.timers.add(leaseTimer{
 			resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
 			idle:          ls.Checkpointed && !ls.Renewed,
 			checkpointEnd: l.at(now).add(ms(ls.RemainingMs)),
-		}
-		l.leases[ls.Token] = t
+		})
 		return true
 	})
 	l.delays = make(map[string]*delayTimer)
@@ -292,15 +286,13 @@ func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 
 func (l *lessor) add(now time.Time, ls fsm.Lease) {
 	cur := l.at(now)
-	if old := l.leases[ls.Token]; old != nil { // not from the log (tokens are unique), but never leak a slot
+	if old := l.timers.get(ls.Token); old != nil { // not from the log (tokens are unique), but never leak a slot
 		l.remove(old.resource, old.token)
 	}
-	t := l.timers.alloc()
-	*t = leaseTimer{
+	t := l.timers.add(leaseTimer{
 		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
 		deadline: cur.add(ms(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(ms(ls.TTLMs)), heapIdx: -1,
-	}
-	l.leases[ls.Token] = t
+	})
 	if l.leader {
 		heap.Push(&l.deadlines, queuedTimer{at: t.deadline, t: t})
 	}
@@ -311,26 +303,23 @@ func (l *lessor) remove(resource string, token uint64) {
 	if t == nil {
 		return
 	}
-	delete(l.leases, token)
 	if l.leader && l.queued(t) {
 		heap.Remove(&l.deadlines, int(t.heapIdx))
 	}
-	l.timers.release(t)
+	l.timers.remove(t)
 	if l.timers.sparse() {
 		l.compactTimers()
 	}
 }
 
-// compactTimers moves the timers into a fresh slab, repointing the token map and the deadline heap. The
-// gen changes: a renewal batch checked before holds timers of the old slab, and looks its leases up again.
+// compactTimers moves the timers into a fresh slab, with its own token index, and repoints the deadline
+// heap. The gen changes: a renewal batch checked before holds timers of the old slab, and looks its leases up again.
 func (l *lessor) compactTimers() {
 	old := l.timers
 	l.timers = timerSlab{}
 	l.gen++
 	old.each(func(t *leaseTimer) {
-		moved := l.timers.alloc()
-		*moved = *t
-		l.leases[moved.token] = moved
+		moved := l.timers.add(*t)
 		if l.leader && l.queued(t) {
 			l.deadlines[t.heapIdx].t = moved
 		}
@@ -343,7 +332,7 @@ func (l *lessor) queued(t *leaseTimer) bool {
 }
 
 func (l *lessor) current(resource string, token uint64) *leaseTimer {
-	if t := l.leases[token]; t != nil && t.resource == resource {
+	if t := l.timers.get(token); t != nil && t.resource == resource {
 		return t
 	}
 	return nil

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -17,8 +18,7 @@ func TestTimerSlabReusesFreedSlotsAndVisitsTheLiveOnes(t *testing.T) {
 	const n = 2*slabChunk + 10
 	timers := make([]*leaseTimer, n)
 	for i := range timers {
-		timers[i] = s.alloc()
-		timers[i].token, timers[i].resource = uint64(i+1), "r"
+		timers[i] = s.add(leaseTimer{token: uint64(i + 1), resource: "r"})
 	}
 	visit := func() []uint64 {
 		var got []uint64
@@ -30,7 +30,7 @@ func TestTimerSlabReusesFreedSlotsAndVisitsTheLiveOnes(t *testing.T) {
 	}
 	freed := []int{0, slabChunk - 1, slabChunk, n - 1}
 	for _, i := range freed {
-		s.release(timers[i])
+		s.remove(timers[i])
 		if *timers[i] != (leaseTimer{}) {
 			t.Fatalf("slot %d not zeroed on release: %+v", i, *timers[i])
 		}
@@ -40,24 +40,88 @@ func TestTimerSlabReusesFreedSlotsAndVisitsTheLiveOnes(t *testing.T) {
 		t.Fatalf("after freeing %d: visited %d, len %d", len(freed), len(got), s.len())
 	}
 	for _, i := range freed {
-		if slices.Contains(got, uint64(i+1)) {
-			t.Fatalf("freed token %d still visited", i+1)
+		if slices.Contains(got, uint64(i+1)) || s.get(uint64(i+1)) != nil {
+			t.Fatalf("freed token %d still visited or found", i+1)
 		}
 	}
-	for range freed {
-		r := s.alloc()
+	for k := range freed {
+		r := s.add(leaseTimer{token: uint64(1_000_000 + k)})
 		if !slices.ContainsFunc(freed, func(i int) bool { return timers[i] == r }) {
 			t.Fatal("a new slot was handed out while freed ones waited")
 		}
-		r.token = 1_000_000
 	}
-	if next := s.alloc(); slices.Contains(timers, next) {
-		t.Fatal("with no slot free, alloc reused one in use")
+	if next := s.add(leaseTimer{token: 2_000_000}); slices.Contains(timers, next) {
+		t.Fatal("with no slot free, add reused one in use")
 	}
 	for i, tm := range timers { // pointers from before the growth still name their slots
-		if !slices.Contains(freed, i) && tm.token != uint64(i+1) {
+		if !slices.Contains(freed, i) && (tm.token != uint64(i+1) || s.get(uint64(i+1)) != tm) {
 			t.Fatalf("timer %d reads token %d after the slab grew", i, tm.token)
 		}
+	}
+}
+
+// TestTimerSlabFindsEveryTimerByToken checks the token index against a map through random adds and
+// removes that grow it past several doublings and shrink it back, over dense tokens (as log indexes are)
+// and tokens chosen to share home buckets, whose removal must move the rest of their run back.
+func TestTimerSlabFindsEveryTimerByToken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		token func(i int) uint64
+	}{
+		{"dense", func(i int) uint64 { return uint64(i + 1) }},
+		// Four tokens at a time whose products with the hash's multiplier differ in the low bits only:
+		// they share a home bucket at every table size.
+		{"colliding", func(i int) uint64 { return (uint64(i/4+1)*fibonacci + uint64(i%4)) * inverse(fibonacci) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			var s timerSlab
+			want := map[uint64]*leaseTimer{}
+			var live []uint64
+			check := func(step int) {
+				if s.len() != len(want) {
+					t.Fatalf("step %d: len %d, want %d", step, s.len(), len(want))
+				}
+				for tok, tm := range want {
+					if got := s.get(tok); got != tm || got.token != tok {
+						t.Fatalf("step %d: token %d found %p, want %p", step, tok, got, tm)
+					}
+				}
+				if s.get(tc.token(1<<21)) != nil || s.get(0) != nil {
+					t.Fatalf("step %d: an absent token was found", step)
+				}
+				if n := len(s.buckets); len(want)*4 > n*3 || (n > minBuckets && len(want)*8 < n/2) {
+					t.Fatalf("step %d: %d timers in %d buckets", step, len(want), n)
+				}
+			}
+			next := 0
+			for step := range 40_000 {
+				grow := step < 20_000 && rng.IntN(4) != 0 || len(live) == 0
+				if step >= 20_000 && rng.IntN(4) == 0 {
+					grow = true
+				}
+				if grow {
+					tok := tc.token(next)
+					next++
+					want[tok] = s.add(leaseTimer{token: tok})
+					live = append(live, tok)
+				} else {
+					i := rng.IntN(len(live))
+					tok := live[i]
+					live[i] = live[len(live)-1]
+					live = live[:len(live)-1]
+					s.remove(want[tok])
+					delete(want, tok)
+				}
+				if step%997 == 0 {
+					check(step)
+				}
+			}
+			check(40_000)
+			if len(s.buckets) >= 1<<13 {
+				t.Fatalf("%d buckets left for %d timers: the index did not shrink", len(s.buckets), len(want))
+			}
+		})
 	}
 }
 
@@ -125,5 +189,29 @@ func TestLessorCompactsItsTimersAfterAMassRemoval(t *testing.T) {
 	}
 	if expired != kept-1 {
 		t.Fatalf("%d leases proposed for expiry, want %d", expired, kept-1)
+	}
+}
+
+const fibonacci = 0x9e3779b97f4a7c15 // timerSlab.home's multiplier
+
+// inverse returns the multiplicative inverse of odd x modulo 2^64 (Newton's iteration).
+func inverse(x uint64) uint64 {
+	y := x
+	for range 6 {
+		y *= 2 - x*y
+	}
+	return y
+}
+
+func TestTimerSlabCollidingTokensShareAHome(t *testing.T) {
+	s := timerSlab{}
+	s.rehash(1 << 12)
+	for g := range 3 {
+		tok := func(i int) uint64 { return (uint64(g+1)*fibonacci + uint64(i)) * inverse(fibonacci) }
+		for i := 1; i < 4; i++ {
+			if s.home(tok(i)) != s.home(tok(0)) {
+				t.Fatalf("group %d: tokens %d and %d have different homes", g, tok(0), tok(i))
+			}
+		}
 	}
 }
