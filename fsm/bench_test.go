@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -255,4 +256,29 @@ func BenchmarkApplyCheckpoint(b *testing.B) {
 		}
 		return &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}
 	}, func(res Result) bool { return len(res.Changes.Checkpointed) > 0 })
+}
+
+// BenchmarkLookup: finding a lease by name among a million, names in random order (what an Acquire,
+// Release or Renew entry does first; a checkpoint storm's names come sorted, and cost less).
+func BenchmarkLookup(b *testing.B) {
+	const n = 1_000_000
+	f := New()
+	for i, c := range distinctAcquires(n, false) {
+		if _, err := f.Apply(uint64(i+1), c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("r/%07d", i)
+	}
+	order := rand.New(rand.NewPCG(1, 2)).Perm(n)
+	i := 0
+	for b.Loop() {
+		j := order[i%n]
+		i++
+		if _, ok := f.current(names[j], uint64(j+1)); !ok {
+			b.Fatalf("lease %d not found", j)
+		}
+	}
 }

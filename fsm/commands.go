@@ -33,7 +33,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	l := f.newLease(index, h, c)
 	// One descent of the tree for the common case, a free resource; when it was held, put the current
 	// grant back and answer as refuse would.
-	if old, held := f.byResource.ReplaceOrInsert(entry{resource: l.resource, lease: l}); held {
+	if old, held := f.byResource.ReplaceOrInsert(entry{l}); held {
 		f.byResource.ReplaceOrInsert(old)
 		if len(h.leases) == 0 {
 			delete(f.holders, h.name)
@@ -234,14 +234,14 @@ func (f *FSM) proclaim(index uint64, c *wirepb.ProclaimCmd) Result {
 
 // insert adds a lease known not to collide with a live one (a slot, or snapshot restore).
 func (f *FSM) insert(l *lease) {
-	f.byResource.ReplaceOrInsert(entry{resource: l.resource, slot: l.slotKey(), lease: l})
+	f.byResource.ReplaceOrInsert(entry{l})
 	l.holder.add(l)
 	f.indexRequest(l)
 	f.countSlot(l, 1)
 }
 
 func (f *FSM) remove(l *lease) {
-	f.byResource.Delete(entry{resource: l.resource, slot: l.slotKey()})
+	f.byResource.Delete(entry{l})
 	f.countSlot(l, -1)
 	l.holder.remove(l)
 	f.unindexRequest(l)

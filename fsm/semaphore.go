@@ -94,7 +94,7 @@ func (f *FSM) slotsOf(resource string) []*lease {
 		return nil
 	}
 	var out []*lease
-	f.byResource.AscendGreaterOrEqual(entry{resource: resource, slot: 1}, func(e entry) bool {
+	f.byResource.AscendGreaterOrEqual(probe(resource, 1), func(e entry) bool {
 		if e.resource != resource {
 			return false
 		}
@@ -107,7 +107,7 @@ func (f *FSM) slotsOf(resource string) []*lease {
 // oldestSlot is the live slot of resource with the lowest token; resource must be a semaphore.
 func (f *FSM) oldestSlot(resource string) *lease {
 	var out *lease
-	f.byResource.AscendGreaterOrEqual(entry{resource: resource, slot: 1}, func(e entry) bool {
+	f.byResource.AscendGreaterOrEqual(probe(resource, 1), func(e entry) bool {
 		if e.resource == resource {
 			out = e.lease
 		}

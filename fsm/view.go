@@ -125,7 +125,7 @@ func (f *FSM) writable(l *lease) *lease {
 	}
 	c := *l
 	c.epoch = f.epoch
-	f.byResource.ReplaceOrInsert(entry{resource: c.resource, slot: c.slotKey(), lease: &c})
+	f.byResource.ReplaceOrInsert(entry{&c})
 	c.holder.leases[c.holderPos] = &c
 	if c.requestID != "" {
 		f.byRequest.replace(keyOf(&c), l, &c)
