@@ -53,9 +53,9 @@ func (f *FSM) newLease(index uint64, h *holder, c *wirepb.AcquireCmd) *lease {
 		resource:    c.Resource,
 		holder:      h,
 		token:       index,
-		ttlMs:       c.TtlMs,
-		lockDelayMs: c.LockDelayMs,
-		value:       c.Value,
+		ttlMs:       durationMs(c.TtlMs),
+		lockDelayMs: durationMs(c.LockDelayMs),
+		value:       string(c.Value),
 		requestID:   c.RequestId,
 		identity:    c.Identity,
 		epoch:       f.epoch,
@@ -166,7 +166,7 @@ func (f *FSM) expire(index uint64, c *wirepb.ExpireCmd) Result {
 		f.ends.add(l.resource, l.token, index, EndExpired)
 		events = append(events, Event{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Index: index, Lease: l.export()})
 		if l.lockDelayMs > 0 {
-			d := lockDelay{token: l.token, index: index, delayMs: l.lockDelayMs}
+			d := lockDelay{token: l.token, index: index, delayMs: int64(l.lockDelayMs)}
 			f.delays[l.resource] = d
 			delays = append(delays, d.export(l.resource))
 		}
@@ -226,7 +226,7 @@ func (f *FSM) proclaim(index uint64, c *wirepb.ProclaimCmd) Result {
 		}
 	}
 	l = f.writable(l)
-	l.value = c.GetValue()
+	l.value = string(c.GetValue())
 	l.set(flagProclaimed, true)
 	changed := l.export()
 	return Result{Code: OK, Lease: changed, Events: []Event{{Type: leasepb.EventType_EVENT_TYPE_VALUE_CHANGED, Index: index, Lease: changed}}}

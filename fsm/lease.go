@@ -50,18 +50,20 @@ type LockDelay struct {
 	DelayMs int64
 }
 
-// lease is the stored form of a grant. It is kept small: a node may hold a million of them.
+// lease is the stored form of a grant. It is kept small: a node may hold a million of them, and its 109
+// bytes are the runtime's 112-byte size class (the value as a string, the durations, bounded at the edge
+// to less than 24 days (MaxDurationMs), as 32-bit milliseconds: it was 128).
 // The holder name is shared by all leases of that holder.
 type lease struct {
 	resource    string
 	holder      *holder
 	token       uint64
-	ttlMs       int64
-	lockDelayMs int64
 	remainingMs int64
-	value       []byte
+	value       string
 	requestID   string
 	identity    string
+	ttlMs       int32
+	lockDelayMs int32
 	holderPos   int32  // position in holder.leases
 	limit       uint32 // the semaphore's slot count for a slot, 0 for a plain lease
 	flags       leaseFlags
@@ -95,9 +97,9 @@ func (l *lease) export() Lease {
 		Resource:     l.resource,
 		Holder:       l.holder.name,
 		Token:        l.token,
-		TTLMs:        l.ttlMs,
-		Value:        l.value,
-		LockDelayMs:  l.lockDelayMs,
+		TTLMs:        int64(l.ttlMs),
+		Value:        bytesOf(l.value),
+		LockDelayMs:  int64(l.lockDelayMs),
 		RequestID:    l.requestID,
 		Identity:     l.identity,
 		Limit:        l.limit,
@@ -135,4 +137,20 @@ type lockDelay struct {
 	token   uint64
 	index   uint64
 	delayMs int64
+}
+
+// MaxDurationMs is the longest TTL or lock-delay a lease stores, in milliseconds (about 24.8 days): the
+// server refuses a longer --max-ttl or --max-lock-delay. An entry asking for more (no server of this
+// version proposes one) is stored as this: every node applies the same saturation.
+const MaxDurationMs = 1<<31 - 1
+
+// durationMs is ms as a lease stores it.
+func durationMs(ms int64) int32 { return int32(min(max(ms, 0), MaxDurationMs)) }
+
+// bytesOf returns a copy of s, nil when empty, as Lease.Value has always been.
+func bytesOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"strconv"
 
 	"github.com/leased/leased/api/wirepb"
@@ -148,12 +147,12 @@ func paramsDiffer(l *lease, c *wirepb.AcquireCmd) (Reuse, bool) {
 		return Reuse{Field: "resource", Was: strconv.Quote(l.resource), Now: strconv.Quote(c.GetResource())}, true
 	case l.identity != "" && l.holder.name != c.GetHolder():
 		return Reuse{Field: "holder", Was: strconv.Quote(l.holder.name), Now: strconv.Quote(c.GetHolder())}, true
-	case l.ttlMs != c.GetTtlMs():
-		return Reuse{Field: "ttl_ms", Was: strconv.FormatInt(l.ttlMs, 10), Now: strconv.FormatInt(c.GetTtlMs(), 10)}, true
-	case !l.has(flagProclaimed) && !bytes.Equal(l.value, c.GetValue()):
+	case l.ttlMs != durationMs(c.GetTtlMs()):
+		return Reuse{Field: "ttl_ms", Was: strconv.FormatInt(int64(l.ttlMs), 10), Now: strconv.FormatInt(c.GetTtlMs(), 10)}, true
+	case !l.has(flagProclaimed) && l.value != string(c.GetValue()):
 		return Reuse{Field: "value", Was: strconv.Itoa(len(l.value)) + " bytes", Now: strconv.Itoa(len(c.GetValue())) + " other bytes"}, true
-	case l.lockDelayMs != c.GetLockDelayMs():
-		return Reuse{Field: "lock_delay_ms", Was: strconv.FormatInt(l.lockDelayMs, 10), Now: strconv.FormatInt(c.GetLockDelayMs(), 10)}, true
+	case l.lockDelayMs != durationMs(c.GetLockDelayMs()):
+		return Reuse{Field: "lock_delay_ms", Was: strconv.FormatInt(int64(l.lockDelayMs), 10), Now: strconv.FormatInt(c.GetLockDelayMs(), 10)}, true
 	case l.limit != c.GetLimit():
 		return Reuse{Field: "limit", Was: strconv.FormatUint(uint64(l.limit), 10), Now: strconv.FormatUint(uint64(c.GetLimit()), 10)}, true
 	}

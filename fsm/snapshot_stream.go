@@ -70,7 +70,7 @@ func (l *lease) appendRecord(b []byte) []byte {
 	b = appendString(b, recHolder, l.holder.name)
 	b = appendVarint(b, recToken, l.token)
 	b = appendVarint(b, recTTLMs, uint64(l.ttlMs))
-	b = appendBytes(b, recValue, l.value)
+	b = appendString(b, recValue, l.value)
 	b = appendVarint(b, recLockDelayMs, uint64(l.lockDelayMs))
 	b = appendString(b, recRequestID, l.requestID)
 	b = appendBool(b, recCheckpointed, l.has(flagCheckpointed))
@@ -85,7 +85,7 @@ func (l *lease) appendRecord(b []byte) []byte {
 func (l *lease) recordSize() int {
 	return sizeString(recResource, l.resource) + sizeString(recHolder, l.holder.name) +
 		sizeVarint(recToken, l.token) + sizeVarint(recTTLMs, uint64(l.ttlMs)) +
-		sizeBytes(recValue, l.value) + sizeVarint(recLockDelayMs, uint64(l.lockDelayMs)) +
+		sizeString(recValue, l.value) + sizeVarint(recLockDelayMs, uint64(l.lockDelayMs)) +
 		sizeString(recRequestID, l.requestID) + sizeBool(recCheckpointed, l.has(flagCheckpointed)) +
 		sizeVarint(recRemainingMs, uint64(l.remainingMs)) + sizeBool(recRenewed, l.has(flagRenewed)) +
 		sizeString(recIdentity, l.identity) + sizeVarint(recLimit, uint64(l.limit)) +
@@ -97,13 +97,6 @@ func appendString(b []byte, n protowire.Number, s string) []byte {
 		return b
 	}
 	return protowire.AppendString(protowire.AppendTag(b, n, protowire.BytesType), s)
-}
-
-func appendBytes(b []byte, n protowire.Number, v []byte) []byte {
-	if len(v) == 0 {
-		return b
-	}
-	return protowire.AppendBytes(protowire.AppendTag(b, n, protowire.BytesType), v)
 }
 
 func appendVarint(b []byte, n protowire.Number, v uint64) []byte {
@@ -125,13 +118,6 @@ func sizeString(n protowire.Number, s string) int {
 		return 0
 	}
 	return protowire.SizeTag(n) + protowire.SizeBytes(len(s))
-}
-
-func sizeBytes(n protowire.Number, v []byte) int {
-	if len(v) == 0 {
-		return 0
-	}
-	return protowire.SizeTag(n) + protowire.SizeBytes(len(v))
 }
 
 func sizeVarint(n protowire.Number, v uint64) int {

@@ -81,8 +81,8 @@ func wholeBody(f *FSM) *wirepb.SnapshotBody {
 	f.byResource.Ascend(func(e entry) bool {
 		l := e.lease
 		body.Leases = append(body.Leases, &wirepb.LeaseRecord{
-			Resource: l.resource, Holder: l.holder.name, Token: l.token, TtlMs: l.ttlMs, Value: l.value,
-			LockDelayMs: l.lockDelayMs, RequestId: l.requestID, Checkpointed: l.has(flagCheckpointed),
+			Resource: l.resource, Holder: l.holder.name, Token: l.token, TtlMs: int64(l.ttlMs), Value: bytesOf(l.value),
+			LockDelayMs: int64(l.lockDelayMs), RequestId: l.requestID, Checkpointed: l.has(flagCheckpointed),
 			RemainingMs: l.remainingMs, Renewed: l.has(flagRenewed), Identity: l.identity, Limit: l.limit,
 			Proclaimed: l.has(flagProclaimed),
 		})

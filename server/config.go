@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/api/acl"
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 )
 
 // Config is everything a node needs. Only cmd/leased parses flags; tests build a Config directly.
@@ -127,6 +128,10 @@ type Config struct {
 	// (TestSimStalledLeaderDoesNotMassExpire); no flag or exported field sets it.
 	belowTTLFloor bool
 }
+
+// maxStoredDuration is the longest TTL or lock-delay a lease stores (fsm.MaxDurationMs: 24.8 days); the
+// limits may not allow more.
+const maxStoredDuration = fsm.MaxDurationMs * time.Millisecond
 
 // Limits are enforced at the edge, before anything is proposed. docs/design.md ("Limits") documents the defaults.
 type Limits struct {
@@ -371,6 +376,9 @@ func (c Config) Validate() error {
 	check(l.MaxResourceBytes > 0 && l.MaxHolderBytes > 0 && l.MaxValueBytes >= 0 && l.MaxRequestIDBytes > 0, "name and value limits must be positive")
 	check(l.MaxLeasesPerHolder > 0 && l.MaxKeepAliveLeases > 0 && l.MaxListLimit > 0 && l.MaxRequestBytes > 0, "count limits must be positive")
 	check(l.MaxLockDelay >= 0, "max lock delay must not be negative")
+	check(l.MaxTTL <= maxStoredDuration && l.MaxLockDelay <= maxStoredDuration,
+		"max TTL %v and max lock delay %v must not exceed %v: a lease stores them as 32-bit milliseconds",
+		l.MaxTTL, l.MaxLockDelay, maxStoredDuration)
 	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
 		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
 	if err := acl.Validate(c.InitialACL); err != nil {

@@ -63,6 +63,19 @@ func TestTTLFloor(t *testing.T) {
 		t.Fatalf("floor with a 2 s election timeout %v, want 16s", got)
 	}
 
+	for _, long := range []struct{ ttl, delay time.Duration }{{maxStoredDuration + time.Millisecond, 0}, {time.Hour, 25 * 24 * time.Hour}} {
+		c := valid(cfg)
+		c.Limits.MaxTTL, c.Limits.MaxLockDelay = long.ttl, long.delay
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must not exceed 596h31m23.647s") {
+			t.Fatalf("max TTL %v, max lock delay %v: %v; want refused", long.ttl, long.delay, err)
+		}
+	}
+	longest := valid(cfg)
+	longest.Limits.MaxTTL, longest.Limits.MaxLockDelay = maxStoredDuration, maxStoredDuration
+	if err := longest.Validate(); err != nil {
+		t.Fatalf("the longest durations a lease stores: %v", err)
+	}
+
 	test := valid(TestConfig())
 	if err := test.Validate(); err != nil {
 		t.Fatalf("TestConfig: %v", err)
