@@ -19,29 +19,37 @@ import "math/bits"
 // The token index is an open-addressing hash table (linear probing) of slot numbers: 4 bytes a bucket,
 // at most three quarters of them used, so 5-11 bytes a lease where a map[uint64]*leaseTimer cost 24-38
 // (measured at 100,000 and 1M leases), and no pointer for the garbage collector to follow. A bucket needs
-// no copy of the token: it is read from the slot.
+// no copy of the token: it is read from the slot. The index is split into indexTables tables by the
+// hash's top byte, each grown and shrunk on its own, so a resize rehashes a few thousand slots at a
+// million leases (under a millisecond) where one table of all of them held the Ready loop 47 ms.
 type timerSlab struct {
 	chunks [][]leaseTimer
 	next   int      // the first never-used slot of the last chunk
 	free   []uint32 // freed slots, reused first
 	live   int
+	index  [indexTables]slotTable
+}
 
-	// buckets holds slot+1 for each timer in use, 0 in an empty bucket; its length is a power of two,
-	// 1<<(64-shift), or 0 before the first timer.
+// slotTable is one table of the token index: slot+1 for each timer in use, 0 in an empty bucket. Its
+// length is a power of two, 1<<(64-shift), or 0 before its first timer.
+type slotTable struct {
 	buckets []uint32
 	shift   uint8
+	live    int
 }
+
+const (
+	indexTables = 256 // chosen by the hash's top byte (tableOf)
+	minBuckets  = 8   // a table's smallest size
+)
 
 // slabChunk is the number of timers in a chunk: 80 KiB, a few allocations a million leases.
 const slabChunk = 1024
 
-// minBuckets is the token index's smallest size.
-const minBuckets = 64
-
 // get returns the timer of the lease with token, or nil.
 func (s *timerSlab) get(token uint64) *leaseTimer {
-	if b, ok := s.find(token); ok {
-		return s.at(s.buckets[b] - 1)
+	if t, b, ok := s.find(token); ok {
+		return s.at(t.buckets[b] - 1)
 	}
 	return nil
 }
@@ -51,10 +59,12 @@ func (s *timerSlab) add(t leaseTimer) *leaseTimer {
 	slot := s.alloc()
 	p := s.at(slot)
 	*p = t
-	if (s.live+1)*4 > len(s.buckets)*3 {
-		s.rehash(max(minBuckets, 2*len(s.buckets)))
+	tab := s.tableOf(hashToken(t.token))
+	if (tab.live+1)*4 > len(tab.buckets)*3 {
+		s.rehash(tab, max(minBuckets, 2*len(tab.buckets)))
 	}
-	s.insert(slot)
+	s.insert(tab, slot)
+	tab.live++
 	s.live++
 	return p
 }
@@ -62,17 +72,18 @@ func (s *timerSlab) add(t leaseTimer) *leaseTimer {
 // remove zeroes t's slot for reuse and drops it from the index. The resource string goes with it, so
 // the slab keeps no name alive.
 func (s *timerSlab) remove(t *leaseTimer) {
-	b, ok := s.find(t.token)
-	if !ok || s.at(s.buckets[b]-1) != t {
+	tab, b, ok := s.find(t.token)
+	if !ok || s.at(tab.buckets[b]-1) != t {
 		panic("timerSlab: removing a timer it does not hold")
 	}
-	slot := s.buckets[b] - 1
-	s.unlink(b)
+	slot := tab.buckets[b] - 1
+	s.unlink(tab, b)
 	*t = leaseTimer{}
 	s.free = append(s.free, slot)
+	tab.live--
 	s.live--
-	if len(s.buckets) > minBuckets && s.live*8 < len(s.buckets) {
-		s.rehash(len(s.buckets) / 2)
+	if len(tab.buckets) > minBuckets && tab.live*8 < len(tab.buckets) {
+		s.rehash(tab, len(tab.buckets)/2)
 	}
 }
 
@@ -122,65 +133,71 @@ func (s *timerSlab) at(slot uint32) *leaseTimer {
 	return &s.chunks[slot/slabChunk][slot%slabChunk]
 }
 
-// home is token's first bucket. Tokens are log indexes, dense and increasing; the multiplication by 2^64
-// over the golden ratio (Fibonacci hashing) spreads consecutive ones across the table.
-func (s *timerSlab) home(token uint64) int {
-	return int((token * 0x9e3779b97f4a7c15) >> s.shift)
-}
+// hashToken spreads tokens over the index. Tokens are log indexes, dense and increasing; the
+// multiplication by 2^64 over the golden ratio (Fibonacci hashing) spreads consecutive ones across it.
+func hashToken(token uint64) uint64 { return token * 0x9e3779b97f4a7c15 }
 
-// find returns the bucket holding token's slot.
-func (s *timerSlab) find(token uint64) (int, bool) {
-	if len(s.buckets) == 0 || token == 0 {
-		return 0, false
+// tableOf is the table of a token with hash h: its top byte.
+func (s *timerSlab) tableOf(h uint64) *slotTable { return &s.index[h>>56] }
+
+// home is the first bucket in tab of a token with hash h: the bits after the top byte.
+func (tab *slotTable) home(h uint64) int { return int((h << 8) >> tab.shift) }
+
+// find returns the table and bucket holding token's slot.
+func (s *timerSlab) find(token uint64) (*slotTable, int, bool) {
+	h := hashToken(token)
+	tab := s.tableOf(h)
+	if len(tab.buckets) == 0 || token == 0 {
+		return nil, 0, false
 	}
-	mask := len(s.buckets) - 1
-	for b := s.home(token); ; b = (b + 1) & mask {
-		ref := s.buckets[b]
+	mask := len(tab.buckets) - 1
+	for b := tab.home(h); ; b = (b + 1) & mask {
+		ref := tab.buckets[b]
 		if ref == 0 {
-			return 0, false
+			return nil, 0, false
 		}
 		if s.at(ref-1).token == token {
-			return b, true
+			return tab, b, true
 		}
 	}
 }
 
-// insert puts slot, whose timer holds its token already, in the first empty bucket from its home.
-func (s *timerSlab) insert(slot uint32) {
-	mask := len(s.buckets) - 1
-	b := s.home(s.at(slot).token)
-	for s.buckets[b] != 0 {
+// insert puts slot, whose timer holds its token already, in the first empty bucket of tab from its home.
+func (s *timerSlab) insert(tab *slotTable, slot uint32) {
+	mask := len(tab.buckets) - 1
+	b := tab.home(hashToken(s.at(slot).token))
+	for tab.buckets[b] != 0 {
 		b = (b + 1) & mask
 	}
-	s.buckets[b] = slot + 1
+	tab.buckets[b] = slot + 1
 }
 
-// unlink empties bucket b and moves back the later buckets of its run that would no longer be found
-// past the hole (deletion without tombstones, so lookups never slow down as leases come and go).
-func (s *timerSlab) unlink(b int) {
-	mask := len(s.buckets) - 1
+// unlink empties bucket b of tab and moves back the later buckets of its run that would no longer be
+// found past the hole (deletion without tombstones, so lookups never slow down as leases come and go).
+func (s *timerSlab) unlink(tab *slotTable, b int) {
+	mask := len(tab.buckets) - 1
 	for hole, next := b, (b+1)&mask; ; next = (next + 1) & mask {
-		ref := s.buckets[next]
+		ref := tab.buckets[next]
 		if ref == 0 {
-			s.buckets[hole] = 0
+			tab.buckets[hole] = 0
 			return
 		}
 		// The entry at next may fill the hole unless its home lies cyclically in (hole, next].
-		if home := s.home(s.at(ref - 1).token); (next-home)&mask >= (next-hole)&mask {
-			s.buckets[hole] = ref
+		if home := tab.home(hashToken(s.at(ref - 1).token)); (next-home)&mask >= (next-hole)&mask {
+			tab.buckets[hole] = ref
 			hole = next
 		}
 	}
 }
 
-// rehash rebuilds the index with n buckets (a power of two).
-func (s *timerSlab) rehash(n int) {
-	old := s.buckets
-	s.buckets = make([]uint32, n)
-	s.shift = uint8(64 - bits.TrailingZeros(uint(n)))
+// rehash rebuilds tab with n buckets (a power of two).
+func (s *timerSlab) rehash(tab *slotTable, n int) {
+	old := tab.buckets
+	tab.buckets = make([]uint32, n)
+	tab.shift = uint8(64 - bits.TrailingZeros(uint(n)))
 	for _, ref := range old {
 		if ref != 0 {
-			s.insert(ref - 1)
+			s.insert(tab, ref-1)
 		}
 	}
 }
