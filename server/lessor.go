@@ -97,21 +97,20 @@ func (m mono) add(d time.Duration) mono {
 	return m + mono(d)
 }
 
-// leaseTimer is the lessor's view of one lease: 80 bytes, kept so by holding every instant as a mono and
-// the two checkpoint fields as the one instant they are used for.
+// leaseTimer is the lessor's view of one lease: 72 bytes, kept so by holding every instant as a mono, the
+// two checkpoint fields as the one instant they are used for, and an expiring lease's deadline as it was
+// when the expiry was proposed (its retry waits in the heap).
 type leaseTimer struct {
 	resource string
 	token    uint64
 	ttl      time.Duration
-	// deadline is when the lease expires, valid while this node leads.
+	// deadline is when the lease expires, valid while this node leads; once expiring, when it expired.
 	deadline mono
 	// renewedAt is when the lease was last granted, renewed, or taken over by this leader (leader only).
 	renewedAt mono
 	// checkpointedAt is when this leader proposed an idle checkpoint for the lease; checkpointing is set
 	// until a checkpoint for it applies (or this node takes over again: startDeadlines clears it).
 	checkpointedAt mono
-	// due is the deadline that had passed when an Expire was proposed (expiring).
-	due mono
 	// checkpointEnd is when this node applied the lease's last checkpoint plus the remaining TTL it
 	// recorded: the deadline a new leader gives the lease while it is idle.
 	checkpointEnd mono
@@ -128,9 +127,9 @@ type leaseTimer struct {
 // replaced), its slot freed (token 0) or reused by another lease (another token: tokens are unique).
 func (t *leaseTimer) holds(token uint64) bool { return t.token == token }
 
-// A leaseTimer is one slot of the slab, 80 bytes for each lease a node holds: this fails to compile if
+// A leaseTimer is one slot of the slab, 72 bytes for each lease a node holds: this fails to compile if
 // it grows past them.
-var _ [80 - unsafe.Sizeof(leaseTimer{})]struct{}
+var _ [72 - unsafe.Sizeof(leaseTimer{})]struct{}
 
 type delayTimer struct {
 	token    uint64
@@ -243,7 +242,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 		case leasepb.EventType_EVENT_TYPE_RELEASED, leasepb.EventType_EVENT_TYPE_EXPIRED:
 			if t := l.current(e.Lease.Resource, e.Lease.Token); e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED &&
 				l.leader && t != nil && t.expiring && l.expiryLag != nil {
-				l.expiryLag(time.Duration(l.at(now) - t.due).Seconds())
+				l.expiryLag(time.Duration(l.at(now) - t.deadline).Seconds())
 			}
 			l.remove(e.Lease.Resource, e.Lease.Token)
 		}
@@ -367,12 +366,10 @@ func (l *lessor) expireDue(now time.Time) {
 			continue
 		}
 		proposed++
-		if !t.expiring {
-			t.expiring, t.due = true, t.deadline
-		}
-		// Keep it queued in case the proposal is lost; it is removed when the expiry applies.
-		t.deadline = cur.add(l.retry)
-		l.deadlines[0].at = t.deadline
+		t.expiring = true
+		// Keep it queued in case the proposal is lost; it is removed when the expiry applies. Its deadline
+		// stays when it expired: no renewal moves it now, and the requeue above does not apply.
+		l.deadlines[0].at = cur.add(l.retry)
 		heap.Fix(&l.deadlines, 0)
 		refs = append(refs, &leasepb.LeaseRef{Resource: t.resource, Token: t.token})
 	}
@@ -647,7 +644,8 @@ func ms(v int64) time.Duration {
 // per TTL. The key sits in the slice beside the pointer, so comparisons touch no lease.
 type timerHeap []queuedTimer
 
-// queuedTimer is a lease in the heap and the time it is queued at: at <= t.deadline.
+// queuedTimer is a lease in the heap and the time it is queued at: at <= t.deadline, unless the lease is
+// expiring (queued at the proposal's retry).
 type queuedTimer struct {
 	at mono
 	t  *leaseTimer

@@ -43,7 +43,7 @@ const (
 	minBuckets  = 8   // a table's smallest size
 )
 
-// slabChunk is the number of timers in a chunk: 80 KiB, a few allocations a million leases.
+// slabChunk is the number of timers in a chunk: 72 KiB, a few allocations a million leases.
 const slabChunk = 1024
 
 // get returns the timer of the lease with token, or nil.
