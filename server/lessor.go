@@ -312,7 +312,8 @@ func (l *lessor) remove(resource string, token uint64) {
 }
 
 // compactTimers moves the timers into a fresh slab, with its own token index, and repoints the deadline
-// heap. The gen changes: a renewal batch checked before holds timers of the old slab, and looks its leases up again.
+// heap. The gen changes: a renewal batch checked before holds timers of the old slab, and looks its
+// leases up again.
 func (l *lessor) compactTimers() {
 	old := l.timers
 	l.timers = timerSlab{}
