@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math/bits"
 	"strconv"
 
 	"github.com/leased/leased/api/wirepb"
@@ -53,19 +54,39 @@ func (f *FSM) unindexRequest(l *lease) {
 	}
 }
 
-// requestIndex maps dedup keys to live leases. It is keyed by a 64-bit hash of the key rather than by the
-// key's three strings: 16 bytes a slot instead of 56, for a million leases granted under request ids. The
-// lease holds the key itself, so a lookup checks it; a key whose hash another live key already took goes
-// to the overflow map, keyed in full. What a lookup answers depends only on which leases hold which keys,
-// never on hashes, so every node agrees; keys made to collide on purpose cost what every key cost before.
+// requestIndex maps dedup keys to live leases: an open-addressing hash table (linear probing) of lease
+// pointers, 8 bytes a bucket, at most five eighths of them used so that a key not indexed (a fresh
+// Acquire's) is found absent within about four probes. A Go map of 64-bit hashes cost 34-38 bytes a
+// lease at a million.
+//
+// The lease holds the key itself, so a lookup compares keys, never only hashes: what it answers depends
+// on which leases hold which keys, so every node agrees. The hash is fixed (no seed, as the FSM must be),
+// so a client could choose request ids that crowd one run of buckets; a key that finds no free bucket
+// within maxProbe of its home goes to the overflow map instead, keyed in full (and seeded by the
+// runtime), and keys made to collide on purpose cost what every key cost before. The index is split into
+// requestTables tables, each resized on its own, so no resize rehashes more than a few thousand keys.
 type requestIndex struct {
-	byHash   map[uint64]*lease
+	tables   [requestTables]leaseTable
 	overflow map[requestKey]*lease
 	hash     func(requestKey) uint64 // fnvHash; tests make every key collide
 }
 
+// leaseTable is one table of the index: its length is a power of two, 1<<(64-shift), or 0 before its
+// first lease.
+type leaseTable struct {
+	buckets []*lease
+	shift   uint8
+	live    int
+}
+
+const (
+	requestTables = 256 // chosen by the spread hash's top byte
+	maxProbe      = 32  // buckets a key may sit past its home before it goes to the overflow map
+	minBuckets    = 8   // a table's smallest size
+)
+
 func newRequestIndex() requestIndex {
-	return requestIndex{byHash: make(map[uint64]*lease), overflow: make(map[requestKey]*lease), hash: fnvHash}
+	return requestIndex{overflow: make(map[requestKey]*lease), hash: fnvHash}
 }
 
 // fnvHash is FNV-1a over the key's strings, each followed by a 0 byte (fixed, as the FSM must be: no
@@ -83,42 +104,132 @@ func fnvHash(k requestKey) uint64 {
 }
 
 // get returns the live lease holding key k.
-func (x requestIndex) get(k requestKey) (*lease, bool) {
-	h := x.hash(k)
-	if l, ok := x.byHash[h]; ok && keyOf(l) == k {
-		return l, true
+func (x *requestIndex) get(k requestKey) (*lease, bool) {
+	tab, home := x.place(k)
+	mask := len(tab.buckets) - 1
+	for i, b := 0, home; i < maxProbe && len(tab.buckets) > 0; i, b = i+1, (b+1)&mask {
+		l := tab.buckets[b]
+		if l == nil {
+			break
+		}
+		if keyOf(l) == k {
+			return l, true
+		}
+	}
+	if len(x.overflow) == 0 {
+		return nil, false
 	}
 	l, ok := x.overflow[k]
 	return l, ok
 }
 
 // add makes l the holder of k unless a live lease already holds it.
-func (x requestIndex) add(k requestKey, l *lease) {
+func (x *requestIndex) add(k requestKey, l *lease) {
 	if _, taken := x.get(k); taken {
 		return
 	}
-	if h := x.hash(k); x.byHash[h] == nil {
-		x.byHash[h] = l
-	} else {
+	tab, _ := x.place(k)
+	if (tab.live+1)*8 > len(tab.buckets)*5 {
+		x.resize(tab, max(minBuckets, 2*len(tab.buckets)))
+	}
+	if !x.insert(tab, k, l) {
 		x.overflow[k] = l
 	}
 }
 
 // remove forgets k if l holds it.
-func (x requestIndex) remove(k requestKey, l *lease) {
-	if h := x.hash(k); x.byHash[h] == l {
-		delete(x.byHash, h)
+func (x *requestIndex) remove(k requestKey, l *lease) {
+	if tab, b, ok := x.bucketOf(k, l); ok {
+		x.unlink(tab, b)
+		tab.live--
+		if len(tab.buckets) > minBuckets && tab.live*8 < len(tab.buckets) {
+			x.resize(tab, len(tab.buckets)/2)
+		}
 	} else if x.overflow[k] == l {
 		delete(x.overflow, k)
 	}
 }
 
 // replace makes now hold k where was held it (writable's copy of a lease).
-func (x requestIndex) replace(k requestKey, was, now *lease) {
-	if h := x.hash(k); x.byHash[h] == was {
-		x.byHash[h] = now
+func (x *requestIndex) replace(k requestKey, was, now *lease) {
+	if tab, b, ok := x.bucketOf(k, was); ok {
+		tab.buckets[b] = now
 	} else if x.overflow[k] == was {
 		x.overflow[k] = now
+	}
+}
+
+// place returns k's table and its home bucket there. The hash is spread by a multiplication (by 2^64
+// over the golden ratio) so that its top byte and the bits below choose well.
+func (x *requestIndex) place(k requestKey) (*leaseTable, int) {
+	return x.placeOf(x.hash(k) * 0x9e3779b97f4a7c15)
+}
+
+func (x *requestIndex) placeOf(h uint64) (*leaseTable, int) {
+	tab := &x.tables[h>>56]
+	if len(tab.buckets) == 0 {
+		return tab, 0
+	}
+	return tab, int((h << 8) >> tab.shift)
+}
+
+// bucketOf finds the bucket where l is indexed under k.
+func (x *requestIndex) bucketOf(k requestKey, l *lease) (*leaseTable, int, bool) {
+	tab, home := x.place(k)
+	mask := len(tab.buckets) - 1
+	for i, b := 0, home; i < maxProbe && len(tab.buckets) > 0; i, b = i+1, (b+1)&mask {
+		switch tab.buckets[b] {
+		case nil:
+			return nil, 0, false
+		case l:
+			return tab, b, true
+		}
+	}
+	return nil, 0, false
+}
+
+// insert puts l in the first empty bucket within maxProbe of k's home in tab; false if there is none.
+func (x *requestIndex) insert(tab *leaseTable, k requestKey, l *lease) bool {
+	_, home := x.place(k)
+	mask := len(tab.buckets) - 1
+	for i, b := 0, home; i < maxProbe; i, b = i+1, (b+1)&mask {
+		if tab.buckets[b] == nil {
+			tab.buckets[b] = l
+			tab.live++
+			return true
+		}
+	}
+	return false
+}
+
+// unlink empties bucket b and moves back the later leases of its run that would no longer be found past
+// the hole (deletion without tombstones). A lease moved back only comes nearer its home.
+func (x *requestIndex) unlink(tab *leaseTable, b int) {
+	mask := len(tab.buckets) - 1
+	for hole, next := b, (b+1)&mask; ; next = (next + 1) & mask {
+		l := tab.buckets[next]
+		if l == nil {
+			tab.buckets[hole] = nil
+			return
+		}
+		// The lease at next may fill the hole unless its home lies cyclically in (hole, next].
+		if _, home := x.place(keyOf(l)); (next-home)&mask >= (next-hole)&mask {
+			tab.buckets[hole] = l
+			hole = next
+		}
+	}
+}
+
+// resize rebuilds tab with n buckets (a power of two); a lease that no longer fits within maxProbe of
+// its home goes to the overflow map.
+func (x *requestIndex) resize(tab *leaseTable, n int) {
+	old := tab.buckets
+	tab.buckets, tab.live = make([]*lease, n), 0
+	tab.shift = uint8(64 - bits.TrailingZeros(uint(n)))
+	for _, l := range old {
+		if l != nil && !x.insert(tab, keyOf(l), l) {
+			x.overflow[keyOf(l)] = l
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -26,4 +27,88 @@ func TestRequestIndexCollisionsChangeNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRequestIndexFindsEveryKey checks the index against a map through adds, replaces and removes that
+// grow its tables past several doublings and shrink them back: with the real hash, where every lease
+// finds a bucket, and with one that sends every key home to the same bucket, where all but maxProbe of
+// them must go to the overflow map and still be found, replaced and removed.
+func TestRequestIndexFindsEveryKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hash func(requestKey) uint64
+		n    int
+	}{
+		{"fnv", fnvHash, 30_000},
+		{"colliding", func(requestKey) uint64 { return 7 }, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newRequestIndex()
+			x.hash = tc.hash
+			want := map[requestKey]*lease{}
+			holders := []*holder{newHolder("a"), newHolder("b")}
+			mk := func(i int) *lease {
+				l := &lease{holder: holders[i%2], requestID: strconv.Itoa(i)}
+				if i%3 == 0 {
+					l.identity = "id" + strconv.Itoa(i%7)
+				}
+				return l
+			}
+			check := func(stage string) {
+				for k, l := range want {
+					if got, ok := x.get(k); !ok || got != l {
+						t.Fatalf("%s: key %v found %p (%v), want %p", stage, k, got, ok, l)
+					}
+				}
+				if _, ok := x.get(requestKey{holder: "a", id: "absent"}); ok {
+					t.Fatalf("%s: an absent key was found", stage)
+				}
+				live := len(x.overflow)
+				for i := range x.tables {
+					live += x.tables[i].live
+				}
+				if live != len(want) {
+					t.Fatalf("%s: the index holds %d leases, want %d", stage, live, len(want))
+				}
+			}
+			for i := range tc.n {
+				l := mk(i)
+				x.add(keyOf(l), l)
+				want[keyOf(l)] = l
+			}
+			check("after the adds")
+			if tc.name == "colliding" && len(x.overflow) != tc.n-maxProbe {
+				t.Fatalf("%d keys in the overflow map, want all but the %d that fit", len(x.overflow), maxProbe)
+			} else if tc.name == "fnv" && len(x.overflow) != 0 {
+				t.Fatalf("%d keys in the overflow map with the real hash", len(x.overflow))
+			}
+			dup := mk(1) // the same key as lease 1: the first keeps it
+			x.add(keyOf(dup), dup)
+			check("after a second lease under a taken key")
+			i := 0
+			for k, l := range want {
+				switch i % 3 {
+				case 0:
+					x.remove(k, l)
+					delete(want, k)
+				case 1:
+					c := *l
+					x.replace(k, l, &c)
+					want[k] = &c
+				}
+				i++
+			}
+			check("after removing and replacing a third each")
+			for k, l := range want {
+				x.remove(k, l)
+				delete(want, k)
+			}
+			check("after removing all")
+			for i := range x.tables {
+				if n := len(x.tables[i].buckets); n > 2*minBuckets {
+					t.Fatalf("table %d keeps %d buckets with no lease", i, n)
+				}
+			}
+		})
+	}
 }
