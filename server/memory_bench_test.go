@@ -76,7 +76,8 @@ const benchHolders = 1000
 // node, per lease, once their entries are applied and a garbage collection ran: the live heap
 // (heap-B/lease) and the process's resident memory (rss-B/lease, split into anonymous memory and mapped
 // files: bbolt's mmap). The RSS is read without returning freed memory to the OS first, so it includes the
-// garbage collector's headroom, as a running node's does.
+// garbage collector's headroom, as a running node's does. gc-cpu-% is the collector's share of the CPU
+// used while granting, which a tight GOMEMLIMIT raises.
 func BenchmarkMemoryHeld(b *testing.B) {
 	n := benchLeases(b, 100_000)
 	for range b.N {
@@ -87,12 +88,15 @@ func BenchmarkMemoryHeld(b *testing.B) {
 		start := time.Now()
 		grantMany(b, cl, 0, n)
 		grantRate := float64(n) / time.Since(start).Seconds()
+		filled := runtimeMemory()
 		heap1, rss1 := settledMemory(b)
 		b.ReportMetric(float64(heap1-heap0)/float64(n), "heap-B/lease")
 		b.ReportMetric(float64(rss1.total-rss0.total)/float64(n), "rss-B/lease")
 		b.ReportMetric(float64(rss1.anon-rss0.anon)/float64(n), "rssanon-B/lease")
 		b.ReportMetric(float64(rss1.file-rss0.file)/float64(n), "rssfile-B/lease")
 		b.ReportMetric(grantRate, "grants/s")
+		// The collector's share of the CPU the node used while granting: what a memory limit costs.
+		b.ReportMetric(100*(filled.gcCPU-m0.gcCPU)/(filled.usedCPU-m0.usedCPU), "gc-cpu-%")
 		// Where the RSS above the live heap is (runtime/metrics, same moment): freed heap pages the
 		// runtime still holds (retained), the unused tails of spans in use (fragmentation), and, after
 		// returning every free page to the OS, what the RSS would be without the retained part.
@@ -236,16 +240,27 @@ func settledMemory(b *testing.B) (uint64, rss) {
 }
 
 // heapClasses are runtime/metrics' view of the heap's memory beyond its live objects, in bytes.
-type heapClasses struct{ retained, unused, goal uint64 }
+// heapClasses splits the process's memory above the live heap; gcCPU and usedCPU are the runtime's
+// estimates of the CPU seconds its collector and the whole process (less idle time) have spent.
+type heapClasses struct {
+	retained, unused, goal uint64
+	gcCPU, usedCPU         float64
+}
 
 func runtimeMemory() heapClasses {
 	samples := []metrics.Sample{
 		{Name: "/memory/classes/heap/free:bytes"},   // free pages not yet returned to the OS
 		{Name: "/memory/classes/heap/unused:bytes"}, // unused parts of spans holding objects
 		{Name: "/gc/heap/goal:bytes"},               // the heap size at which the next collection ends
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+		{Name: "/cpu/classes/idle:cpu-seconds"},
 	}
 	metrics.Read(samples)
-	return heapClasses{retained: samples[0].Value.Uint64(), unused: samples[1].Value.Uint64(), goal: samples[2].Value.Uint64()}
+	return heapClasses{
+		retained: samples[0].Value.Uint64(), unused: samples[1].Value.Uint64(), goal: samples[2].Value.Uint64(),
+		gcCPU: samples[3].Value.Float64(), usedCPU: samples[4].Value.Float64() - samples[5].Value.Float64(),
+	}
 }
 
 func readRSS(b *testing.B) rss {
