@@ -101,9 +101,9 @@ func BenchmarkMemoryHeld(b *testing.B) {
 		// runtime still holds (retained), the unused tails of spans in use (fragmentation), and, after
 		// returning every free page to the OS, what the RSS would be without the retained part.
 		m1 := runtimeMemory()
-		b.ReportMetric(float64(m1.retained-m0.retained)/float64(n), "retained-B/lease")
-		b.ReportMetric(float64(m1.unused-m0.unused)/float64(n), "frag-B/lease")
-		b.ReportMetric(float64(m1.goal-m0.goal)/float64(n), "goal-B/lease")
+		b.ReportMetric((float64(m1.retained)-float64(m0.retained))/float64(n), "retained-B/lease")
+		b.ReportMetric((float64(m1.unused)-float64(m0.unused))/float64(n), "frag-B/lease")
+		b.ReportMetric((float64(m1.goal)-float64(m0.goal))/float64(n), "goal-B/lease")
 		debug.FreeOSMemory()
 		b.ReportMetric(float64(readRSS(b).total-rss0.total)/float64(n), "rss-freed-B/lease")
 		writeHeapProfile(b)
