@@ -102,10 +102,17 @@ func lessEntry(a, b entry) bool {
 
 // probe is a search key for the tree: the place of a lease on resource with slot.
 func probe(resource string, slot uint64) entry {
-	if slot == 0 {
-		return entry{&lease{resource: resource}}
+	k := new(lease)
+	k.becomeKey(resource, slot)
+	return entry{k}
+}
+
+// becomeKey makes k a search key for the place (resource, slot).
+func (k *lease) becomeKey(resource string, slot uint64) {
+	*k = lease{resource: resource, token: slot}
+	if slot > 0 {
+		k.limit = 1 // a semaphore slot's slotKey is its token
 	}
-	return entry{&lease{resource: resource, token: slot, limit: 1}} // a semaphore slot's slotKey is its token
 }
 
 // find returns the lease at (resource, slot).
@@ -114,10 +121,7 @@ func (f *FSM) find(resource string, slot uint64) (*lease, bool) {
 	if k == nil {
 		k = new(lease)
 	}
-	k.resource, k.token, k.limit = resource, slot, 0
-	if slot > 0 {
-		k.limit = 1 // a semaphore slot's slotKey is its token
-	}
+	k.becomeKey(resource, slot)
 	e, ok := f.byResource.Get(entry{k})
 	k.resource = "" // keep no name alive
 	f.key.Store(k)

@@ -50,9 +50,9 @@ type LockDelay struct {
 	DelayMs int64
 }
 
-// lease is the stored form of a grant. It is kept small: a node may hold a million of them, and its 109
-// bytes are the runtime's 112-byte size class (the value as a string, the durations, bounded at the edge
-// to less than 24 days (MaxDurationMs), as 32-bit milliseconds: it was 128).
+// lease is the stored form of a grant. It is kept small: a node may hold a million of them. Its 109 bytes
+// fit the runtime's 112-byte size class (it was 128) because the value is a string and the TTL and
+// lock-delay are 32-bit milliseconds (MaxDurationMs); lease_test.go keeps it there.
 // The holder name is shared by all leases of that holder.
 type lease struct {
 	resource    string
