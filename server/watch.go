@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,10 +40,12 @@ type watchHub struct {
 	// there are, the apply loop's publish never queues behind them for mu.
 	published atomic.Pointer[historyView]
 	segs      []*segment // oldest first; segs[0].events[head] is the oldest retained event
-	head      int
-	tail      int   // events in the last segment
-	count     int   // retained events
-	bytes     int64 // their eventBytes
+	// dropped counts the segments evicted since segs last moved to a fresh array (evict).
+	dropped int
+	head    int
+	tail    int   // events in the last segment
+	count   int   // retained events
+	bytes   int64 // their eventBytes
 	// Events are numbered by a sequence (not their index: one index has several events) that never goes
 	// back, not even across reset: lo is the sequence of the oldest retained event, next of the next one
 	// to be published.
@@ -213,6 +216,11 @@ func (h *watchHub) evict() {
 	for h.count > 0 && (h.count > h.maxEvents || h.bytes > h.maxBytes) {
 		if h.head == segmentEvents { // segs[0] is evicted to its end, and a later one holds the rest
 			h.segs, h.head = h.segs[1:], 0 // not nil-ed first: views share the array
+			// The array's slots before segs still hold the evicted segments, and their events' names,
+			// until append moves it: up to as many again as the history retains. Move it sooner.
+			if h.dropped++; h.dropped > len(h.segs)/4 {
+				h.segs, h.dropped = slices.Clone(h.segs), 0
+			}
 		}
 		e := &h.segs[0].events[h.head]
 		if e.Index >= h.newest {
@@ -336,7 +344,7 @@ func (h *watchHub) unsubscribe(*watcher) { h.watchers.Add(-1) }
 func (h *watchHub) reset(oldest uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.segs, h.head, h.tail, h.count, h.bytes = nil, 0, 0, 0, 0
+	h.segs, h.dropped, h.head, h.tail, h.count, h.bytes = nil, 0, 0, 0, 0, 0
 	h.lo, h.oldest = h.next, oldest
 	h.epoch++
 	h.share()

@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
@@ -246,5 +248,31 @@ func TestNotifierWakesOnlyMatchingWatchers(t *testing.T) {
 	}
 	if got := drain(t, h, w); len(got) != 1 || got[0] != 1001 {
 		t.Fatalf("read %v after the wake, want [1001]", got)
+	}
+}
+
+// TestEvictedHistorySegmentsAreFreed: a segment the history evicted is garbage soon after, not kept by
+// the slice's array until an append happens to move it (which kept up to twice the retained history
+// alive, and every name its events referenced).
+func TestEvictedHistorySegmentsAreFreed(t *testing.T) {
+	const retained = 64 // segments
+	h := newWatchHub(retained*segmentEvents, 1<<30, 10, 1)
+	var made []weak.Pointer[segment]
+	for i := uint64(1); i <= 4*retained*segmentEvents; i++ {
+		h.publish(i, granted(i, "r"))
+		if segs := h.segs; len(made) < int(i+segmentEvents-1)/segmentEvents {
+			made = append(made, weak.Make(segs[len(segs)-1]))
+		}
+	}
+	runtime.GC()
+	evicted := len(made) - len(h.segs)
+	alive := 0
+	for _, p := range made[:evicted] {
+		if p.Value() != nil {
+			alive++
+		}
+	}
+	if alive > retained/4+1 {
+		t.Fatalf("%d of %d evicted segments are still alive beside the %d retained", alive, evicted, len(h.segs))
 	}
 }
