@@ -667,3 +667,47 @@ func TestLessorCommandsGoToTheLogInNameOrder(t *testing.T) {
 		t.Errorf("a command without a batch became %d entries", len(got))
 	}
 }
+
+// TestLostExpiryIsReproposedAndLagCountsFromTheDeadline: an expiry proposal that never applies is made
+// again one retry period later, not before; meanwhile the lease shows no time left; and the lag reported
+// when an expiry finally applies counts from the lease's deadline, not from the retry.
+func TestLostExpiryIsReproposedAndLagCountsFromTheDeadline(t *testing.T) {
+	out := make(chan lessorCmd, 16)
+	l := newLessor(TestConfig(), out)
+	var lags []float64
+	l.expiryLag = func(seconds float64) { lags = append(lags, seconds) }
+	start := time.Now()
+	l.promote(start, 1)
+	l.add(start, fsm.Lease{Resource: "r", Token: 7, TTLMs: 1000})
+	expiries := func() int {
+		n := 0
+		for len(out) > 0 {
+			for _, cmd := range (<-out).entries() {
+				n += len(cmd.GetExpire().GetLeases())
+			}
+		}
+		return n
+	}
+	first := start.Add(1100 * time.Millisecond)
+	l.tick(first)
+	if n := expiries(); n != 1 {
+		t.Fatalf("%d expiries proposed 100ms after the deadline, want 1", n)
+	}
+	if left := l.remaining("r", 7, first); left != 0 {
+		t.Fatalf("an expiring lease shows %v left", left)
+	}
+	l.tick(first.Add(l.retry - time.Millisecond))
+	if n := expiries(); n != 0 {
+		t.Fatalf("the expiry was proposed again %v after the first, before the retry period", l.retry-time.Millisecond)
+	}
+	l.tick(first.Add(l.retry))
+	if n := expiries(); n != 1 {
+		t.Fatalf("%d expiries proposed once the retry period passed, want 1", n)
+	}
+	applied := first.Add(l.retry + 50*time.Millisecond)
+	l.applied(applied, fsm.Result{Events: []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Lease: fsm.Lease{Resource: "r", Token: 7}}}})
+	want := applied.Sub(start.Add(time.Second)).Seconds()
+	if len(lags) != 1 || math.Abs(lags[0]-want) > 1e-9 {
+		t.Fatalf("expiry lag reported %v, want [%v]: from the deadline", lags, want)
+	}
+}
