@@ -91,7 +91,7 @@ func TestTimerSlabFindsEveryTimerByToken(t *testing.T) {
 					t.Fatalf("step %d: an absent token was found", step)
 				}
 				for i, tab := range s.index {
-					if n := len(tab.buckets); tab.live*4 > n*3 || (n > minBuckets && tab.live*8 < n/2) {
+					if n := len(tab.buckets); tab.live*4 > n*3 || (n > minIndexBuckets && tab.live*8 < n/2) {
 						t.Fatalf("step %d: table %d holds %d timers in %d buckets", step, i, tab.live, n)
 					}
 				}
