@@ -104,8 +104,11 @@ func fnvHash(k requestKey) uint64 {
 }
 
 // get returns the live lease holding key k.
-func (x *requestIndex) get(k requestKey) (*lease, bool) {
-	tab, home := x.place(k)
+func (x *requestIndex) get(k requestKey) (*lease, bool) { return x.getHashed(k, x.spread(k)) }
+
+// getHashed is get with k's spread hash h computed once by the caller.
+func (x *requestIndex) getHashed(k requestKey, h uint64) (*lease, bool) {
+	tab, home := x.placeOf(h)
 	mask := len(tab.buckets) - 1
 	for i, b := 0, home; i < maxProbe && len(tab.buckets) > 0; i, b = i+1, (b+1)&mask {
 		l := tab.buckets[b]
@@ -125,14 +128,15 @@ func (x *requestIndex) get(k requestKey) (*lease, bool) {
 
 // add makes l the holder of k unless a live lease already holds it.
 func (x *requestIndex) add(k requestKey, l *lease) {
-	if _, taken := x.get(k); taken {
+	h := x.spread(k) // hashed once: it is every Acquire's with a request id
+	if _, taken := x.getHashed(k, h); taken {
 		return
 	}
-	tab, _ := x.place(k)
+	tab, _ := x.placeOf(h)
 	if (tab.live+1)*8 > len(tab.buckets)*5 {
 		x.resize(tab, max(minBuckets, 2*len(tab.buckets)))
 	}
-	if !x.insert(tab, k, l) {
+	if !x.insert(tab, h, l) {
 		x.overflow[k] = l
 	}
 }
@@ -159,12 +163,11 @@ func (x *requestIndex) replace(k requestKey, was, now *lease) {
 	}
 }
 
-// place returns k's table and its home bucket there. The hash is spread by a multiplication (by 2^64
-// over the golden ratio) so that its top byte and the bits below choose well.
-func (x *requestIndex) place(k requestKey) (*leaseTable, int) {
-	return x.placeOf(x.hash(k) * 0x9e3779b97f4a7c15)
-}
+// spread is k's hash spread by a multiplication (by 2^64 over the golden ratio) so that its top byte and
+// the bits below choose a table and a bucket well.
+func (x *requestIndex) spread(k requestKey) uint64 { return x.hash(k) * 0x9e3779b97f4a7c15 }
 
+// placeOf returns the table of a key with spread hash h and its home bucket there.
 func (x *requestIndex) placeOf(h uint64) (*leaseTable, int) {
 	tab := &x.tables[h>>56]
 	if len(tab.buckets) == 0 {
@@ -175,7 +178,7 @@ func (x *requestIndex) placeOf(h uint64) (*leaseTable, int) {
 
 // bucketOf finds the bucket where l is indexed under k.
 func (x *requestIndex) bucketOf(k requestKey, l *lease) (*leaseTable, int, bool) {
-	tab, home := x.place(k)
+	tab, home := x.placeOf(x.spread(k))
 	mask := len(tab.buckets) - 1
 	for i, b := 0, home; i < maxProbe && len(tab.buckets) > 0; i, b = i+1, (b+1)&mask {
 		switch tab.buckets[b] {
@@ -188,9 +191,10 @@ func (x *requestIndex) bucketOf(k requestKey, l *lease) (*leaseTable, int, bool)
 	return nil, 0, false
 }
 
-// insert puts l in the first empty bucket within maxProbe of k's home in tab; false if there is none.
-func (x *requestIndex) insert(tab *leaseTable, k requestKey, l *lease) bool {
-	_, home := x.place(k)
+// insert puts l, whose key has spread hash h, in the first empty bucket within maxProbe of its home in
+// tab; false if there is none.
+func (x *requestIndex) insert(tab *leaseTable, h uint64, l *lease) bool {
+	_, home := x.placeOf(h)
 	mask := len(tab.buckets) - 1
 	for i, b := 0, home; i < maxProbe; i, b = i+1, (b+1)&mask {
 		if tab.buckets[b] == nil {
@@ -213,7 +217,7 @@ func (x *requestIndex) unlink(tab *leaseTable, b int) {
 			return
 		}
 		// The lease at next may fill the hole unless its home lies cyclically in (hole, next].
-		if _, home := x.place(keyOf(l)); (next-home)&mask >= (next-hole)&mask {
+		if _, home := x.placeOf(x.spread(keyOf(l))); (next-home)&mask >= (next-hole)&mask {
 			tab.buckets[hole] = l
 			hole = next
 		}
@@ -227,7 +231,7 @@ func (x *requestIndex) resize(tab *leaseTable, n int) {
 	tab.buckets, tab.live = make([]*lease, n), 0
 	tab.shift = uint8(64 - bits.TrailingZeros(uint(n)))
 	for _, l := range old {
-		if l != nil && !x.insert(tab, keyOf(l), l) {
+		if l != nil && !x.insert(tab, x.spread(keyOf(l)), l) {
 			x.overflow[keyOf(l)] = l
 		}
 	}
