@@ -239,9 +239,8 @@ func settledMemory(b *testing.B) (uint64, rss) {
 	return m.HeapAlloc, readRSS(b)
 }
 
-// heapClasses are runtime/metrics' view of the heap's memory beyond its live objects, in bytes.
-// heapClasses splits the process's memory above the live heap; gcCPU and usedCPU are the runtime's
-// estimates of the CPU seconds its collector and the whole process (less idle time) have spent.
+// heapClasses are runtime/metrics' view of the heap's memory beyond its live objects, in bytes, and its
+// estimates of the CPU seconds the collector and the whole process (less idle time) have spent.
 type heapClasses struct {
 	retained, unused, goal uint64
 	gcCPU, usedCPU         float64
