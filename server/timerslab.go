@@ -136,7 +136,10 @@ func (s *timerSlab) at(slot uint32) *leaseTimer {
 
 // hashToken spreads tokens over the index. Tokens are log indexes, dense and increasing; the
 // multiplication by 2^64 over the golden ratio (Fibonacci hashing) spreads consecutive ones across it.
-func hashToken(token uint64) uint64 { return token * 0x9e3779b97f4a7c15 }
+func hashToken(token uint64) uint64 { return token * fibonacci }
+
+// fibonacci is 2^64 over the golden ratio, rounded to an odd number.
+const fibonacci = 0x9e3779b97f4a7c15
 
 // tableOf is the table of a token with hash h: its top byte.
 func (s *timerSlab) tableOf(h uint64) *slotTable { return &s.index[h>>56] }

@@ -194,8 +194,6 @@ func TestLessorCompactsItsTimersAfterAMassRemoval(t *testing.T) {
 	}
 }
 
-const fibonacci = 0x9e3779b97f4a7c15 // hashToken's multiplier
-
 func indexBuckets(s *timerSlab) int {
 	n := 0
 	for _, tab := range s.index {
