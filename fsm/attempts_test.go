@@ -187,13 +187,13 @@ func TestRestoreRejectsBadAnsweredRecords(t *testing.T) {
 		"nothing remembered":  {Holder: "h", RequestId: "x"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := fromBody(&wirepb.SnapshotBody{AnsweredRequests: []*wirepb.AnsweredRequestRecord{r}}, nil); err == nil {
+			if _, err := fromBody(&wirepb.SnapshotBody{AnsweredRequests: []*wirepb.AnsweredRequestRecord{r}}, leaseRecords{}); err == nil {
 				t.Fatal("restored")
 			}
 		})
 	}
 	dup := &wirepb.AnsweredRequestRecord{Holder: "h", RequestId: "x", GrantEnded: true}
-	if _, err := fromBody(&wirepb.SnapshotBody{AnsweredRequests: []*wirepb.AnsweredRequestRecord{dup, dup}}, nil); err == nil {
+	if _, err := fromBody(&wirepb.SnapshotBody{AnsweredRequests: []*wirepb.AnsweredRequestRecord{dup, dup}}, leaseRecords{}); err == nil {
 		t.Fatal("restored a repeated key")
 	}
 }

@@ -234,9 +234,15 @@ func (f *FSM) proclaim(index uint64, c *wirepb.ProclaimCmd) Result {
 
 // insert adds a lease known not to collide with a live one (a slot, or snapshot restore).
 func (f *FSM) insert(l *lease) {
+	f.place(l)
+	f.indexRequest(l)
+}
+
+// place is insert but for the request index: a restore indexes every request id at the end
+// (indexRequests), once it knows how many there are.
+func (f *FSM) place(l *lease) {
 	f.byResource.ReplaceOrInsert(entry{l})
 	l.holder.add(l)
-	f.indexRequest(l)
 	f.countSlot(l, 1)
 }
 

@@ -112,3 +112,66 @@ func TestRequestIndexFindsEveryKey(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoredIndexAnswersEveryRetry restores a state in which some leases carry request ids (the index
+// is built at the end of the restore, presized): every retry of a live grant is a replay, a new id is
+// a new grant, and a lease without an id is in no index.
+func TestRestoredIndexAnswersEveryRetry(t *testing.T) {
+	const n = 6_000
+	cmds := distinctAcquires(n, true)
+	for i, c := range cmds {
+		if i%4 == 0 {
+			c.GetAcquire().RequestId = ""
+		}
+	}
+	before := New()
+	for i, c := range cmds {
+		if res, err := before.Apply(uint64(i+1), c); err != nil || res.Code != OK {
+			t.Fatalf("grant %d: %v %v", i, res.Code, err)
+		}
+	}
+	after := mustRestore(t, mustSnapshot(t, before))
+	for i, c := range cmds {
+		res, err := after.Apply(uint64(n+1+i), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i%4 != 0; res.Replayed != want {
+			t.Fatalf("retry of grant %d (request id %q): replayed %v, want %v", i, c.GetAcquire().GetRequestId(), res.Replayed, want)
+		}
+	}
+	if got, want := indexed(&after.byRequest), n-n/4; got != want {
+		t.Fatalf("restored index holds %d keys, want %d", got, want)
+	}
+}
+
+// TestReserveLeavesNoResize checks that a table reserved for n keys takes its share of them without a
+// resize: the point of reserving.
+func TestReserveLeavesNoResize(t *testing.T) {
+	for _, n := range []int{1, 1_000, 100_000} {
+		x := newRequestIndex()
+		x.reserve(n)
+		var sizes [requestTables]int
+		for i := range x.tables {
+			sizes[i] = len(x.tables[i].buckets)
+		}
+		h := newHolder("h")
+		for i := range n {
+			x.add(requestKey{holder: "h", id: strconv.Itoa(i)}, &lease{holder: h, requestID: strconv.Itoa(i)})
+		}
+		for i := range x.tables {
+			if got := len(x.tables[i].buckets); got != sizes[i] {
+				t.Fatalf("n=%d: table %d resized from %d to %d buckets (%d keys)", n, i, sizes[i], got, x.tables[i].live)
+			}
+		}
+	}
+}
+
+// indexed counts the keys in x.
+func indexed(x *requestIndex) int {
+	n := len(x.overflow)
+	for i := range x.tables {
+		n += x.tables[i].live
+	}
+	return n
+}

@@ -73,7 +73,7 @@ func openEnvelope(data []byte) ([]byte, error) {
 // fromBody builds an FSM from a decoded body and its encoded lease records (decodeBody), rejecting
 // anything a correct FSM could not have produced. The records are decoded one at a time, into two
 // messages that take turns: each is compared with the one before it.
-func fromBody(body *wirepb.SnapshotBody, leases [][]byte) (*FSM, error) {
+func fromBody(body *wirepb.SnapshotBody, leases leaseRecords) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
 	if f.highest > f.applied {
@@ -81,20 +81,30 @@ func fromBody(body *wirepb.SnapshotBody, leases [][]byte) (*FSM, error) {
 	}
 	var prev *wirepb.LeaseRecord
 	recs := [2]*wirepb.LeaseRecord{new(wirepb.LeaseRecord), new(wirepb.LeaseRecord)}
-	for i, data := range leases {
+	withID := 0
+	err := leases.each(func(i int, data []byte) error {
 		r := recs[i%2]
 		if err := proto.Unmarshal(data, r); err != nil {
-			return nil, fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
+			return fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
 		}
 		if err := checkRecord(r, prev, i, f.highest); err != nil {
-			return nil, err
+			return err
 		}
 		if err := f.checkSlot(r, prev); err != nil {
-			return nil, err
+			return err
 		}
 		prev = r
-		f.insert(f.leaseFromRecord(r))
+		l := f.leaseFromRecord(r)
+		f.place(l)
+		if l.requestID != "" {
+			withID++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	f.indexRequests(withID)
 	prevDelay := ""
 	for i, d := range body.LockDelays {
 		if err := checkDelay(d, prevDelay, i, f); err != nil {

@@ -135,31 +135,80 @@ func sizeBool(n protowire.Number, v bool) int {
 }
 
 // decodeBody is proto.Unmarshal of a SnapshotBody that leaves the lease records encoded: body holds every
-// other field, leases the bytes of each record in order (slices of payload), for fromBody to decode one at
-// a time. A malformed body is an error.
-func decodeBody(payload []byte) (body *wirepb.SnapshotBody, leases [][]byte, err error) {
+// other field, leases the records where they lie in payload, for fromBody to decode one at a time. A
+// malformed body is an error.
+func decodeBody(payload []byte) (body *wirepb.SnapshotBody, leases leaseRecords, err error) {
 	var rest []byte
-	for len(payload) > 0 {
-		num, typ, n := protowire.ConsumeTag(payload)
-		if n < 0 {
-			return nil, nil, protowire.ParseError(n)
+	start, end := -1, 0
+	for off := 0; off < len(payload); {
+		n, m, err := consumeField(payload[off:])
+		if err != nil {
+			return nil, leaseRecords{}, err
 		}
-		m := protowire.ConsumeFieldValue(num, typ, payload[n:])
-		if m < 0 {
-			return nil, nil, protowire.ParseError(m)
+		if isLeaseRecord(payload[off:]) {
+			if start < 0 {
+				start = off
+			}
+			end = off + n + m
+			leases.n++
+		} else {
+			rest = append(rest, payload[off:off+n+m]...)
 		}
-		field := payload[:n+m]
-		payload = payload[n+m:]
-		if num == snapshotLeasesField && typ == protowire.BytesType {
-			rec, _ := protowire.ConsumeBytes(field[n:])
-			leases = append(leases, rec)
-			continue
-		}
-		rest = append(rest, field...)
+		off += n + m
+	}
+	if start >= 0 {
+		leases.span = payload[start:end]
 	}
 	body = new(wirepb.SnapshotBody)
 	if err := proto.Unmarshal(rest, body); err != nil {
-		return nil, nil, err
+		return nil, leaseRecords{}, err
 	}
 	return body, leases, nil
+}
+
+// leaseRecords are a snapshot body's n encoded lease records, left where they lie: span runs from the
+// first to the last of them (our encoder writes them together; another field between them is skipped,
+// decodeBody having taken it). Not collecting them in a slice spares a restore 24 bytes of garbage a
+// lease and the slice's regrowth.
+type leaseRecords struct {
+	span []byte
+	n    int
+}
+
+// each calls fn with every record's index and bytes, in order, until fn returns an error.
+func (r leaseRecords) each(fn func(i int, rec []byte) error) error {
+	for off, i := 0, 0; off < len(r.span); {
+		n, m, err := consumeField(r.span[off:])
+		if err != nil {
+			return err // decodeBody parsed this span already
+		}
+		if isLeaseRecord(r.span[off:]) {
+			rec, _ := protowire.ConsumeBytes(r.span[off+n:])
+			if err := fn(i, rec); err != nil {
+				return err
+			}
+			i++
+		}
+		off += n + m
+	}
+	return nil
+}
+
+// consumeField parses the field at the start of b: n bytes of tag, m of value.
+func consumeField(b []byte) (n, m int, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, protowire.ParseError(n)
+	}
+	m = protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return 0, 0, protowire.ParseError(m)
+	}
+	return n, m, nil
+}
+
+// isLeaseRecord reports whether the well-formed field at the start of b is one of SnapshotBody.leases.
+func isLeaseRecord(b []byte) bool {
+	num, typ, _ := protowire.ConsumeTag(b)
+	return num == snapshotLeasesField && typ == protowire.BytesType
 }
