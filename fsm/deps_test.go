@@ -14,7 +14,7 @@ import (
 // number, do I/O, start goroutines or log is absent on purpose: determinism is the FSM's contract.
 var allowedImports = map[string]bool{
 	"bytes": true, "encoding/binary": true, "errors": true, "fmt": true, "hash/crc32": true, "strconv": true,
-	"slices": true, "strings": true, "cmp": true, "math/bits": true,
+	"slices": true, "strings": true, "cmp": true, "math/bits": true, "unicode/utf8": true,
 	// sync/atomic: the count of live views (view.go), released from the goroutine that encoded one. It
 	// decides whether a changed lease is copied first, never a result (TestPropertyViewsStayFrozen).
 	"sync/atomic":                      true,

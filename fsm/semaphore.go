@@ -152,18 +152,18 @@ func (f *FSM) SemaphoreLimit(resource string) (uint32, bool) {
 // checkSlot checks a snapshot's lease record r, which follows prev, against the semaphore rules: the
 // slots of a resource share one limit, never outnumber it, carry no lock-delay, and follow no plain
 // lease of the same resource (checkRecord has ordered them).
-func (f *FSM) checkSlot(r, prev *wirepb.LeaseRecord) error {
-	if r.Limit == 0 {
+func (f *FSM) checkSlot(r, prev *record) error {
+	if r.limit == 0 {
 		return nil
 	}
-	s := f.semaphores[r.Resource]
+	s := f.semaphores[r.resource]
 	switch {
-	case r.Limit > MaxSemaphoreLimit || r.LockDelayMs != 0:
-		return fmt.Errorf("%w: slot %q token %d has limit %d and lock-delay %d", ErrBadSnapshot, r.Resource, r.Token, r.Limit, r.LockDelayMs)
-	case prev.GetResource() == r.Resource && prev.GetLimit() != r.Limit:
-		return fmt.Errorf("%w: slots of %q disagree on the limit (%d, %d)", ErrBadSnapshot, r.Resource, prev.GetLimit(), r.Limit)
+	case r.limit > MaxSemaphoreLimit || r.lockDelayMs != 0:
+		return fmt.Errorf("%w: slot %q token %d has limit %d and lock-delay %d", ErrBadSnapshot, r.resource, r.token, r.limit, r.lockDelayMs)
+	case prev.resource == r.resource && prev.limit != r.limit:
+		return fmt.Errorf("%w: slots of %q disagree on the limit (%d, %d)", ErrBadSnapshot, r.resource, prev.limit, r.limit)
 	case s != nil && s.held >= int(s.limit):
-		return fmt.Errorf("%w: %q has more than its %d slots", ErrBadSnapshot, r.Resource, s.limit)
+		return fmt.Errorf("%w: %q has more than its %d slots", ErrBadSnapshot, r.resource, s.limit)
 	}
 	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"hash/crc32"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/leased/leased/api/acl"
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -72,19 +70,19 @@ func openEnvelope(data []byte) ([]byte, error) {
 
 // fromBody builds an FSM from a decoded body and its encoded lease records (decodeBody), rejecting
 // anything a correct FSM could not have produced. The records are decoded one at a time, into two
-// messages that take turns: each is compared with the one before it.
+// records that take turns: each is compared with the one before it.
 func fromBody(body *wirepb.SnapshotBody, leases leaseRecords) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
 	if f.highest > f.applied {
 		return nil, fmt.Errorf("%w: highest token %d beyond applied index %d", ErrBadSnapshot, f.highest, f.applied)
 	}
-	var prev *wirepb.LeaseRecord
-	recs := [2]*wirepb.LeaseRecord{new(wirepb.LeaseRecord), new(wirepb.LeaseRecord)}
+	var recs [2]record // decoded in turns: each is checked against the one before it
+	prev := &record{}
 	withID := 0
 	err := leases.each(func(i int, data []byte) error {
-		r := recs[i%2]
-		if err := proto.Unmarshal(data, r); err != nil {
+		r := &recs[i%2]
+		if err := decodeRecord(data, r); err != nil {
 			return fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
 		}
 		if err := checkRecord(r, prev, i, f.highest); err != nil {
@@ -180,16 +178,16 @@ func (f *FSM) restoreEnds(body *wirepb.SnapshotBody) error {
 	return nil
 }
 
-func checkRecord(r, prev *wirepb.LeaseRecord, i int, highest uint64) error {
+func checkRecord(r, prev *record, i int, highest uint64) error {
 	switch {
-	case r.Resource == "" || r.Holder == "":
+	case r.resource == "" || len(r.holder) == 0:
 		return fmt.Errorf("%w: lease %d has an empty resource or holder", ErrBadSnapshot, i)
-	case r.Resource < prev.GetResource() || (r.Resource == prev.GetResource() && (r.Limit == 0 || r.Token <= prev.GetToken())):
-		return fmt.Errorf("%w: lease %d (%q) out of order or duplicated", ErrBadSnapshot, i, r.Resource)
-	case r.Token == 0 || r.Token > highest:
-		return fmt.Errorf("%w: lease %q has token %d outside 1..%d", ErrBadSnapshot, r.Resource, r.Token, highest)
-	case r.TtlMs <= 0 || r.LockDelayMs < 0 || r.RemainingMs < 0:
-		return fmt.Errorf("%w: lease %q has a negative duration", ErrBadSnapshot, r.Resource)
+	case r.resource < prev.resource || (r.resource == prev.resource && (r.limit == 0 || r.token <= prev.token)):
+		return fmt.Errorf("%w: lease %d (%q) out of order or duplicated", ErrBadSnapshot, i, r.resource)
+	case r.token == 0 || r.token > highest:
+		return fmt.Errorf("%w: lease %q has token %d outside 1..%d", ErrBadSnapshot, r.resource, r.token, highest)
+	case r.ttlMs <= 0 || r.lockDelayMs < 0 || r.remainingMs < 0:
+		return fmt.Errorf("%w: lease %q has a negative duration", ErrBadSnapshot, r.resource)
 	}
 	return nil
 }
@@ -207,28 +205,28 @@ func checkDelay(d *wirepb.LockDelayRecord, prev string, i int, f *FSM) error {
 	return nil
 }
 
-func (f *FSM) leaseFromRecord(r *wirepb.LeaseRecord) *lease {
-	h := f.holders[r.Holder]
+func (f *FSM) leaseFromRecord(r *record) *lease {
+	h := f.holders[string(r.holder)]
 	if h == nil {
-		h = newHolder(r.Holder)
-		f.holders[r.Holder] = h
+		h = newHolder(string(r.holder))
+		f.holders[h.name] = h
 	}
 	l := &lease{
-		resource:    r.Resource,
+		resource:    r.resource,
 		holder:      h,
-		token:       r.Token,
-		ttlMs:       durationMs(r.TtlMs),
-		lockDelayMs: durationMs(r.LockDelayMs),
-		remainingMs: r.RemainingMs,
-		value:       string(r.Value),
-		requestID:   r.RequestId,
-		identity:    r.Identity,
-		limit:       r.Limit,
+		token:       r.token,
+		ttlMs:       durationMs(r.ttlMs),
+		lockDelayMs: durationMs(r.lockDelayMs),
+		remainingMs: r.remainingMs,
+		value:       string(r.value),
+		requestID:   r.requestID,
+		identity:    r.identity,
+		limit:       r.limit,
 		epoch:       f.epoch,
 	}
-	l.set(flagCheckpointed, r.Checkpointed)
-	l.set(flagRenewed, r.Renewed)
-	l.set(flagProclaimed, r.Proclaimed)
+	l.set(flagCheckpointed, r.checkpointed)
+	l.set(flagRenewed, r.renewed)
+	l.set(flagProclaimed, r.proclaimed)
 	return l
 }
 

@@ -3,8 +3,10 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
@@ -99,4 +101,58 @@ func mustBody(f *FSM) []byte {
 		panic(fmt.Sprint(err))
 	}
 	return snap[headerSize:]
+}
+
+// TestDecodeRecordIsProtoUnmarshal: decodeRecord accepts exactly the lease records proto.Unmarshal does
+// and reads the same fields from them, for random field sequences — every LeaseRecord field and an
+// unknown one, each with a right or a wrong wire type, repeated, strings that are not UTF-8, values
+// that do not fit the field's type — whole or cut short.
+func TestDecodeRecordIsProtoUnmarshal(t *testing.T) {
+	numbers := []protowire.Number{recResource, recHolder, recToken, recTTLMs, recValue, recLockDelayMs,
+		recRequestID, recCheckpointed, recRemainingMs, recRenewed, recIdentity, recLimit, recProclaimed, 99}
+	types := []protowire.Type{protowire.VarintType, protowire.BytesType, protowire.Fixed32Type, protowire.Fixed64Type}
+	rapid.Check(t, func(t *rapid.T) {
+		var b []byte
+		for range rapid.IntRange(0, 12).Draw(t, "fields") {
+			num := rapid.SampledFrom(numbers).Draw(t, "number")
+			typ := rapid.SampledFrom(types).Draw(t, "type")
+			b = protowire.AppendTag(b, num, typ)
+			switch typ {
+			case protowire.VarintType:
+				b = protowire.AppendVarint(b, rapid.SampledFrom([]uint64{0, 1, 2, 1 << 31, 1<<32 + 5, 1 << 63, ^uint64(0)}).Draw(t, "varint"))
+			case protowire.BytesType:
+				b = protowire.AppendBytes(b, []byte(rapid.SampledFrom([]string{"", "r", "héllo", "\xff\xfe", "a\x00b"}).Draw(t, "bytes")))
+			case protowire.Fixed32Type:
+				b = protowire.AppendFixed32(b, 7)
+			case protowire.Fixed64Type:
+				b = protowire.AppendFixed64(b, 7)
+			}
+		}
+		if rapid.Bool().Draw(t, "cut") && len(b) > 0 {
+			b = b[:rapid.IntRange(0, len(b)-1).Draw(t, "at")]
+		}
+		var want wirepb.LeaseRecord
+		werr := proto.Unmarshal(b, &want)
+		var got record
+		gerr := decodeRecord(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%x: proto.Unmarshal says %v, decodeRecord %v", b, werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		as := record{
+			resource: want.Resource, holder: []byte(want.Holder), token: want.Token, ttlMs: want.TtlMs,
+			value: want.Value, lockDelayMs: want.LockDelayMs, requestID: want.RequestId,
+			checkpointed: want.Checkpointed, remainingMs: want.RemainingMs, renewed: want.Renewed,
+			identity: want.Identity, limit: want.Limit, proclaimed: want.Proclaimed,
+		}
+		if !bytes.Equal(got.holder, as.holder) || !bytes.Equal(got.value, as.value) {
+			t.Fatalf("%x: decodeRecord read holder %q value %q, proto.Unmarshal %q %q", b, got.holder, got.value, as.holder, as.value)
+		}
+		got.holder, got.value, as.holder, as.value = nil, nil, nil, nil
+		if !reflect.DeepEqual(got, as) {
+			t.Fatalf("%x: decodeRecord read\n%+v, proto.Unmarshal\n%+v", b, got, as)
+		}
+	})
 }
