@@ -153,7 +153,6 @@ func decodeBody(payload []byte) (body *wirepb.SnapshotBody, leases leaseRecords,
 				start = off
 			}
 			end = off + n + m
-			leases.n++
 		} else {
 			rest = append(rest, payload[off:off+n+m]...)
 		}
@@ -169,13 +168,12 @@ func decodeBody(payload []byte) (body *wirepb.SnapshotBody, leases leaseRecords,
 	return body, leases, nil
 }
 
-// leaseRecords are a snapshot body's n encoded lease records, left where they lie: span runs from the
+// leaseRecords are a snapshot body's encoded lease records, left where they lie: span runs from the
 // first to the last of them (our encoder writes them together; another field between them is skipped,
 // decodeBody having taken it). Not collecting them in a slice spares a restore 24 bytes of garbage a
 // lease and the slice's regrowth.
 type leaseRecords struct {
 	span []byte
-	n    int
 }
 
 // each calls fn with every record's index and bytes, in order, until fn returns an error.

@@ -156,3 +156,45 @@ func TestDecodeRecordIsProtoUnmarshal(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreTakesTheBodysFieldsInAnyOrder: a body whose fields come in another order than the encoder's
+// — the others reversed and each followed by a lease record, the lease records still in their order —
+// restores to the same state, as proto.Unmarshal of the body would.
+func TestRestoreTakesTheBodysFieldsInAnyOrder(t *testing.T) {
+	f := sampleState(t)
+	for i, name := range []string{"x/1", "x/2", "x/3"} {
+		if _, err := f.Apply(f.AppliedIndex()+1, acqWith(&wirepb.AcquireCmd{Resource: name, Holder: "h", TtlMs: 1000 + int64(i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := mustSnapshot(t, f)
+	var leases, others [][]byte
+	for payload := snap[headerSize:]; len(payload) > 0; {
+		n, m, err := consumeField(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isLeaseRecord(payload) {
+			leases = append(leases, payload[:n+m])
+		} else {
+			others = append([][]byte{payload[:n+m]}, others...)
+		}
+		payload = payload[n+m:]
+	}
+	if len(leases) < 3 || len(others) < 3 {
+		t.Fatalf("sample state has %d lease records and %d other fields; the test needs a few of each", len(leases), len(others))
+	}
+	var shuffled []byte
+	for _, field := range others {
+		shuffled = append(shuffled, field...)
+		if len(leases) > 0 {
+			shuffled, leases = append(shuffled, leases[0]...), leases[1:]
+		}
+	}
+	for _, field := range leases {
+		shuffled = append(shuffled, field...)
+	}
+	if got := mustSnapshot(t, mustRestore(t, envelope(shuffled))); !bytes.Equal(got, snap) {
+		t.Fatal("the state restored from the reordered body differs from the original")
+	}
+}
