@@ -69,40 +69,16 @@ func openEnvelope(data []byte) ([]byte, error) {
 }
 
 // fromBody builds an FSM from a decoded body and its encoded lease records (decodeBody), rejecting
-// anything a correct FSM could not have produced. The records are decoded one at a time, into two
-// records that take turns: each is compared with the one before it.
+// anything a correct FSM could not have produced.
 func fromBody(body *wirepb.SnapshotBody, leases leaseRecords) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
 	if f.highest > f.applied {
 		return nil, fmt.Errorf("%w: highest token %d beyond applied index %d", ErrBadSnapshot, f.highest, f.applied)
 	}
-	var recs [2]record // decoded in turns: each is checked against the one before it
-	prev := &record{}
-	withID := 0
-	err := leases.each(func(i int, data []byte) error {
-		r := &recs[i%2]
-		if err := decodeRecord(data, r); err != nil {
-			return fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
-		}
-		if err := checkRecord(r, prev, i, f.highest); err != nil {
-			return err
-		}
-		if err := f.checkSlot(r, prev); err != nil {
-			return err
-		}
-		prev = r
-		l := f.leaseFromRecord(r)
-		f.place(l)
-		if l.requestID != "" {
-			withID++
-		}
-		return nil
-	})
-	if err != nil {
+	if err := f.restoreLeases(leases); err != nil {
 		return nil, err
 	}
-	f.indexRequests(withID)
 	prevDelay := ""
 	for i, d := range body.LockDelays {
 		if err := checkDelay(d, prevDelay, i, f); err != nil {
@@ -175,6 +151,39 @@ func (f *FSM) restoreEnds(body *wirepb.SnapshotBody) error {
 		prev = r.Index
 		f.ends.add(r.Resource, r.Token, r.Index, how)
 	}
+	return nil
+}
+
+// restoreLeases decodes, checks and places the lease records one at a time, into two records that take
+// turns, so that each is checked against the one before it (the first against an empty record, which
+// every resource follows); then it indexes their request ids, all at once.
+func (f *FSM) restoreLeases(leases leaseRecords) error {
+	var recs [2]record
+	prev := &record{}
+	withID := 0
+	err := leases.each(func(i int, data []byte) error {
+		r := &recs[i%2]
+		if err := decodeRecord(data, r); err != nil {
+			return fmt.Errorf("%w: decode lease %d: %v", ErrBadSnapshot, i, err)
+		}
+		if err := checkRecord(r, prev, i, f.highest); err != nil {
+			return err
+		}
+		if err := f.checkSlot(r, prev); err != nil {
+			return err
+		}
+		prev = r
+		l := f.leaseFromRecord(r)
+		f.place(l)
+		if l.requestID != "" {
+			withID++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.indexRequests(withID)
 	return nil
 }
 
