@@ -187,7 +187,7 @@ func (l *lessor) promote(now time.Time, term uint64) {
 // renewed (the takeover counts as their renewal, so their idle mark follows within an interval), the
 // checkpointed remainder (from when this node applied the checkpoint) for idle ones.
 func (l *lessor) startDeadlines(now time.Time) {
-	l.deadlines = l.deadlines[:0]
+	l.deadlines = slices.Grow(l.deadlines[:0], l.timers.len()) // one allocation, not a doubling series
 	cur := l.at(now)
 	l.timers.each(func(t *leaseTimer) {
 		if t.idle {
