@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/server/servertest/loopback"
 )
 
 // fakeLeases is a Leases service that answers Release and Renew from a script, one answer per call;
@@ -194,16 +194,11 @@ func TestRenewAfterAnUnknownOutcome(t *testing.T) {
 
 // A write that never reached any node cannot have taken effect: that is ErrUnavailable, not unknown.
 func TestWriteThatReachedNoNodeIsUnavailableNotUnknown(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close() // nothing listens there now: connections are refused
+	addr := loopback.ReservePort(t).Addr // nothing listens there: connections are refused
 	c := newClient(t, []string{addr}, nil)
 	ctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
 	defer cancel()
-	err = c.Release(ctx, "r", 5)
+	err := c.Release(ctx, "r", 5)
 	if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("release against no server = %v, want ErrUnavailable (not sent, so not unknown)", err)
 	}

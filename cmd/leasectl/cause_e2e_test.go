@@ -2,30 +2,18 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/server/servertest"
+	"github.com/leased/leased/server/servertest/loopback"
 )
-
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // A refused endpoint is named, and the command does not wait out --timeout for it. Before: 5 s, then
 // "cluster unavailable: context deadline exceeded".
 func TestRefusedEndpointIsNamedAtOnce(t *testing.T) {
-	addr := closedPort(t)
+	addr := loopback.ReservePort(t).Addr // nothing listens there
 	for _, args := range [][]string{
 		{"acquire", "a", "--ttl", "10s"},
 		{"get", "a"},

@@ -3,18 +3,17 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+
+	"github.com/leased/leased/server/servertest/loopback"
 )
 
 // fakeRaft records what the transport hands to raft.
@@ -180,58 +179,8 @@ func listen(t testing.TB, addr string) net.Listener {
 	return lis
 }
 
-// deadAddr returns a loopback address nothing listens on, held for the rest of the test (see
-// reservePort).
-func deadAddr(t testing.TB) string { return reservePort(t).addr }
-
-// reservedPort is a loopback port bound but not listening: connections to it are refused, and no other
-// socket is given it while the test holds it. A listener closed at once would free the port for the next
-// one to ask, which may be this very test's node, whose stream to the "dead" peer then reaches itself.
-type reservedPort struct {
-	addr string
-	fd   int // -1 once listen has taken it
-}
-
-func reservePort(t testing.TB) *reservedPort {
-	t.Helper()
-	// No SO_REUSEADDR (which net.Listen would set): a port shared needs it on both sockets.
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatalf("socket: %v", err)
-	}
-	syscall.CloseOnExec(fd)
-	p := &reservedPort{fd: fd}
-	t.Cleanup(func() {
-		if p.fd >= 0 {
-			_ = syscall.Close(p.fd)
-		}
-	})
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatalf("bind: %v", err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatalf("getsockname: %v", err)
-	}
-	p.addr = fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-	return p
-}
-
-// listen brings the port to life on the socket that held it, so nothing else can take it in between.
-func (p *reservedPort) listen(t testing.TB) net.Listener {
-	t.Helper()
-	if err := syscall.Listen(p.fd, syscall.SOMAXCONN); err != nil {
-		t.Fatalf("listen on %s: %v", p.addr, err)
-	}
-	f := os.NewFile(uintptr(p.fd), p.addr)
-	p.fd = -1
-	defer f.Close()
-	lis, err := net.FileListener(f) // a dup of the socket; f's own descriptor closes above
-	if err != nil {
-		t.Fatalf("listener on %s: %v", p.addr, err)
-	}
-	return lis
-}
+// deadAddr returns a loopback address nothing listens on, held for the rest of the test.
+func deadAddr(t testing.TB) string { return loopback.ReservePort(t).Addr }
 
 func newTransport(t testing.TB, cfg Config) *Transport {
 	t.Helper()
@@ -300,24 +249,4 @@ func countStatus(reps []snapshotReport, to uint64, status raft.SnapshotStatus) i
 		}
 	}
 	return n
-}
-
-// The tests that use a dead peer rely on its port refusing connections and staying theirs.
-func TestReservedPortRefusesAndIsNotShared(t *testing.T) {
-	p := reservePort(t)
-	if c, err := net.Dial("tcp", p.addr); err == nil {
-		_ = c.Close()
-		t.Fatalf("dial %s: connected, want refused", p.addr)
-	}
-	if l, err := net.Listen("tcp", p.addr); err == nil {
-		_ = l.Close()
-		t.Fatalf("listen %s: another socket was given the reserved port", p.addr)
-	}
-	lis := p.listen(t)
-	defer lis.Close()
-	c, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("dial %s after listen: %v", p.addr, err)
-	}
-	_ = c.Close()
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/servertest/loopback"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -167,15 +168,15 @@ func TestSendNeverBlocksOnDeadPeer(t *testing.T) {
 
 // A peer that starts after the sender gets traffic once the sender reconnects.
 func TestPeerComesUpLater(t *testing.T) {
-	dead := reservePort(t)
+	dead := loopback.ReservePort(t)
 	a := startNode(t, 1, nil)
-	a.tr.AddPeer(2, dead.addr)
+	a.tr.AddPeer(2, dead.Addr)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
 	waitFor(t, "the down peer to be reported", func() bool { return a.raft.unreachableCount(2) > 0 })
 
 	rb := newFakeRaft()
 	trb := newTransport(t, testConfig(t, 2, rb))
-	serve(t, trb, dead.listen(t))
+	serve(t, trb, dead.Listen(t))
 	// Raft keeps sending heartbeats; so does the test until one gets through.
 	waitFor(t, "traffic after reconnect", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 2)})
@@ -187,20 +188,20 @@ func TestPeerComesUpLater(t *testing.T) {
 // traffic flows as soon as the returning peer's own stream arrives. A restarted follower used to stay
 // cut off from the others for up to BackoffMax, delaying an election by seconds.
 func TestPeerThatReachesUsEndsOurBackoff(t *testing.T) {
-	dead := reservePort(t)
+	dead := loopback.ReservePort(t)
 	a := startNode(t, 1, func(c *Config) {
 		c.BackoffMin, c.BackoffMax = time.Hour, time.Hour
 		// gRPC's connection backoff stays short: this test is about the transport's own.
 		c.DialOptions = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 2 * time.Millisecond, Multiplier: 1.6, MaxDelay: 20 * time.Millisecond}})}
 	})
-	a.tr.AddPeer(2, dead.addr)
+	a.tr.AddPeer(2, dead.Addr)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
 	waitFor(t, "the down peer to be reported", func() bool { return a.raft.unreachableCount(2) > 0 })
 
 	rb := newFakeRaft()
 	trb := newTransport(t, testConfig(t, 2, rb))
-	serve(t, trb, dead.listen(t))
+	serve(t, trb, dead.Listen(t))
 	trb.AddPeer(1, a.addr)
 	waitFor(t, "traffic to the returned peer", func() bool {
 		trb.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 2)})
