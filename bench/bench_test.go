@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -60,5 +63,33 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	if got := strings.Join(labels, "\n"); !strings.Contains(got, "acquire, 64 clients: p99") ||
 		!strings.Contains(got, "restart of a follower") || !strings.Contains(got, "CPU per acquire (3 nodes), 1 client") {
 		t.Fatalf("rows:\n%s", got)
+	}
+}
+
+// emptyDirSystem records whether its data dir was empty when started; nothing else is called.
+type emptyDirSystem struct {
+	system
+	empty bool
+}
+
+func (s *emptyDirSystem) start(_ context.Context, dir string) error {
+	entries, err := os.ReadDir(dir)
+	s.empty = err == nil && len(entries) == 0
+	return errors.New("not started")
+}
+func (s *emptyDirSystem) stop() {}
+
+// A cell starts on an empty dir even when --dir names one an earlier run filled.
+func TestRunCellStartsFromAnEmptyDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rep1-acquire-1-leased")
+	if err := os.MkdirAll(filepath.Join(dir, "n1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &emptyDirSystem{}
+	if _, err := runCell(context.Background(), s, cell{}, config{}, dir); err == nil {
+		t.Fatal("runCell: want the start's error")
+	}
+	if !s.empty {
+		t.Fatal("the cell's system started on the last run's data")
 	}
 }

@@ -236,8 +236,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runCell starts s fresh in dir, runs c on it and stops it again, whatever happens.
+// runCell starts s fresh in dir, runs c on it and stops it again, whatever happens. Whatever dir holds
+// is removed first: with --dir given twice, the nodes would otherwise restart on the last run's data
+// (another cluster's members, on other ports) and never elect a leader.
 func runCell(ctx context.Context, s system, c cell, cfg config, dir string) (map[string]float64, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
