@@ -296,6 +296,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		lostStreams: make(chan uint64, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
+		notices:     newCommitNotices(),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),

@@ -55,6 +55,7 @@ type Network struct {
 	cut    map[linkKey]bool
 	rngs   map[linkKey]*rand.Rand
 	stats  Stats
+	tap    func(from uint64, m *raftpb.Message)
 }
 
 // New returns a network with no nodes, no faults and no cuts, whose fault draws derive from seed.
@@ -83,6 +84,14 @@ func (n *Network) Leave(id uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.nodes, id)
+}
+
+// Tap calls fn with every message a node sends from now on, before the network decides its fate (nil:
+// none). fn runs on the sender's goroutine and must not keep m.
+func (n *Network) Tap(fn func(from uint64, m *raftpb.Message)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.tap = fn
 }
 
 // SetFaults changes the faults applied from now on.
@@ -259,10 +268,16 @@ type Transport struct {
 // Send hands each message to the network without blocking. A lost snapshot is reported as failed and
 // a lost message to a cut peer as unreachable, as the real transport does, from another goroutine.
 func (t *Transport) Send(msgs []*raftpb.Message) {
+	t.net.mu.Lock()
+	tap := t.net.tap
+	t.net.mu.Unlock()
 	for _, m := range msgs {
 		to := m.GetTo()
 		if to == t.id || to == raft.None {
 			continue
+		}
+		if tap != nil {
+			tap(t.id, m)
 		}
 		m = proto.Clone(m).(*raftpb.Message) // the sender's raft may reuse what it handed out
 		k := linkKey{t.id, to}

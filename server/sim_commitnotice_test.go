@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/api/leasepb"
+)
+
+// TestCommitNoticesRideOnTheNextAppend: while acquires follow one another, the leader tells its
+// followers of each commit in the next append (raft alone would send every follower an empty append at
+// every commit: two per acquire here); after the last, it tells them within commitNoticeDelay, without
+// waiting for a heartbeat, and they apply it. Virtual time: the acquires take none.
+func TestCommitNoticesRideOnTheNextAppend(t *testing.T) {
+	runSim(t, 3, nil, func(t *testing.T, c *simCluster) {
+		l := c.waitLeader(10 * time.Second)
+		leaderID := c.id(l)
+		type notice struct {
+			at         time.Time
+			to, commit uint64
+		}
+		var (
+			mu      sync.Mutex
+			notices []notice // the empty appends the leader sent
+		)
+		c.net.Tap(func(from uint64, m *raftpb.Message) {
+			if from == leaderID && m.GetType() == raftpb.MsgApp && len(m.GetEntries()) == 0 {
+				mu.Lock()
+				defer mu.Unlock()
+				notices = append(notices, notice{time.Now(), m.GetTo(), m.GetCommit()})
+			}
+		})
+		// told is when follower i was first told of commit by an empty append (zero: not yet).
+		told := func(i int, commit uint64) time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, nt := range notices {
+				if nt.to == c.id(i) && nt.commit >= commit {
+					return nt.at
+				}
+			}
+			return time.Time{}
+		}
+		const n = 40
+		for i := range n {
+			if _, err := c.leases(l).Acquire(context.Background(), &leasepb.AcquireRequest{
+				Resource: fmt.Sprintf("r%d", i), Holder: "h", TtlMs: 60_000}); err != nil {
+				t.Fatalf("acquire %d: %v", i, err)
+			}
+		}
+		done, commit := time.Now(), c.node(l).commit.Load()
+		mu.Lock()
+		during := len(notices)
+		mu.Unlock()
+		if during > n/4 {
+			t.Fatalf("%d empty appends during %d acquires in a row, want them carried by the next append", during, n)
+		}
+
+		c.waitFor(time.Second, "every follower told of the last commit and applied it", func() bool {
+			for i := range c.size() {
+				if i != l && (told(i, commit).IsZero() || c.node(i).applied.Load() < commit) {
+					return false
+				}
+			}
+			return true
+		})
+		for i := range c.size() {
+			if waited := told(i, commit).Sub(done); i != l && waited > 2*commitNoticeDelay {
+				t.Fatalf("%s was told of the last commit %v after it, want within about %v", c.cfgs[i].Name, waited, commitNoticeDelay)
+			}
+		}
+	})
+}
