@@ -7,10 +7,11 @@ import (
 )
 
 // commitNoticeDelay is how long a commit notice may wait for an append to carry it instead. Longer than
-// the gap between two appends under any load (a client's round trip and an apply: well under a
+// the gap between two appends while clients write (a client's round trip and an apply: well under a
 // millisecond on a LAN), so that one nearly always does; short against everything a follower's commit
 // index serves (its serializable reads, its applied index in status; a follower's linearizable read
-// learns the commit from the leader's heartbeat round itself).
+// learns the commit from the leader's heartbeat round itself), and against the heartbeat interval, which
+// would otherwise be when an idle follower learns of the last write.
 const commitNoticeDelay = 2 * time.Millisecond
 
 // commitNotices holds back the appends raft sends a follower only to tell it that the commit index
