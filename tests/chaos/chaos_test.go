@@ -44,7 +44,7 @@ func TestChaos(t *testing.T) {
 		Nemeses: true, FullRestart: true, CheckTimeout: time.Minute,
 		L1Holders: 4, Semaphore: 3, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
 		Plants: plantsFromEnv(), TLS: tlsFromEnv(), Membership: os.Getenv("LEASED_CHAOS_MEMBERSHIP") == "1",
-		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1",
+		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1", LogLevel: os.Getenv("LEASED_CHAOS_LOG_LEVEL"),
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)

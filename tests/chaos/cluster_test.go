@@ -23,7 +23,7 @@ type cluster struct {
 	tls   *chaosTLS // nil: plaintext
 }
 
-func newCluster(t testing.TB, bin, dir string, size int, withTLS bool) *cluster {
+func newCluster(t testing.TB, bin, dir string, size int, withTLS bool, logLevel string) *cluster {
 	t.Helper()
 	c := &cluster{}
 	cfg := proc.Config{
@@ -36,6 +36,9 @@ func newCluster(t testing.TB, bin, dir string, size int, withTLS bool) *cluster 
 			proxy := c.proxy.url(i)
 			return []string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}
 		},
+	}
+	if logLevel != "" {
+		cfg.Args = append(cfg.Args, "--log-level="+logLevel) // after proc's own --log-level=info: the last wins
 	}
 	if withTLS {
 		c.tls = newChaosTLS(t, certsDir(dir))

@@ -64,6 +64,9 @@ type runConfig struct {
 	// Flood adds the flood nemesis (a hostile client past the per-connection and per-resource limits) and
 	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
 	Flood bool
+	// LogLevel, if set, is the nodes' --log-level instead of info: LEASED_CHAOS_LOG_LEVEL=debug (make
+	// chaos LOG_LEVEL=debug) puts raft's own account of elections and probes in the node logs.
+	LogLevel string
 }
 
 // run is one chaos run: a cluster, the workload, the nemeses, and what they recorded.
@@ -245,7 +248,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
-	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS)
+	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS, cfg.LogLevel)
 	hist := newHistory() // the run's, once the floor is known (discovering it is not part of the history)
 	closeLog := r.openClientLog(filepath.Join(dir, "clients.log"), hist.start)
 	defer closeLog()
