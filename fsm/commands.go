@@ -57,7 +57,7 @@ func (f *FSM) newLease(index uint64, h *holder, c *wirepb.AcquireCmd) *lease {
 		lockDelayMs: durationMs(c.LockDelayMs),
 		value:       string(c.Value),
 		requestID:   c.RequestId,
-		identity:    c.Identity,
+		identity:    h.sharedIdentity(c.Identity),
 		epoch:       f.epoch,
 		limit:       c.Limit,
 		flags:       flagRenewed, // a fresh grant earns a full TTL from a new leader

@@ -38,3 +38,44 @@ func TestDurationsBeyondTheStoredRangeSaturate(t *testing.T) {
 		t.Fatalf("a negative TTL stored as %d, want 0", res.Lease.TTLMs)
 	}
 }
+
+// TestHolderIdentitiesAreSharedNotMixed: a holder's leases granted under one identity keep one copy of
+// its name, through a restore too, and a grant under another identity keeps its own: sharing never gives
+// a lease another's identity.
+func TestHolderIdentitiesAreSharedNotMixed(t *testing.T) {
+	f := New()
+	if _, err := f.Apply(1, setACL(false, rule("alice", "", permLease), rule("bob", "", permLease))); err != nil {
+		t.Fatal(err)
+	}
+	grants := []struct{ resource, identity string }{
+		{"a", "alice"}, {"b", "alice"}, {"c", "bob"}, {"d", "alice"}, {"e", ""}, {"f", "alice"},
+	}
+	for i, g := range grants {
+		// A fresh copy of the name, as each decoded command has.
+		id := string([]byte(g.identity))
+		c := &wirepb.AcquireCmd{Resource: g.resource, Holder: "h", TtlMs: 1000, Identity: id}
+		if res, err := f.Apply(uint64(i+2), acqWith(c)); err != nil || res.Code != OK {
+			t.Fatalf("acquire %s: %v %v", g.resource, res.Code, err)
+		}
+	}
+	for name, state := range map[string]*FSM{"applied": f, "restored": mustRestore(t, mustSnapshot(t, f))} {
+		for _, g := range grants {
+			if l, _ := state.lookup(g.resource); l.identity != g.identity {
+				t.Fatalf("%s: %s has identity %q, want %q", name, g.resource, l.identity, g.identity)
+			}
+		}
+		a, b := mustLookup(t, state, "a"), mustLookup(t, state, "b")
+		if unsafe.StringData(a.identity) != unsafe.StringData(b.identity) {
+			t.Fatalf("%s: two leases of one holder and identity keep two copies of its name", name)
+		}
+	}
+}
+
+func mustLookup(t *testing.T, f *FSM, resource string) *lease {
+	t.Helper()
+	l, ok := f.lookup(resource)
+	if !ok {
+		t.Fatalf("%s is not held", resource)
+	}
+	return l
+}

@@ -229,7 +229,7 @@ func (f *FSM) leaseFromRecord(r *record) *lease {
 		remainingMs: r.remainingMs,
 		value:       string(r.value),
 		requestID:   r.requestID,
-		identity:    r.identity,
+		identity:    h.sharedIdentityBytes(r.identity),
 		limit:       r.limit,
 		epoch:       f.epoch,
 	}

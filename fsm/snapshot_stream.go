@@ -215,11 +215,12 @@ func isLeaseRecord(b []byte) bool {
 }
 
 // record is a LeaseRecord as decodeRecord reads it, without a message: the strings a lease keeps are
-// converted once, the holder's name stays bytes (a restore only looks its holder up by it), and nothing
-// is allocated that the lease does not keep.
+// converted once, the holder's name and the identity stay bytes (a restore only looks the holder up by
+// its name, and converts the identity only when it is not the holder's previous one), and nothing is
+// allocated that the lease does not keep.
 type record struct {
-	resource, requestID, identity     string
-	holder, value                     []byte
+	resource, requestID               string
+	holder, identity, value           []byte
 	token                             uint64
 	ttlMs, lockDelayMs, remainingMs   int64
 	limit                             uint32
@@ -281,7 +282,7 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 	case recRequestID:
 		r.requestID = string(v)
 	case recIdentity:
-		r.identity = string(v)
+		r.identity = v
 	}
 	return nil
 }

@@ -145,12 +145,13 @@ func TestDecodeRecordIsProtoUnmarshal(t *testing.T) {
 			resource: want.Resource, holder: []byte(want.Holder), token: want.Token, ttlMs: want.TtlMs,
 			value: want.Value, lockDelayMs: want.LockDelayMs, requestID: want.RequestId,
 			checkpointed: want.Checkpointed, remainingMs: want.RemainingMs, renewed: want.Renewed,
-			identity: want.Identity, limit: want.Limit, proclaimed: want.Proclaimed,
+			identity: []byte(want.Identity), limit: want.Limit, proclaimed: want.Proclaimed,
 		}
-		if !bytes.Equal(got.holder, as.holder) || !bytes.Equal(got.value, as.value) {
-			t.Fatalf("%x: decodeRecord read holder %q value %q, proto.Unmarshal %q %q", b, got.holder, got.value, as.holder, as.value)
+		if !bytes.Equal(got.holder, as.holder) || !bytes.Equal(got.value, as.value) || !bytes.Equal(got.identity, as.identity) {
+			t.Fatalf("%x: decodeRecord read holder %q value %q identity %q, proto.Unmarshal %q %q %q", b,
+				got.holder, got.value, got.identity, as.holder, as.value, as.identity)
 		}
-		got.holder, got.value, as.holder, as.value = nil, nil, nil, nil
+		got.holder, got.value, got.identity, as.holder, as.value, as.identity = nil, nil, nil, nil, nil, nil
 		if !reflect.DeepEqual(got, as) {
 			t.Fatalf("%x: decodeRecord read\n%+v, proto.Unmarshal\n%+v", b, got, as)
 		}
