@@ -128,8 +128,8 @@ func (h *holder) add(l *lease) {
 
 // sharedIdentity returns id, as the same string as the identity of the holder's previous grant when the
 // two are equal: a holder's leases nearly always come from one client certificate, and each would
-// otherwise keep its own copy of the name (a 16-byte allocation at typical lengths, with authentication
-// on). Which copy a lease keeps changes nothing it answers.
+// otherwise keep its own copy of the name (16 or 24 bytes for typical names, with authentication on).
+// Which copy a lease keeps changes nothing it answers.
 func (h *holder) sharedIdentity(id string) string {
 	if id != h.identity {
 		h.identity = id
