@@ -29,6 +29,7 @@ const commitNoticeDelay = 2 * time.Millisecond
 type commitNotices struct {
 	held  map[uint64]*raftpb.Message // by follower; the newest notice
 	timer *time.Timer                // runs while held is not empty
+	armed bool                       // the timer runs: filter, on every Ready, stops it only then
 }
 
 func newCommitNotices() *commitNotices {
@@ -51,15 +52,24 @@ func (c *commitNotices) filter(msgs []*raftpb.Message) []*raftpb.Message {
 			out = append(out, m)
 			continue
 		}
-		if len(c.held) == 0 {
+		if !c.armed {
 			c.timer.Reset(commitNoticeDelay)
+			c.armed = true
 		}
 		c.held[m.GetTo()] = m
 	}
 	if len(c.held) == 0 {
-		c.timer.Stop()
+		c.disarm()
 	}
 	return out
+}
+
+// disarm stops the timer if it runs.
+func (c *commitNotices) disarm() {
+	if c.armed {
+		c.timer.Stop()
+		c.armed = false
+	}
 }
 
 // due fires when held notices have waited commitNoticeDelay.
@@ -78,5 +88,5 @@ func (c *commitNotices) release() []*raftpb.Message {
 // forget drops the held notices (leadership was lost: they speak for a term that ended).
 func (c *commitNotices) forget() {
 	clear(c.held)
-	c.timer.Stop()
+	c.disarm()
 }
