@@ -60,7 +60,7 @@ func TestHolderIdentitiesAreSharedNotMixed(t *testing.T) {
 	}
 	for name, state := range map[string]*FSM{"applied": f, "restored": mustRestore(t, mustSnapshot(t, f))} {
 		for _, g := range grants {
-			if l, _ := state.lookup(g.resource); l.identity != g.identity {
+			if l := mustLookup(t, state, g.resource); l.identity != g.identity {
 				t.Fatalf("%s: %s has identity %q, want %q", name, g.resource, l.identity, g.identity)
 			}
 		}
