@@ -92,13 +92,14 @@ func checkGrants(events []event, sent map[releaseKey]time.Time, gaps []uint64) [
 	return v
 }
 
-// checkStates checks that every node's applied state at the same index is identical, that each holds at
-// most one grant per resource, that no token appears twice, and that each state agrees with the grants the
-// event stream left live (replayed up to that index), when the stream is complete.
+// checkStates checks that every node's applied state at the same index is identical (identities too, which
+// a restore shares between a holder's leases), that each holds at most one grant per resource, that no
+// token appears twice, and that each state agrees with the grants the event stream left live (replayed up
+// to that index), when the stream is complete.
 func checkStates(states []nodeState, events []event, complete bool) []string {
 	var v []string
 	key := func(l *leasepb.Lease) string {
-		return fmt.Sprintf("%s|%s|%d|%d|%x", l.GetResource(), l.GetHolder(), l.GetToken(), l.GetTtlMs(), l.GetValue())
+		return fmt.Sprintf("%s|%s|%d|%d|%x|%s", l.GetResource(), l.GetHolder(), l.GetToken(), l.GetTtlMs(), l.GetValue(), l.GetIdentity())
 	}
 	for i, st := range states {
 		res := map[string]bool{}

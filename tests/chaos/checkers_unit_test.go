@@ -137,6 +137,12 @@ func TestCheckGrants(t *testing.T) {
 	if v := checkStates(diverged, nil, false); len(v) == 0 {
 		t.Error("diverged node states: not caught")
 	}
+	otherIdentity := lease("s", 5)
+	otherIdentity.Identity = "bob"
+	mixed := []nodeState{{applied: 5, leases: []*leasepb.Lease{lease("s", 5)}}, {applied: 5, leases: []*leasepb.Lease{otherIdentity}}}
+	if v := checkStates(mixed, nil, false); len(v) == 0 {
+		t.Error("a lease under another identity on one node: not caught")
+	}
 	double := []nodeState{{applied: 5, leases: []*leasepb.Lease{lease("s", 4), lease("s", 5)}}}
 	if v := checkStates(double, nil, false); len(v) == 0 {
 		t.Error("two grants on one resource: not caught")
