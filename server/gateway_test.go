@@ -343,6 +343,13 @@ func TestHTTPAcquireWaitsUntilFree(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the timed-out waiter to leave the queue", waiters(0))
 
+	// A wait with an end (waitMs) is answered when it ends: 409, naming the holder.
+	ended := api.do("POST", "/v1/leases/acquire", `{"resource": "w", "holder": "e", "ttlMs": 10000, "wait": true, "waitMs": 200}`, http.StatusConflict)
+	if d := detail(t, ended, "leased.v1.LeaseHeld"); d["holder"] != "a" {
+		t.Fatalf("a wait that ended: %v, want the holder a named", ended)
+	}
+	eventually(t, 10*time.Second, "the ended waiter to leave the queue", waiters(0))
+
 	type result struct {
 		r   reply
 		err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -37,21 +38,31 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return nil, err
 		}
 		// Tried once, not queued: its refusal is an answer (the state machine remembers it as one).
-		once := proto.CloneOf(req)
-		once.Wait = false
-		resp, onceErr := n.acquireOnce(ctx, once, identity)
+		resp, onceErr := n.acquireOnce(ctx, withoutWait(req), identity)
 		if errors.Is(onceErr, ErrHeld) {
 			return nil, err
 		}
 		return resp, onceErr
 	}
 	defer n.queue.leave(req.GetResource(), w)
+	var waitEnds <-chan time.Time // fires when wait_ms runs out; nil: the wait lasts as long as the call
+	if ms := req.GetWaitMs(); ms > 0 {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		waitEnds = t.C
+	}
+	over := false
 	for {
 		if resp, err, done := n.tryQueued(ctx, req, identity, w); done {
 			return resp, err
 		}
+		if over && n.queue.withdraw(req.GetResource(), w) {
+			return n.waitEnded(ctx, req, identity)
+		}
 		select {
 		case <-w.wake:
+		case <-waitEnds:
+			waitEnds, over = nil, true
 		case out := <-outcome:
 			// A release carried this acquire: the entry answers it as its own entry would have.
 			if out.err != nil {
@@ -69,6 +80,21 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return nil, n.stoppedErr()
 		}
 	}
+}
+
+// waitEnded answers a blocking acquire whose wait ran out (it has left the queue) as the same request
+// without wait would be answered now: a grant if the resource is free, else the held refusal, which
+// names the holder. No entry of the request is in flight (the queue's own attempts are synchronous, and a
+// carried one was waited for), so a fresh request id's refusal may still come from a read.
+func (n *node) waitEnded(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	return n.acquireOnce(ctx, withoutWait(req), identity)
+}
+
+// withoutWait is req as an attempt that does not queue: the same attempt of the same request id.
+func withoutWait(req *leasepb.AcquireRequest) *leasepb.AcquireRequest {
+	once := proto.CloneOf(req)
+	once.Wait, once.WaitMs = false, 0
+	return once
 }
 
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the

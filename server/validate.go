@@ -77,6 +77,10 @@ func token(field string, t uint64) error {
 	return nil
 }
 
+// maxWait bounds AcquireRequest.wait_ms: a year and a day, far beyond any wait a caller means, and far
+// inside what a Duration holds.
+const maxWait = 366 * 24 * time.Hour
+
 func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if err := l.resource("resource", r.GetResource()); err != nil {
 		return err
@@ -106,6 +110,14 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 		return outOfBound("lock_delay_ms", d, 0, false, "")
 	case d > l.MaxLockDelay.Milliseconds():
 		return outOfBound("lock_delay_ms", d, l.MaxLockDelay.Milliseconds(), true, "")
+	}
+	switch w := r.GetWaitMs(); {
+	case w < 0:
+		return outOfBound("wait_ms", w, 0, false, "")
+	case w > maxWait.Milliseconds():
+		return outOfBound("wait_ms", w, maxWait.Milliseconds(), true, "")
+	case w > 0 && !r.GetWait():
+		return invalid("wait_ms", "ends a wait; it requires wait")
 	}
 	switch {
 	case r.GetLimit() > fsm.MaxSemaphoreLimit:

@@ -191,3 +191,33 @@ func TestAttemptNeedsRequestIDAndStaleAttemptStatus(t *testing.T) {
 		t.Fatalf("grant ended: %v", ended)
 	}
 }
+
+// wait_ms ends a wait: it needs wait, is not negative, and is bounded (in milliseconds, never converted
+// first, as the TTL).
+func TestWaitMsIsChecked(t *testing.T) {
+	l := DefaultConfig().limits()
+	for _, tc := range []struct {
+		wait   bool
+		waitMs int64
+		reason string // "" for accepted
+	}{
+		{true, 0, ""},
+		{true, 1, ""},
+		{true, maxWait.Milliseconds(), ""},
+		{false, 0, ""},
+		{false, 500, "requires wait"},
+		{true, -1, "below the minimum 0"},
+		{true, math.MinInt64, "below the minimum 0"},
+		{true, maxWait.Milliseconds() + 1, "above the maximum 31622400000"},
+		{true, math.MaxInt64, "above the maximum 31622400000"},
+	} {
+		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Wait: tc.wait, WaitMs: tc.waitMs})
+		var fe *fieldError
+		switch {
+		case tc.reason == "" && err != nil:
+			t.Errorf("wait %v, wait_ms %d: %v, want accepted", tc.wait, tc.waitMs, err)
+		case tc.reason != "" && (!errors.As(err, &fe) || fe.field != "wait_ms" || !strings.Contains(fe.reason, tc.reason)):
+			t.Errorf("wait %v, wait_ms %d: %v, want InvalidArgument on wait_ms: %s", tc.wait, tc.waitMs, err, tc.reason)
+		}
+	}
+}

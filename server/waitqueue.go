@@ -149,6 +149,22 @@ func (q *waitQueue) rearm(w *waiter, proposal uint64) {
 func (q *waitQueue) leave(resource string, w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.leaveLocked(resource, w)
+}
+
+// withdraw removes w, whose wait ended (AcquireRequest.wait_ms), unless a release carries its Acquire:
+// then that entry's outcome is w's answer, and w stays until it is known. It reports whether w left.
+func (q *waitQueue) withdraw(resource string, w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.claimed {
+		return false
+	}
+	q.leaveLocked(resource, w)
+	return true
+}
+
+func (q *waitQueue) leaveLocked(resource string, w *waiter) {
 	ws := q.queues[resource]
 	for i, x := range ws {
 		if x == w {

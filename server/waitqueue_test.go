@@ -61,3 +61,37 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 		t.Fatal("claimed a waiter without a command")
 	}
 }
+
+// A waiter whose wait ends leaves at once, unless a release carries its Acquire: that entry's outcome is
+// then its answer, and it stays (claimable again, and withdrawable, once the outcome was a refusal).
+func TestWithdrawWaitsForACarriedAcquire(t *testing.T) {
+	q := newWaitQueue(10, 10)
+	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
+	w, _ := q.enqueue("r", cmd, 7)
+	behind, _ := q.enqueue("r", cmd, 8)
+	if q.claim("r") != w {
+		t.Fatal("the idle head was not claimed")
+	}
+	if q.withdraw("r", w) {
+		t.Fatal("withdrew a waiter a release carries")
+	}
+	if q.len() != 2 {
+		t.Fatalf("queue holds %d waiters, want 2", q.len())
+	}
+	q.rearm(w, 9) // the release's entry refused it: the resource was not free after all
+	if !q.withdraw("r", w) {
+		t.Fatal("a waiter no release carries must leave when its wait ends")
+	}
+	if head, err := q.head("r", behind); !head || err != nil || q.len() != 1 {
+		t.Fatalf("after the head withdrew: head %v %v, %d waiters; want the next one at the head, alone", head, err, q.len())
+	}
+	select {
+	case <-behind.wake:
+	default:
+		t.Fatal("the new head was not woken")
+	}
+	q.leave("r", w) // the acquire's deferred leave: a no-op now
+	if q.len() != 1 {
+		t.Fatalf("leave after withdraw changed the queue: %d waiters", q.len())
+	}
+}

@@ -414,12 +414,19 @@ type AcquireRequest struct {
 	// request_id is the idempotency key: a retry with the same holder (with client certificates: the same
 	// identity) and request_id returns the existing grant rather than a second grant or a "held" error.
 	// While that grant is live, reusing the request_id with other parameters (resource, ttl_ms, value,
-	// lock_delay_ms, and with identities holder) is INVALID_ARGUMENT naming the first difference; wait is
-	// not compared. Clients should always set it (at most 64 bytes).
+	// lock_delay_ms, and with identities holder) is INVALID_ARGUMENT naming the first difference; wait and
+	// wait_ms are not compared. Clients should always set it (at most 64 bytes).
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait blocks until the resource is granted to this caller (FIFO per resource) instead of failing with
 	// FAILED_PRECONDITION when it is held.
 	Wait bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// wait_ms, with wait, ends the wait after this many milliseconds (0: it lasts as long as the call).
+	// A wait that ends without a grant is answered as the same request without wait would be at that
+	// moment: granted if the resource is free, else FAILED_PRECONDITION with LeaseHeld naming the holder.
+	// A client whose call has a deadline sets wait_ms a little below it, so that a wait that runs out is
+	// answered with the holder instead of being cut off without an answer. At most 31,622,400,000 (366
+	// days); INVALID_ARGUMENT without wait. Not compared between attempts of a request_id.
+	WaitMs int64 `protobuf:"varint,8,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// lock_delay_ms (0..60,000): if this lease is lost involuntarily (it expires), the resource stays
 	// ungrantable for this long. For resources whose writers cannot check tokens.
 	LockDelayMs int64 `protobuf:"varint,7,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
@@ -516,6 +523,13 @@ func (x *AcquireRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
 }
 
 func (x *AcquireRequest) GetLockDelayMs() int64 {
@@ -2463,7 +2477,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"\xa2\x02\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\xbb\x02\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -2471,7 +2485,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\"\n" +
+	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\x17\n" +
+	"\await_ms\x18\b \x01(\x03R\x06waitMs\x12\"\n" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
 	"\aattempt\x18F \x01(\rR\aattempt\x12(\n" +
