@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -67,6 +68,9 @@ type intent struct {
 	// carry it, and tells the cluster so (AcquireRequest.fresh_request_id): a refusal of it as held then
 	// costs the cluster no log entry. Not with WithRequestID, which may repeat an earlier call's id.
 	fresh bool
+	// waitEnds is the caller's deadline for a waiting Acquire (zero: none); each waiting attempt asks
+	// the cluster to end its wait shortly before it (waitMsBefore).
+	waitEnds time.Time
 }
 
 // next is the number of the next attempt.
@@ -94,5 +98,18 @@ func (in *intent) send(ctx context.Context, w *batcher, req *leasepb.AcquireRequ
 	numbered := proto.CloneOf(req)
 	numbered.Attempt = attempt
 	numbered.FreshRequestId = in.fresh && attempt == 1
+	if numbered.GetWait() && !in.waitEnds.IsZero() {
+		numbered.WaitMs = waitMsBefore(in.waitEnds, time.Now())
+	}
 	return w.acquire(ctx, numbered, opts...)
+}
+
+// waitMsBefore is the wait_ms of a waiting attempt sent at now for a caller whose deadline is deadline:
+// the wait ends a tenth of the time left before the deadline (at least 100 ms, at most a second), room
+// for the cluster's answer — a read or an entry, and the way back — to arrive before the caller stops
+// listening. At least 1 ms: 0 would mean no end at all.
+func waitMsBefore(deadline, now time.Time) int64 {
+	left := deadline.Sub(now)
+	room := min(max(left/10, 100*time.Millisecond), time.Second)
+	return max((left - room).Milliseconds(), 1)
 }

@@ -294,18 +294,34 @@ func (c *Client) acquireNow(ctx context.Context, req *leasepb.AcquireRequest, in
 	return c.granted(ctx, resp, sentAt, margin)
 }
 
-// acquireWaiting is Acquire WithWait. It first asks without waiting (the same request id throughout, so
-// the attempts are one intent): a free resource is granted at once, and a held one is answered with its
-// holder. Only then does it queue. If ctx ends while queued, the cluster's last word was "held", and
-// that is the answer: an error wrapping ErrHeld (the *HeldError of that answer), not a timeout. A
-// timeout or ErrUnavailable comes back only when the cluster never answered.
+// acquireWaiting is Acquire WithWait (the attempts share the request id, so they are one intent).
+//
+// With a deadline on ctx at least oneRequestWait away it sends one waiting request, whose wait ends a
+// little before the deadline (AcquireRequest.wait_ms, set per attempt by intent.send): the cluster then
+// answers it as a request without wait, a grant or "held" with the holder, and a "held" is returned as
+// the wait's end (an error wrapping ErrHeld, the *HeldError of that answer). A wait that can end only by
+// a cancel, which no answer follows, or so soon that the answer might come too late, first asks without
+// waiting (a free resource is granted at once, a held one is answered with its holder) and only then
+// queues; ctx ending while queued returns that held answer. A timeout or ErrUnavailable comes back only
+// when the cluster never answered.
 func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest, in *intent, margin time.Duration) (*Lease, error) {
-	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
-		defer cancel()
+	waiting := proto.CloneOf(req)
+	waiting.Wait = true
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) >= oneRequestWait {
+		in.waitEnds = deadline
+		resp, sentAt, err := c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
+		var held *HeldError
+		if errors.As(err, &held) {
+			return nil, &waitEndedError{held: held, cause: context.DeadlineExceeded}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return c.granted(ctx, resp, sentAt, margin)
 	}
+	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
+	ctx, cancel := context.WithTimeout(ctx, 365*24*time.Hour)
+	defer cancel()
 	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
 	if err == nil {
 		return c.granted(ctx, resp, sentAt, margin)
@@ -314,8 +330,6 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	if !errors.As(err, &held) {
 		return nil, err
 	}
-	waiting := proto.Clone(req).(*leasepb.AcquireRequest)
-	waiting.Wait = true
 	resp, sentAt, err = c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -328,6 +342,10 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	// granted renews it first if the wait used up too much of that window.
 	return c.granted(ctx, resp, sentAt, margin)
 }
+
+// oneRequestWait is the shortest wait a waiting Acquire sends as one request: its wait ends a tenth of
+// it before the caller's deadline, at least 100 ms, room for the cluster's answer on a busy machine.
+const oneRequestWait = time.Second
 
 // granted holds the lease an Acquire answer grants. A fresh grant was made by the entry of the attempt
 // sent at sentAt, or for a waiting attempt by a later entry (the release that handed it over, or its own

@@ -36,7 +36,8 @@ func (l *acquireLog) sent() []*leasepb.AcquireRequest {
 }
 
 // A wait that runs out after the cluster said "held" is answered "held", with the holder: not a timeout
-// (issue #9: leasectl acquire --wait --wait-timeout exited 5 on a loaded machine instead of 3).
+// (issue #9: leasectl acquire --wait --wait-timeout exited 5 on a loaded machine instead of 3). A wait
+// shorter than a second asks first without waiting, so the held answer is in hand before it queues.
 func TestWaitingAcquireThatRunsOutIsHeld(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
@@ -51,7 +52,7 @@ func TestWaitingAcquireThatRunsOutIsHeld(t *testing.T) {
 		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
 	})
 
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 	defer cancel()
 	_, err = bob.Acquire(wctx, "wait/held", client.WithTTL(10*time.Second), client.WithWait())
 	var held *client.HeldError
@@ -76,21 +77,100 @@ func TestWaitingAcquireThatRunsOutIsHeld(t *testing.T) {
 	}
 }
 
-// A waiting Acquire of a free resource is granted by its first, non-waiting, attempt.
+// A waiting Acquire of a free resource is granted at once: without a deadline by its first,
+// non-waiting, attempt; with one by its one waiting request.
 func TestWaitingAcquireOfAFreeResourceIsGrantedAtOnce(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
+	for _, tc := range []struct {
+		name     string
+		ctx      func() (context.Context, context.CancelFunc)
+		wantWait bool
+	}{
+		{"no deadline", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, false},
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			var log acquireLog
+			c := newClient(t, cl.Endpoints(), func(c *client.Config) {
+				c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
+			})
+			l, err := c.Acquire(ctx, "wait/free", client.WithTTL(10*time.Second), client.WithWait())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Release(ctx) }()
+			if reqs := log.sent(); len(reqs) != 1 || reqs[0].GetWait() != tc.wantWait {
+				t.Fatalf("want one Acquire, waiting: %v; sent %v", tc.wantWait, reqs)
+			}
+		})
+	}
+}
+
+// A wait with a deadline a second or more away is one waiting request whose wait the cluster ends a
+// little before the deadline, answering "held" with the holder (not a timeout), or the grant if the
+// resource frees first.
+func TestWaitingAcquireWithADeadlineIsOneRequest(t *testing.T) {
+	cl := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	var log acquireLog
-	c := newClient(t, cl.Endpoints(), func(c *client.Config) {
-		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
-	})
-	l, err := c.Acquire(ctx, "wait/free", client.WithTTL(10*time.Second), client.WithWait())
+	alice := newClient(t, cl.Endpoints(), func(c *client.Config) { c.Holder = "alice" })
+	la, err := alice.Acquire(ctx, "wait/one", client.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Release(ctx) }()
-	if reqs := log.sent(); len(reqs) == 0 || reqs[len(reqs)-1].GetWait() {
-		t.Fatalf("a free resource needs no waiting Acquire, sent %v", reqs)
+	var log acquireLog
+	bob := newClient(t, cl.Endpoints(), func(c *client.Config) {
+		c.Holder = "bob"
+		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
+	})
+
+	const timeout = 2 * time.Second
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err = bob.Acquire(wctx, "wait/one", client.WithTTL(10*time.Second), client.WithWait())
+	var held *client.HeldError
+	if !errors.As(err, &held) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want ErrHeld when the wait ran out, got %v", err)
+	}
+	if held.Holder != "alice" || held.Token != la.Token() {
+		t.Fatalf("held by %+v, want alice with token %d", held, la.Token())
+	}
+	if wctx.Err() != nil {
+		t.Errorf("the held answer came after the deadline")
+	}
+	reqs := log.sent()
+	if len(reqs) != 1 || !reqs[0].GetWait() {
+		t.Fatalf("want one waiting Acquire, sent %v", reqs)
+	}
+	// The wait ends a tenth of the time before the deadline (200 ms here), leaving room for the answer.
+	if ms := reqs[0].GetWaitMs(); ms < 1_700 || ms > 1_800 {
+		t.Errorf("wait_ms %d, want 1700..1800 for a deadline %v away", ms, timeout)
+	}
+
+	granted := make(chan error, 1)
+	go func() {
+		gctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		l, err := bob.Acquire(gctx, "wait/one", client.WithTTL(10*time.Second), client.WithWait())
+		if err == nil {
+			err = l.Release(gctx)
+		}
+		granted <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(log.sent()) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("bob's second wait was never sent")
+		}
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("a wait the release beat: %v, want the grant", err)
+	}
+	if reqs := log.sent(); len(reqs) != 2 {
+		t.Fatalf("the granted wait sent %d requests, want 1", len(reqs)-1)
 	}
 }
 
