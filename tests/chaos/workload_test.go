@@ -174,10 +174,13 @@ func (r *run) acquire(ctx context.Context, cl *client.Client, id int, holder, re
 }
 
 // acquireMaybeWaiting is acquire, the first attempt queued (WithWait) if wait is set: it is then granted
-// when the resource frees, usually by the entry of the release that frees it (a handoff). A wait that
-// runs out is answered "held" by the SDK, but its grant may be in flight (a release carrying it, or its
-// own entry, proposed just before), so the harness records that outcome as unknown and retries it without
-// waiting under the same request id, which returns the grant if it was made.
+// when the resource frees, usually by the entry of the release that frees it (a handoff). The wait has a
+// deadline over a second away, so the SDK sends one waiting request whose wait the leader ends shortly
+// before it (wait_ms): the leader's "held" at that end is its linearizable answer at that moment, and is
+// checked as any refusal. A "held" that returns only once the deadline passed is recorded as unknown (a
+// shorter wait's SDK reports an earlier answer's "held" then, while its grant may be in flight: a
+// release carrying it, or its own entry, proposed just before) and retried without waiting under the
+// same request id, which returns the grant if it was made.
 func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int, holder, res, reqID string, ttl time.Duration, retries int, wait bool) (*client.Lease, outcome) {
 	for attempt := 0; ; attempt++ {
 		in := opInput{Kind: opAcquire, Resource: res, Holder: holder, ReqID: reqID}
