@@ -82,7 +82,7 @@ func TestIdentitiesAndACLSurviveASnapshot(t *testing.T) {
 	c := servertest.StartWithACL(t, 3, ca, "ops", aclTestRules, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
 	ctx := ctxT(t)
 	f := c.Follower()
-	stoppedAt := stopBehind(c, f)
+	stoppedAt := stopBehind(t, c, f, "jobs/behind")
 	for i := range 40 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("jobs/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)

@@ -121,7 +121,7 @@ func TestFollowerRestartedAfterCompactionCatchesUpBySnapshot(t *testing.T) {
 	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 50, 5 })
 	ctx := ctxT(t)
 	f := c.Follower()
-	stoppedAt := stopBehind(c, f)
+	stoppedAt := stopBehind(t, c, f, "behind")
 	for i := range 300 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("s/%d", i), Holder: "h", TtlMs: 60_000, RequestId: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)

@@ -195,7 +195,7 @@ func TestSemaphoreSlotsSurviveASnapshotAndExpireUnderANewLeader(t *testing.T) {
 	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.SnapshotEntries, cfg.SnapshotCatchUp = 20, 2 })
 	ctx := ctxT(t)
 	f := c.Follower()
-	stoppedAt := stopBehind(c, f)
+	stoppedAt := stopBehind(t, c, f, "behind")
 	ttl := c.Config(0).TTLFloor().Milliseconds()
 	for i := range 2 {
 		if _, err := acquireRetrying(c, ctx, &leasepb.AcquireRequest{Resource: "sem/snap", Holder: "h", TtlMs: ttl, Limit: 2, RequestId: fmt.Sprint("s", i)}); err != nil {
