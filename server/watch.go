@@ -61,6 +61,11 @@ type watchHub struct {
 	pending  chan struct{}
 	sleepMu  sync.Mutex
 	sleeping map[*watcher]chan struct{}
+	// sleepers is len(sleeping), stored under sleepMu: with none, publish does not wake the notifier
+	// (every node applies every entry, and most nodes serve no watcher; waking a goroutine on an idle
+	// node wakes a thread). A watcher going to sleep signals after it counts itself, and publish shares
+	// its view before it reads the count, so one of the two sees the other (sleep).
+	sleepers atomic.Int64
 	// epoch counts resets; a watcher subscribed in an earlier one is cut off. closed ends every watcher.
 	epoch  uint64
 	closed bool
@@ -135,7 +140,9 @@ func (h *watchHub) publish(index uint64, events []fsm.Event) {
 	h.newest = index
 	h.evict()
 	h.share()
-	h.signal()
+	if h.sleepers.Load() > 0 {
+		h.signal()
+	}
 }
 
 // signal tells the notifier to look at the history (never blocks).
@@ -180,6 +187,7 @@ func (h *watchHub) round() {
 		delete(h.sleeping, w)
 		close(wake)
 	}
+	h.sleepers.Store(int64(len(h.sleeping)))
 }
 
 // sleep parks w until the notifier has something for it; leave (safe to call more than once, and after
@@ -188,12 +196,14 @@ func (h *watchHub) sleep(w *watcher) (wake <-chan struct{}, leave func()) {
 	ch := make(chan struct{})
 	h.sleepMu.Lock()
 	h.sleeping[w] = ch
+	h.sleepers.Store(int64(len(h.sleeping)))
 	h.sleepMu.Unlock()
 	// Events published before w went to sleep may have been looked at by the notifier already.
 	h.signal()
 	return ch, func() {
 		h.sleepMu.Lock()
 		delete(h.sleeping, w)
+		h.sleepers.Store(int64(len(h.sleeping)))
 		h.sleepMu.Unlock()
 	}
 }
