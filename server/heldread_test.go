@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -18,16 +16,12 @@ import (
 // every other acquire is proposed: a later attempt, a request id not marked fresh, a free resource, and a
 // waiting acquire (which queues instead).
 func TestFreshRequestRefusedFromARead(t *testing.T) {
-	regs := map[string]*prometheus.Registry{}
-	c := servertest.Start(t, 3, func(cfg *server.Config) {
-		regs[cfg.Name] = prometheus.NewRegistry()
-		cfg.Registerer = regs[cfg.Name]
-	})
+	c, reg := startWithRegistries(t, 3, nil)
 	ctx := ctxT(t)
 	l := c.WaitLeader()
 	leases := c.Leases(l)
 	proposed := func() float64 {
-		return gather(t, regs[c.Config(l).Name]).value("leased_proposals_total", "outcome", "applied")
+		return gather(t, reg(l)).value("leased_proposals_total", "outcome", "applied")
 	}
 	holder, err := leases.Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "a", TtlMs: 60_000, RequestId: "qa", Attempt: 1, FreshRequestId: true})
 	if err != nil {
@@ -38,14 +32,8 @@ func TestFreshRequestRefusedFromARead(t *testing.T) {
 		t.Helper()
 		before := proposed()
 		_, err := leases.Acquire(ctx, req)
-		st := status.Convert(err)
-		var held *leasepb.LeaseHeld
-		for _, d := range st.Details() {
-			if h, ok := d.(*leasepb.LeaseHeld); ok {
-				held = h
-			}
-		}
-		if st.Code() != codes.FailedPrecondition || held == nil {
+		held := heldDetail(err)
+		if status.Code(err) != codes.FailedPrecondition || held == nil {
 			t.Fatalf("acquire %v of the held resource: %v, want FAILED_PRECONDITION with LeaseHeld", req, err)
 		}
 		return held, proposed() - before

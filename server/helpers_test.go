@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -133,4 +134,29 @@ func startSingleNode(t *testing.T, cfg *server.Config) *server.Server {
 	t.Cleanup(func() { _ = s.Close() })
 	eventually(t, 5*time.Second, "leader", s.IsLeader)
 	return s
+}
+
+// heldDetail is the LeaseHeld detail of an Acquire's refusal (nil: none).
+func heldDetail(err error) *leasepb.LeaseHeld {
+	st, _ := statusOf(err)
+	for _, d := range st.Details() {
+		if h, ok := d.(*leasepb.LeaseHeld); ok {
+			return h
+		}
+	}
+	return nil
+}
+
+// startWithRegistries starts an n-node cluster whose nodes each register their metrics in a registry of
+// their own, which reg(i) returns for node i. tweak, if not nil, adjusts each node's config further.
+func startWithRegistries(t *testing.T, n int, tweak func(*server.Config)) (c *servertest.Cluster, reg func(i int) *prometheus.Registry) {
+	regs := map[string]*prometheus.Registry{}
+	c = servertest.Start(t, n, func(cfg *server.Config) {
+		regs[cfg.Name] = prometheus.NewRegistry()
+		cfg.Registerer = regs[cfg.Name]
+		if tweak != nil {
+			tweak(cfg)
+		}
+	})
+	return c, func(i int) *prometheus.Registry { return regs[c.Config(i).Name] }
 }

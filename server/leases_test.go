@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server/servertest"
@@ -42,13 +41,7 @@ func TestGrantRenewReleaseOnThreeNodes(t *testing.T) {
 	if code(err) != codes.FailedPrecondition {
 		t.Fatalf("second holder: %v, want FailedPrecondition", err)
 	}
-	var held *leasepb.LeaseHeld
-	for _, d := range status.Convert(err).Details() {
-		if h, ok := d.(*leasepb.LeaseHeld); ok {
-			held = h
-		}
-	}
-	if held.GetHolder() != "alice" || held.GetToken() != tok {
+	if held := heldDetail(err); held.GetHolder() != "alice" || held.GetToken() != tok {
 		t.Fatalf("held details = %v", held)
 	}
 	// Renew through a follower, then release; a second release (a retry whose answer was lost) is OK,

@@ -121,14 +121,10 @@ func (s scrape) value(name string, labels ...string) float64 {
 // a KeepAlive, the leader stopping and another taking over — and finds every series of the metrics
 // contract on every node, with values that say what happened.
 func TestMetricsContract(t *testing.T) {
-	regs := map[string]*prometheus.Registry{}
-	c := servertest.Start(t, 3, func(cfg *server.Config) {
-		regs[cfg.Name] = prometheus.NewRegistry()
-		cfg.Registerer = regs[cfg.Name]
+	c, reg := startWithRegistries(t, 3, func(cfg *server.Config) {
 		cfg.SnapshotEntries = 5 // a snapshot within the workload
 		cfg.SnapshotCatchUp = 2
 	})
-	reg := func(i int) *prometheus.Registry { return regs[c.Config(i).Name] }
 	ids := make([]string, c.Size())
 	for i := range ids {
 		ids[i] = leasepb.FormatID(c.Node(i).ID())

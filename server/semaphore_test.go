@@ -89,16 +89,6 @@ func TestSemaphoreSlotsOverTheAPI(t *testing.T) {
 	}
 }
 
-func heldDetail(err error) *leasepb.LeaseHeld {
-	st, _ := statusOf(err)
-	for _, d := range st.Details() {
-		if h, ok := d.(*leasepb.LeaseHeld); ok {
-			return h
-		}
-	}
-	return nil
-}
-
 // TestSemaphoreAndProclaimAreValidated: every limit is enforced at the edge with InvalidArgument naming
 // the field, and a limit that disagrees with the live slots is InvalidArgument on "limit".
 func TestSemaphoreAndProclaimAreValidated(t *testing.T) {

@@ -4,28 +4,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/server"
-	"github.com/leased/leased/server/servertest"
 )
 
 // A blocking acquire whose wait_ms runs out while the resource is held is answered as a try-lock: held,
 // naming the holder, and it leaves the queue. Sent through a follower (forwarded); as the first attempt
 // of a fresh request id, its refusal costs no log entry. A wait_ms that a release beats is a grant.
 func TestWaitThatRunsOutIsAnsweredWithTheHolder(t *testing.T) {
-	regs := map[string]*prometheus.Registry{}
-	c := servertest.Start(t, 3, func(cfg *server.Config) {
-		regs[cfg.Name] = prometheus.NewRegistry()
-		cfg.Registerer = regs[cfg.Name]
-	})
+	c, reg := startWithRegistries(t, 3, nil)
 	ctx := ctxT(t)
 	l, f := c.WaitLeader(), c.Follower()
 	proposed := func() float64 {
-		return gather(t, regs[c.Config(l).Name]).value("leased_proposals_total", "outcome", "applied")
+		return gather(t, reg(l)).value("leased_proposals_total", "outcome", "applied")
 	}
 	alice, err := c.Leases(l).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "alice", TtlMs: 60_000})
 	if err != nil {
@@ -37,14 +30,8 @@ func TestWaitThatRunsOutIsAnsweredWithTheHolder(t *testing.T) {
 	_, err = c.Leases(f).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "bob", TtlMs: 60_000,
 		RequestId: "b1", Attempt: 1, FreshRequestId: true, Wait: true, WaitMs: wait.Milliseconds()})
 	waited := time.Since(start)
-	st := status.Convert(err)
-	var held *leasepb.LeaseHeld
-	for _, d := range st.Details() {
-		if h, ok := d.(*leasepb.LeaseHeld); ok {
-			held = h
-		}
-	}
-	if st.Code() != codes.FailedPrecondition || held == nil {
+	held := heldDetail(err)
+	if status.Code(err) != codes.FailedPrecondition || held == nil {
 		t.Fatalf("a wait that ran out: %v, want FAILED_PRECONDITION with LeaseHeld", err)
 	}
 	if held.GetHolder() != "alice" || held.GetToken() != alice.GetLease().GetToken() {
