@@ -168,13 +168,20 @@ func TestSimPartitionsKeepTokensAndGrantsSafe(t *testing.T) {
 		if crashed >= 0 {
 			c.start(crashed)
 		}
+		// Healed, the workload goes on, and the checks below are not vacuous: it must get five more grants
+		// acknowledged, and ten in all. Counted here rather than during the faults: a schedule that keeps
+		// the cluster split most of the time acknowledges few there (one CI run had 4 in 20 s).
+		acked := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acks)
+		}
+		want := max(10, acked()+5)
+		c.waitFor(10*time.Second, fmt.Sprintf("%d acknowledged grants once healed", want), func() bool { return acked() >= want })
 		stop()
 		wg.Wait()
 		c.net.SetFaults(sim.Faults{})
 		t.Logf("faults: %v; acknowledged grants: %d", faults, len(acks))
-		if len(acks) < 10 {
-			t.Fatalf("only %d grants acknowledged in %v: the workload hardly ran", len(acks), duration)
-		}
 		c.waitLeader(10 * time.Second)
 		at := c.converge(20 * time.Second)
 		var grants map[uint64]grantRecord
