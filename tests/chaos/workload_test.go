@@ -214,6 +214,10 @@ func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int
 		}
 		r.hist.add(op{Client: id, In: in, Out: out, Call: call, Return: ret, Attempt: attempt})
 		r.stats.op(opAcquire, out.Out)
+		if waiting {
+			// Among the acquires above: how the waits ended (held: the leader's answer at the wait's end).
+			r.stats.named("acquire-waiting", out.Out)
+		}
 		if out.Out != outUnknown || attempt >= retries || ctx.Err() != nil {
 			return l, out.Out
 		}
