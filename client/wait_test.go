@@ -87,7 +87,9 @@ func TestWaitingAcquireOfAFreeResourceIsGrantedAtOnce(t *testing.T) {
 		wantWait bool
 	}{
 		{"no deadline", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, false},
-		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) }, true},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := tc.ctx()
