@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/servertest"
 )
 
 // A blocking acquire whose wait_ms runs out while the resource is held is answered as a try-lock: held,
@@ -59,5 +60,49 @@ func TestWaitThatRunsOutIsAnsweredWithTheHolder(t *testing.T) {
 	}
 	if err := <-granted; err != nil {
 		t.Fatalf("a wait a release beat: %v, want the grant", err)
+	}
+}
+
+// A waiter whose wait ends while a release carries its grant (claimed, the entry not yet proposed) stays
+// for that entry's outcome and is granted: a "held" then would be a lie the log contradicts.
+func TestWaitEndingWhileAReleaseCarriesItIsGranted(t *testing.T) {
+	c := servertest.Start(t, 3, nil)
+	ctx := ctxT(t)
+	l := c.WaitLeader()
+	lc := c.Leases(l)
+	a, err := lc.Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "a", TtlMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		resp *leasepb.AcquireResponse
+		err  error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		resp, err := lc.Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "w", TtlMs: 60_000,
+			RequestId: "w1", Attempt: 1, FreshRequestId: true, Wait: true, WaitMs: 300})
+		waited <- result{resp, err}
+	}()
+	eventually(t, 10*time.Second, "w queued", func() bool { return c.Node(l).QueueLen("r") == 1 })
+	queued := time.Now()
+	c.Node(l).OnHandoffProposing(func() {
+		// Hold the release's entry until w's wait of 300 ms has run out, and as long again.
+		eventually(t, 10*time.Second, "w's wait to run out", func() bool { return time.Since(queued) > 600*time.Millisecond })
+		select {
+		case r := <-waited:
+			t.Errorf("w was answered while a release carried its grant: %v, %v", r.resp, r.err)
+			waited <- r
+		default:
+		}
+	})
+	rel, err := lc.Release(ctx, &leasepb.ReleaseRequest{Resource: "r", Token: a.GetLease().GetToken()})
+	c.Node(l).OnHandoffProposing(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil || r.resp.GetLease().GetHolder() != "w" || r.resp.GetLease().GetToken() != rel.GetReleasedIndex() {
+		t.Fatalf("w: %v, %v; want the grant the release carried (token %d)", r.resp, r.err, rel.GetReleasedIndex())
 	}
 }
