@@ -35,26 +35,34 @@ func (l *acquireLog) sent() []*leasepb.AcquireRequest {
 	return append([]*leasepb.AcquireRequest(nil), l.reqs...)
 }
 
-// A wait that runs out after the cluster said "held" is answered "held", with the holder: not a timeout
-// (issue #9: leasectl acquire --wait --wait-timeout exited 5 on a loaded machine instead of 3). A wait
-// shorter than a second asks first without waiting, so the held answer is in hand before it queues.
-func TestWaitingAcquireThatRunsOutIsHeld(t *testing.T) {
+// heldByAlice starts a cluster where alice holds resource, and returns her lease and a client of bob's
+// whose Acquire requests are logged.
+func heldByAlice(t *testing.T, ctx context.Context, resource string) (*client.Lease, *client.Client, *acquireLog) {
+	t.Helper()
 	cl := servertest.Start(t, 3, nil)
-	ctx := ctxT(t)
 	alice := newClient(t, cl.Endpoints(), func(c *client.Config) { c.Holder = "alice" })
-	la, err := alice.Acquire(ctx, "wait/held", client.WithTTL(30*time.Second))
+	la, err := alice.Acquire(ctx, resource, client.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log acquireLog
+	log := &acquireLog{}
 	bob := newClient(t, cl.Endpoints(), func(c *client.Config) {
 		c.Holder = "bob"
 		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
 	})
+	return la, bob, log
+}
+
+// A wait that runs out after the cluster said "held" is answered "held", with the holder: not a timeout
+// (issue #9: leasectl acquire --wait --wait-timeout exited 5 on a loaded machine instead of 3). A wait
+// shorter than a second asks first without waiting, so the held answer is in hand before it queues.
+func TestWaitingAcquireThatRunsOutIsHeld(t *testing.T) {
+	ctx := ctxT(t)
+	la, bob, log := heldByAlice(t, ctx, "wait/held")
 
 	wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 	defer cancel()
-	_, err = bob.Acquire(wctx, "wait/held", client.WithTTL(10*time.Second), client.WithWait())
+	_, err := bob.Acquire(wctx, "wait/held", client.WithTTL(10*time.Second), client.WithWait())
 	var held *client.HeldError
 	if !errors.Is(err, client.ErrHeld) || !errors.As(err, &held) {
 		t.Fatalf("want ErrHeld after the wait ran out, got %v", err)
@@ -114,23 +122,13 @@ func TestWaitingAcquireOfAFreeResourceIsGrantedAtOnce(t *testing.T) {
 // little before the deadline, answering "held" with the holder (not a timeout), or the grant if the
 // resource frees first.
 func TestWaitingAcquireWithADeadlineIsOneRequest(t *testing.T) {
-	cl := servertest.Start(t, 3, nil)
 	ctx := ctxT(t)
-	alice := newClient(t, cl.Endpoints(), func(c *client.Config) { c.Holder = "alice" })
-	la, err := alice.Acquire(ctx, "wait/one", client.WithTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log acquireLog
-	bob := newClient(t, cl.Endpoints(), func(c *client.Config) {
-		c.Holder = "bob"
-		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
-	})
+	la, bob, log := heldByAlice(t, ctx, "wait/one")
 
 	const timeout = 2 * time.Second
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err = bob.Acquire(wctx, "wait/one", client.WithTTL(10*time.Second), client.WithWait())
+	_, err := bob.Acquire(wctx, "wait/one", client.WithTTL(10*time.Second), client.WithWait())
 	var held *client.HeldError
 	if !errors.As(err, &held) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want ErrHeld when the wait ran out, got %v", err)
