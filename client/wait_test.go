@@ -143,9 +143,10 @@ func TestWaitingAcquireWithADeadlineIsOneRequest(t *testing.T) {
 	if len(reqs) != 1 || !reqs[0].GetWait() {
 		t.Fatalf("want one waiting Acquire, sent %v", reqs)
 	}
-	// The wait ends a tenth of the time before the deadline (200 ms here), leaving room for the answer.
-	if ms := reqs[0].GetWaitMs(); ms < 1_700 || ms > 1_800 {
-		t.Errorf("wait_ms %d, want 1700..1800 for a deadline %v away", ms, timeout)
+	// The wait ends a tenth of the time left before the deadline, counted when the request is sent
+	// (TestWaitMsBeforeLeavesRoomForTheAnswer has the exact figures): at most 1,800 ms here.
+	if ms := reqs[0].GetWaitMs(); ms < 1_000 || ms > 1_800 {
+		t.Errorf("wait_ms %d, want 1000..1800 for a deadline %v away", ms, timeout)
 	}
 
 	granted := make(chan error, 1)

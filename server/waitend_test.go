@@ -81,14 +81,15 @@ func TestWaitEndingWhileAReleaseCarriesItIsGranted(t *testing.T) {
 	waited := make(chan result, 1)
 	go func() {
 		resp, err := lc.Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "w", TtlMs: 60_000,
-			RequestId: "w1", Attempt: 1, FreshRequestId: true, Wait: true, WaitMs: 300})
+			RequestId: "w1", Attempt: 1, FreshRequestId: true, Wait: true, WaitMs: 1500})
 		waited <- result{resp, err}
 	}()
 	eventually(t, 10*time.Second, "w queued", func() bool { return c.Node(l).QueueLen("r") == 1 })
 	queued := time.Now()
 	c.Node(l).OnHandoffProposing(func() {
-		// Hold the release's entry until w's wait of 300 ms has run out, and as long again.
-		eventually(t, 10*time.Second, "w's wait to run out", func() bool { return time.Since(queued) > 600*time.Millisecond })
+		// Hold the release's entry until w's wait of 1.5 s has run out, and a while more. (The wait is long
+		// so that the release below surely claims w before it runs out, however loaded the machine.)
+		eventually(t, 10*time.Second, "w's wait to run out", func() bool { return time.Since(queued) > 2*time.Second })
 		select {
 		case r := <-waited:
 			t.Errorf("w was answered while a release carried its grant: %v, %v", r.resp, r.err)
