@@ -57,7 +57,11 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return resp, err
 		}
 		if over && n.queue.withdraw(req.GetResource(), w) {
-			return n.waitEnded(ctx, req, identity)
+			// The wait ran out: answered as the same attempt without wait would be now, a grant if the
+			// resource is free, else the held refusal naming the holder. No entry of the attempt is in
+			// flight (the queue's own attempts are synchronous, and a carried one was waited for), so a
+			// fresh request id's refusal may still come from a read.
+			return n.acquireOnce(ctx, withoutWait(req), identity)
 		}
 		select {
 		case <-w.wake:
@@ -80,14 +84,6 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return nil, n.stoppedErr()
 		}
 	}
-}
-
-// waitEnded answers a blocking acquire whose wait ran out (it has left the queue) as the same request
-// without wait would be answered now: a grant if the resource is free, else the held refusal, which
-// names the holder. No entry of the request is in flight (the queue's own attempts are synchronous, and a
-// carried one was waited for), so a fresh request id's refusal may still come from a read.
-func (n *node) waitEnded(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	return n.acquireOnce(ctx, withoutWait(req), identity)
 }
 
 // withoutWait is req as an attempt that does not queue: the same attempt of the same request id.
