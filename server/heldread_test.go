@@ -20,9 +20,7 @@ func TestFreshRequestRefusedFromARead(t *testing.T) {
 	ctx := ctxT(t)
 	l := c.WaitLeader()
 	leases := c.Leases(l)
-	proposed := func() float64 {
-		return gather(t, reg(l)).value("leased_proposals_total", "outcome", "applied")
-	}
+	proposed := func() float64 { return appliedProposals(t, reg(l)) }
 	holder, err := leases.Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "a", TtlMs: 60_000, RequestId: "qa", Attempt: 1, FreshRequestId: true})
 	if err != nil {
 		t.Fatalf("fresh acquire of a free resource: %v", err)

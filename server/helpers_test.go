@@ -160,3 +160,9 @@ func startWithRegistries(t *testing.T, n int, tweak func(*server.Config)) (c *se
 	})
 	return c, func(i int) *prometheus.Registry { return regs[c.Config(i).Name] }
 }
+
+// appliedProposals is how many of its own proposals a node applied (leased_proposals_total, applied),
+// read from its registry.
+func appliedProposals(t *testing.T, reg *prometheus.Registry) float64 {
+	return gather(t, reg).value("leased_proposals_total", "outcome", "applied")
+}

@@ -18,9 +18,7 @@ func TestWaitThatRunsOutIsAnsweredWithTheHolder(t *testing.T) {
 	c, reg := startWithRegistries(t, 3, nil)
 	ctx := ctxT(t)
 	l, f := c.WaitLeader(), c.Follower()
-	proposed := func() float64 {
-		return gather(t, reg(l)).value("leased_proposals_total", "outcome", "applied")
-	}
+	proposed := func() float64 { return appliedProposals(t, reg(l)) }
 	alice, err := c.Leases(l).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "alice", TtlMs: 60_000})
 	if err != nil {
 		t.Fatal(err)
