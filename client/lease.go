@@ -320,8 +320,11 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		return c.granted(ctx, resp, sentAt, margin)
 	}
 	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
-	ctx, cancel := context.WithTimeout(ctx, 365*24*time.Hour)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
+		defer cancel()
+	}
 	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
 	if err == nil {
 		return c.granted(ctx, resp, sentAt, margin)

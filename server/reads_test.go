@@ -64,12 +64,8 @@ func TestLockDelayThroughTheAPI(t *testing.T) {
 	var delayedSeen bool
 	eventually(t, 5*time.Second, "grant after the lock-delay", func() bool {
 		resp, err := c.Leases(0).Acquire(ctx, &leasepb.AcquireRequest{Resource: "ld", Holder: "next", TtlMs: 1000, RequestId: "b"})
-		if code(err) == codes.FailedPrecondition {
-			for _, d := range status.Convert(err).Details() {
-				if h, ok := d.(*leasepb.LeaseHeld); ok && h.GetLockDelayed() {
-					delayedSeen = true
-				}
-			}
+		if code(err) == codes.FailedPrecondition && heldDetail(err).GetLockDelayed() {
+			delayedSeen = true
 		}
 		return err == nil && resp.GetLease().GetHolder() == "next"
 	})
