@@ -23,33 +23,47 @@ const MaxBatchWrites = 64
 // (its stream, headers, handler goroutine, interceptors and flushes) instead of one per write, on both
 // sides, when a client has several quick writes ready at the same moment.
 func (s *leasesService) Batch(ctx context.Context, req *leasepb.BatchRequest) (*leasepb.BatchResponse, error) {
-	if err := checkBatch(req); err != nil {
-		s.n.metrics.refused()
-		return nil, s.n.status(err)
-	}
-	writes := req.GetWrites()
-	leave, err := enterCalls(ctx, len(writes)-1, s.n.cfg.Limits.MaxStreamsPerConn)
+	// The call itself counts one against --max-streams-per-conn already: its other writes count one each.
+	leave, err := s.admitBatch(ctx, req.GetWrites(), len(req.GetWrites())-1)
 	if err != nil {
-		s.n.metrics.refused()
 		return nil, s.n.status(err)
 	}
 	defer leave()
+	return &leasepb.BatchResponse{Results: s.runBatch(ctx, time.Now(), req.GetWrites())}, nil
+}
+
+// admitBatch checks a batch against its limits and counts extra of its writes against the connection's
+// calls (--max-streams-per-conn); the returned func gives them back.
+func (s *leasesService) admitBatch(ctx context.Context, writes []*leasepb.BatchWrite, extra int) (leave func(), err error) {
+	if err := checkBatch(writes); err != nil {
+		s.n.metrics.refused()
+		return nil, err
+	}
+	leave, err = enterCalls(ctx, extra, s.n.cfg.Limits.MaxStreamsPerConn)
+	if err != nil {
+		s.n.metrics.refused()
+		return nil, err
+	}
 	s.n.metrics.batchSize.Observe(float64(len(writes)))
-	received := time.Now()
+	return leave, nil
+}
+
+// runBatch runs the writes of a batch received at received, all at once, and returns their results in
+// order.
+func (s *leasesService) runBatch(ctx context.Context, received time.Time, writes []*leasepb.BatchWrite) []*leasepb.BatchResult {
 	results := make([]*leasepb.BatchResult, len(writes))
 	var wg sync.WaitGroup
 	for i, w := range writes[1:] {
 		wg.Go(func() { results[i+1] = s.batchWrite(ctx, received, w) })
 	}
-	results[0] = s.batchWrite(ctx, received, writes[0]) // on the handler's own goroutine: one goroutine fewer
+	results[0] = s.batchWrite(ctx, received, writes[0]) // on the caller's own goroutine: one goroutine fewer
 	wg.Wait()
-	return &leasepb.BatchResponse{Results: results}, nil
+	return results
 }
 
 // checkBatch refuses a batch that breaks the call's own limits; each write's fields are checked where they
 // run (serveWrite), as for its own call.
-func checkBatch(req *leasepb.BatchRequest) error {
-	writes := req.GetWrites()
+func checkBatch(writes []*leasepb.BatchWrite) error {
 	if len(writes) == 0 || len(writes) > MaxBatchWrites {
 		return invalid("writes", "carries %d writes; a batch carries 1 to %d", len(writes), MaxBatchWrites)
 	}

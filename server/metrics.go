@@ -43,7 +43,7 @@ type metrics struct {
 var (
 	proposalOutcomes = []string{outcomeApplied, outcomeFailed, outcomeTimedOut, outcomeRefused}
 	renewalOutcomes  = []string{"renewed", "gone"}
-	streamKinds      = []string{streamWatch, streamKeepAlive}
+	streamKinds      = []string{streamWatch, streamKeepAlive, streamWrites}
 )
 
 const (
@@ -54,6 +54,7 @@ const (
 
 	streamWatch     = "watch"
 	streamKeepAlive = "keepalive"
+	streamWrites    = "writes"
 )
 
 // latencyBuckets span 100 µs to ~3 s: disk writes, applies, ReadIndex rounds, round trips.

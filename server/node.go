@@ -127,6 +127,8 @@ type node struct {
 	ticks    atomic.Uint64 // for tests that wait for the loop to have run
 	restores atomic.Uint64 // snapshots received from a leader and restored
 	stopped  chan struct{}
+	// draining closes when the node begins to shut down (Server.Close): Writes streams tell their clients.
+	draining chan struct{}
 	// done closes when the node stops serving: its Ready loop ended (Close, a failed write), or the disk
 	// watchdog gave up on a stalled write while the loop is still blocked in it.
 	done     chan struct{}

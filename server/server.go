@@ -297,6 +297,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
 		notices:     newCommitNotices(),
+		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),
@@ -526,6 +527,7 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) shutdown() error {
+	close(s.node.draining) // Writes streams tell their clients to close them
 	s.node.watch.closeAll()
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING from now on: balancers move away while the node drains

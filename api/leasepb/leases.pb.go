@@ -2335,6 +2335,135 @@ func (x *BatchResponse) GetResults() []*BatchResult {
 	return nil
 }
 
+// WritesRequest is one request on a Writes stream: a Batch's writes (1..64), under an id the client picks.
+type WritesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the request in its answer; the node does not interpret it (the Go SDK counts from 1).
+	Id            uint64        `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Writes        []*BatchWrite `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WritesRequest) Reset() {
+	*x = WritesRequest{}
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WritesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WritesRequest) ProtoMessage() {}
+
+func (x *WritesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WritesRequest.ProtoReflect.Descriptor instead.
+func (*WritesRequest) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WritesRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WritesRequest) GetWrites() []*BatchWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// WritesResponse answers one WritesRequest (id), or tells the client that the node is draining.
+type WritesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the request's id; 0 on a message that only sets draining.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// results: one per write, in the order of the request, as in BatchResponse; empty when error is set.
+	Results []*BatchResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// error: the request as a whole was refused (INVALID_ARGUMENT for a batch that breaks its limits,
+	// RESOURCE_EXHAUSTED at --max-streams-per-conn) and none of its writes ran.
+	Error *status.Status `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// draining: the node is shutting down. Send nothing more on this stream and close its send side; the
+	// requests already sent are still answered.
+	Draining      bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WritesResponse) Reset() {
+	*x = WritesResponse{}
+	mi := &file_leased_v1_leases_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WritesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WritesResponse) ProtoMessage() {}
+
+func (x *WritesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leased_v1_leases_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WritesResponse.ProtoReflect.Descriptor instead.
+func (*WritesResponse) Descriptor() ([]byte, []int) {
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WritesResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WritesResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *WritesResponse) GetError() *status.Status {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *WritesResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // BatchResult is one write's answer: the response its own call would have returned, or the status it would
 // have failed with.
 type BatchResult struct {
@@ -2352,7 +2481,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	mi := &file_leased_v1_leases_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2493,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	mi := &file_leased_v1_leases_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2506,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{31}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchResult) GetResult() isBatchResult_Result {
@@ -2609,7 +2738,15 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMsB\a\n" +
 	"\x05write\"A\n" +
 	"\rBatchResponse\x120\n" +
-	"\aresults\x18\x01 \x03(\v2\x16.leased.v1.BatchResultR\aresults\"\xe5\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.leased.v1.BatchResultR\aresults\"N\n" +
+	"\rWritesRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
+	"\x06writes\x18\x02 \x03(\v2\x15.leased.v1.BatchWriteR\x06writes\"\x98\x01\n" +
+	"\x0eWritesResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
+	"\aresults\x18\x02 \x03(\v2\x16.leased.v1.BatchResultR\aresults\x12(\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusR\x05error\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\"\xe5\x01\n" +
 	"\vBatchResult\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.leased.v1.AcquireResponseH\x00R\aacquire\x120\n" +
 	"\x05renew\x18\x02 \x01(\v2\x18.leased.v1.RenewResponseH\x00R\x05renew\x126\n" +
@@ -2627,7 +2764,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
 	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
-	"\x10PERMISSION_ADMIN\x10\x032\xe7\x06\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\xaa\a\n" +
 	"\x06Leases\x12_\n" +
 	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/acquire\x12W\n" +
 	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/leases/renew\x12J\n" +
@@ -2637,7 +2774,8 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/leases\x12r\n" +
 	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12:\n" +
-	"\x05Batch\x12\x17.leased.v1.BatchRequest\x1a\x18.leased.v1.BatchResponse\x12<\n" +
+	"\x05Batch\x12\x17.leased.v1.BatchRequest\x1a\x18.leased.v1.BatchResponse\x12A\n" +
+	"\x06Writes\x12\x18.leased.v1.WritesRequest\x1a\x19.leased.v1.WritesResponse(\x010\x01\x12<\n" +
 	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01\x12c\n" +
 	"\bProclaim\x12\x1a.leased.v1.ProclaimRequest\x1a\x1b.leased.v1.ProclaimResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/proclaimB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
 
@@ -2654,7 +2792,7 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
 	(Permission)(0),               // 1: leased.v1.Permission
@@ -2689,8 +2827,10 @@ var file_leased_v1_leases_proto_goTypes = []any{
 	(*BatchRequest)(nil),          // 30: leased.v1.BatchRequest
 	(*BatchWrite)(nil),            // 31: leased.v1.BatchWrite
 	(*BatchResponse)(nil),         // 32: leased.v1.BatchResponse
-	(*BatchResult)(nil),           // 33: leased.v1.BatchResult
-	(*status.Status)(nil),         // 34: google.rpc.Status
+	(*WritesRequest)(nil),         // 33: leased.v1.WritesRequest
+	(*WritesResponse)(nil),        // 34: leased.v1.WritesResponse
+	(*BatchResult)(nil),           // 35: leased.v1.BatchResult
+	(*status.Status)(nil),         // 36: google.rpc.Status
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
@@ -2718,36 +2858,41 @@ var file_leased_v1_leases_proto_depIdxs = []int32{
 	4,  // 22: leased.v1.BatchWrite.acquire:type_name -> leased.v1.AcquireRequest
 	6,  // 23: leased.v1.BatchWrite.renew:type_name -> leased.v1.RenewRequest
 	12, // 24: leased.v1.BatchWrite.release:type_name -> leased.v1.ReleaseRequest
-	33, // 25: leased.v1.BatchResponse.results:type_name -> leased.v1.BatchResult
-	5,  // 26: leased.v1.BatchResult.acquire:type_name -> leased.v1.AcquireResponse
-	7,  // 27: leased.v1.BatchResult.renew:type_name -> leased.v1.RenewResponse
-	13, // 28: leased.v1.BatchResult.release:type_name -> leased.v1.ReleaseResponse
-	34, // 29: leased.v1.BatchResult.error:type_name -> google.rpc.Status
-	4,  // 30: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	6,  // 31: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	9,  // 32: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	12, // 33: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	14, // 34: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	16, // 35: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	18, // 36: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	30, // 37: leased.v1.Leases.Batch:input_type -> leased.v1.BatchRequest
-	20, // 38: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	28, // 39: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
-	5,  // 40: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	7,  // 41: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	11, // 42: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	13, // 43: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	15, // 44: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	17, // 45: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	19, // 46: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	32, // 47: leased.v1.Leases.Batch:output_type -> leased.v1.BatchResponse
-	22, // 48: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	29, // 49: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	35, // 25: leased.v1.BatchResponse.results:type_name -> leased.v1.BatchResult
+	31, // 26: leased.v1.WritesRequest.writes:type_name -> leased.v1.BatchWrite
+	35, // 27: leased.v1.WritesResponse.results:type_name -> leased.v1.BatchResult
+	36, // 28: leased.v1.WritesResponse.error:type_name -> google.rpc.Status
+	5,  // 29: leased.v1.BatchResult.acquire:type_name -> leased.v1.AcquireResponse
+	7,  // 30: leased.v1.BatchResult.renew:type_name -> leased.v1.RenewResponse
+	13, // 31: leased.v1.BatchResult.release:type_name -> leased.v1.ReleaseResponse
+	36, // 32: leased.v1.BatchResult.error:type_name -> google.rpc.Status
+	4,  // 33: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	6,  // 34: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	9,  // 35: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	12, // 36: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	14, // 37: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	16, // 38: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	18, // 39: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	30, // 40: leased.v1.Leases.Batch:input_type -> leased.v1.BatchRequest
+	33, // 41: leased.v1.Leases.Writes:input_type -> leased.v1.WritesRequest
+	20, // 42: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	28, // 43: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
+	5,  // 44: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	7,  // 45: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	11, // 46: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	13, // 47: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	15, // 48: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	17, // 49: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	19, // 50: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	32, // 51: leased.v1.Leases.Batch:output_type -> leased.v1.BatchResponse
+	34, // 52: leased.v1.Leases.Writes:output_type -> leased.v1.WritesResponse
+	22, // 53: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	29, // 54: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
+	44, // [44:55] is the sub-list for method output_type
+	33, // [33:44] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -2760,7 +2905,7 @@ func file_leased_v1_leases_proto_init() {
 		(*BatchWrite_Renew)(nil),
 		(*BatchWrite_Release)(nil),
 	}
-	file_leased_v1_leases_proto_msgTypes[31].OneofWrappers = []any{
+	file_leased_v1_leases_proto_msgTypes[33].OneofWrappers = []any{
 		(*BatchResult_Acquire)(nil),
 		(*BatchResult_Renew)(nil),
 		(*BatchResult_Release)(nil),
@@ -2772,7 +2917,7 @@ func file_leased_v1_leases_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -65,6 +65,7 @@ const (
 	Leases_List_FullMethodName          = "/leased.v1.Leases/List"
 	Leases_ValidateToken_FullMethodName = "/leased.v1.Leases/ValidateToken"
 	Leases_Batch_FullMethodName         = "/leased.v1.Leases/Batch"
+	Leases_Writes_FullMethodName        = "/leased.v1.Leases/Writes"
 	Leases_Watch_FullMethodName         = "/leased.v1.Leases/Watch"
 	Leases_Proclaim_FullMethodName      = "/leased.v1.Leases/Proclaim"
 )
@@ -104,6 +105,15 @@ type LeasesClient interface {
 	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
 	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
+	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
+	// writes would, and its WritesResponse answers it under the same id. Requests run concurrently and are
+	// answered as they finish, not in order. A request that breaks a limit (the batch's, or
+	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the node
+	// begins to shut down it sends a WritesResponse with draining set: the client should send nothing more on
+	// the stream and close its side; the node answers every request it received, then ends the stream. The
+	// Go SDK sends its quick writes this way (docs/client.md, "Batching"). Not served over HTTP/JSON.
+	Writes(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WritesRequest, WritesResponse], error)
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
@@ -203,9 +213,22 @@ func (c *leasesClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *leasesClient) Writes(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WritesRequest, WritesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[1], Leases_Writes_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WritesRequest, WritesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Leases_WritesClient = grpc.BidiStreamingClient[WritesRequest, WritesResponse]
+
 func (c *leasesClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[1], Leases_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[2], Leases_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -267,6 +290,15 @@ type LeasesServer interface {
 	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
 	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
+	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
+	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
+	// writes would, and its WritesResponse answers it under the same id. Requests run concurrently and are
+	// answered as they finish, not in order. A request that breaks a limit (the batch's, or
+	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the node
+	// begins to shut down it sends a WritesResponse with draining set: the client should send nothing more on
+	// the stream and close its side; the node answers every request it received, then ends the stream. The
+	// Go SDK sends its quick writes this way (docs/client.md, "Batching"). Not served over HTTP/JSON.
+	Writes(grpc.BidiStreamingServer[WritesRequest, WritesResponse]) error
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// Proclaim replaces the value of a live lease, keeping its token and TTL (an elected leader announcing
@@ -306,6 +338,9 @@ func (UnimplementedLeasesServer) ValidateToken(context.Context, *ValidateTokenRe
 }
 func (UnimplementedLeasesServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedLeasesServer) Writes(grpc.BidiStreamingServer[WritesRequest, WritesResponse]) error {
+	return status.Error(codes.Unimplemented, "method Writes not implemented")
 }
 func (UnimplementedLeasesServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -467,6 +502,13 @@ func _Leases_Batch_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Leases_Writes_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LeasesServer).Writes(&grpc.GenericServerStream[WritesRequest, WritesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Leases_WritesServer = grpc.BidiStreamingServer[WritesRequest, WritesResponse]
+
 func _Leases_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -540,6 +582,12 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "KeepAlive",
 			Handler:       _Leases_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Writes",
+			Handler:       _Leases_Writes_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
