@@ -34,13 +34,23 @@ import (
 // maxBatchWrites is the most writes a Batch carries (leases.proto; server.MaxBatchWrites).
 const maxBatchWrites = 64
 
-// batcher coalesces the quick writes made on one connection.
+// batcher coalesces the quick writes made on one connection and sends them on its Writes stream
+// (writestream.go).
 type batcher struct {
-	api    leasepb.LeasesClient
-	target net.Addr // the connection's endpoint: the peer a batch that may have been sent is attributed to
+	api     leasepb.LeasesClient
+	target  net.Addr // the connection's endpoint: the peer a batch that may have been sent is attributed to
+	metrics *clientMetrics
 	// alone: every write goes as its own call (Config.NoBatching, or the node answered a Batch with
 	// Unimplemented: it predates Batch).
 	alone atomic.Bool
+	// noStream: batches go as Batch calls (the node answered the Writes stream with Unimplemented).
+	noStream atomic.Bool
+
+	ctx      context.Context // the client's: streams live under it
+	streamMu sync.Mutex
+	stream   *writeStream   // the open stream; nil before the first batch
+	closed   bool           // under streamMu: no stream opens any more
+	readers  sync.WaitGroup // the streams' readers
 
 	// yield lets the writes made at the same instant as a batch's first join it (runtime.Gosched; tests
 	// replace it).
@@ -69,10 +79,19 @@ type batchedWrite struct {
 	sentTo peer.Peer // the node the write's call reached (Addr nil: it reached none)
 }
 
-func newBatcher(conn *grpc.ClientConn, addr string, off bool) *batcher {
-	b := &batcher{api: leasepb.NewLeasesClient(conn), target: endpointAddr(addr), yield: runtime.Gosched}
+func newBatcher(ctx context.Context, conn *grpc.ClientConn, addr string, off bool, m *clientMetrics) *batcher {
+	b := &batcher{api: leasepb.NewLeasesClient(conn), target: endpointAddr(addr), metrics: m, ctx: ctx, yield: runtime.Gosched}
 	b.alone.Store(off)
 	return b
+}
+
+// close waits for the streams' readers to end (the client's context has ended: so do the streams) and
+// opens no stream any more.
+func (b *batcher) close() {
+	b.streamMu.Lock()
+	b.closed = true
+	b.streamMu.Unlock()
+	b.readers.Wait()
 }
 
 // endpointAddr names an endpoint as a net.Addr.
@@ -111,10 +130,8 @@ func (b *batcher) do(ctx context.Context, w *leasepb.BatchWrite, opts []grpc.Cal
 	call := &batchedWrite{ctx: ctx, write: w, done: make(chan struct{})}
 	if b.join(call) {
 		b.yield()
-		if calls := b.take(call.batch); len(calls) == 1 {
-			b.sendAlone(calls[0]) // no one joined: its own call, on this goroutine
-		} else if len(calls) > 1 {
-			go b.send(calls)
+		if calls := b.take(call.batch); len(calls) > 0 && !b.viaStream(calls) {
+			b.resend(calls)
 		}
 	}
 	p := peerOption(opts)
@@ -190,6 +207,16 @@ func (b *batcher) leave(call *batchedWrite) (mayBeSent bool) {
 	return true
 }
 
+// resend sends calls the way a connection without the Writes stream does: a write alone as its own
+// call, on this goroutine, more as one Batch call.
+func (b *batcher) resend(calls []*batchedWrite) {
+	if len(calls) == 1 {
+		b.sendAlone(calls[0])
+	} else {
+		go b.send(calls)
+	}
+}
+
 // sendAlone sends a write as its own call.
 func (b *batcher) sendAlone(call *batchedWrite) {
 	call.res, call.err = b.unary(call.ctx, call.write, grpc.Peer(&call.sentTo))
@@ -218,14 +245,11 @@ func (b *batcher) send(calls []*batchedWrite) {
 	var last time.Time
 	bounded := true
 	for i, c := range calls {
-		req.Writes[i] = c.write
+		req.Writes[i] = withTimeout(c.write, c.ctx, now)
 		dl, ok := c.ctx.Deadline()
 		if !ok {
 			bounded = false
-			continue
-		}
-		c.write.TimeoutMs = timeoutMs(dl.Sub(now))
-		if dl.After(last) {
+		} else if dl.After(last) {
 			last = dl
 		}
 	}

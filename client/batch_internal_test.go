@@ -113,9 +113,17 @@ func (f *fakeLeases) batchSizes() []int {
 	return sizes
 }
 
-// gatedBatcher is a batcher over f whose batches form until want writes joined (or the batch is full).
+// callBatcher is a batcher over f that sends its batches as Batch calls (as to a node without the Writes
+// stream: writestream_internal_test.go tests the stream).
+func callBatcher(f *fakeLeases) *batcher {
+	b := &batcher{api: f, target: endpointAddr("node:1"), yield: func() {}}
+	b.noStream.Store(true)
+	return b
+}
+
+// gatedBatcher is a callBatcher over f whose batches form until want writes joined (or the batch is full).
 func gatedBatcher(f *fakeLeases, want int) *batcher {
-	b := &batcher{api: f, target: endpointAddr("node:1")}
+	b := callBatcher(f)
 	b.yield = func() {
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
@@ -176,7 +184,7 @@ func TestWritesMadeTogetherTravelAsOneBatch(t *testing.T) {
 
 func TestAWriteAloneGoesAsItsOwnCall(t *testing.T) {
 	f := &fakeLeases{}
-	b := &batcher{api: f, target: endpointAddr("node:1"), yield: func() {}}
+	b := callBatcher(f)
 	var p peer.Peer
 	resp, err := b.acquire(context.Background(), &leasepb.AcquireRequest{Resource: "a"}, grpc.Peer(&p))
 	if err != nil || resp.GetLease().GetResource() != "a" || p.Addr != fakeNode {
@@ -227,7 +235,7 @@ func TestABatchCarriesAtMost64Writes(t *testing.T) {
 // peer stays unset: the SDK knows it cannot have taken effect).
 func TestAWriteLeftBeforeItsBatchIsSentIsNotSent(t *testing.T) {
 	f := &fakeLeases{}
-	b := &batcher{api: f, target: endpointAddr("node:1")}
+	b := callBatcher(f)
 	leftReturned := make(chan struct{})
 	b.yield = func() { <-leftReturned } // the batch is sent only after the leaver returned
 	leaving, cancel := context.WithCancel(context.Background())

@@ -211,6 +211,9 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, b := range c.batchers {
+		b.close()
+	}
 	var errs []error
 	for _, conn := range c.conns {
 		errs = append(errs, conn.Close())
@@ -268,7 +271,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.conns[addr] = conn
 	c.causes[conn] = cause
 	c.addrs[conn] = addr
-	c.batchers[conn] = newBatcher(conn, addr, c.cfg.NoBatching)
+	c.batchers[conn] = newBatcher(c.ctx, conn, addr, c.cfg.NoBatching, c.metrics)
 	return conn, nil
 }
 

@@ -216,43 +216,95 @@ func TestCutOffHolderSeesDoneBeforeTheServerExpires(t *testing.T) {
 }
 
 // TestAcquireRetriedAfterLostAnswerYieldsOneGrant injects the loss of the first Acquire answer (the grant
-// happened, the client saw Unavailable): the retry with the same request id returns the same grant.
+// happened, the client saw Unavailable): the retry with the same request id returns the same grant. The
+// answer is lost on its own call, and on the Writes stream (the stream breaks with the grant in it).
 func TestAcquireRetriedAfterLostAnswerYieldsOneGrant(t *testing.T) {
 	cl := servertest.Start(t, 3, nil)
-	var dropped atomic.Bool
-	loseFirstAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	for _, tc := range []struct {
+		name string
+		lose func(dropped *atomic.Bool) func(*client.Config)
+	}{
+		{"own-call", func(dropped *atomic.Bool) func(*client.Config) {
+			return func(cfg *client.Config) {
+				cfg.NoBatching = true
+				cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(loseFirstAcquireAnswer(dropped))}
+			}
+		}},
+		{"stream", func(dropped *atomic.Bool) func(*client.Config) {
+			return func(cfg *client.Config) {
+				cfg.DialOptions = []grpc.DialOption{grpc.WithStreamInterceptor(breakOnFirstGrant(dropped))}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dropped atomic.Bool
+			c := newClient(t, cl.Endpoints(), tc.lose(&dropped))
+			ctx := ctxT(t)
+			resource := "once/" + tc.name
+			l, err := c.Acquire(ctx, resource, client.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatalf("acquire after a lost answer: %v", err)
+			}
+			if !dropped.Load() {
+				t.Fatal("the answer was never dropped")
+			}
+			var grants int
+			wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_ = c.Watch(wctx, client.WatchOptions{Resource: resource, FromIndex: 1}, func(e client.Event) error {
+				if e.Type == client.Granted {
+					grants++
+					if e.Lease.Token != l.Token() {
+						t.Errorf("a second grant with token %d (held %d)", e.Lease.Token, l.Token())
+					}
+				}
+				return nil
+			})
+			if grants != 1 {
+				t.Fatalf("%d grants, want exactly 1", grants)
+			}
+		})
+	}
+}
+
+// loseFirstAcquireAnswer turns the first successful Acquire call's answer into Unavailable.
+func loseFirstAcquireAnswer(dropped *atomic.Bool) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if method == leasepb.Leases_Acquire_FullMethodName && err == nil && dropped.CompareAndSwap(false, true) {
 			return status.Error(codes.Unavailable, "injected: answer lost")
 		}
 		return err
 	}
-	c := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(loseFirstAnswer)}
-	})
-	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "once", client.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatalf("acquire after a lost answer: %v", err)
-	}
-	if !dropped.Load() {
-		t.Fatal("the answer was never dropped")
-	}
-	var grants int
-	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	_ = c.Watch(wctx, client.WatchOptions{Resource: "once", FromIndex: 1}, func(e client.Event) error {
-		if e.Type == client.Granted {
-			grants++
-			if e.Lease.Token != l.Token() {
-				t.Errorf("a second grant with token %d (held %d)", e.Lease.Token, l.Token())
-			}
+}
+
+// breakOnFirstGrant breaks a Writes stream as it receives the first grant: the client reads Unavailable
+// instead of the answer.
+func breakOnFirstGrant(dropped *atomic.Bool) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != leasepb.Leases_Writes_FullMethodName {
+			return cs, err
 		}
-		return nil
-	})
-	if grants != 1 {
-		t.Fatalf("%d grants, want exactly 1", grants)
+		return &grantBreaker{ClientStream: cs, dropped: dropped}, nil
 	}
+}
+
+type grantBreaker struct {
+	grpc.ClientStream
+	dropped *atomic.Bool
+}
+
+func (g *grantBreaker) RecvMsg(m any) error {
+	if err := g.ClientStream.RecvMsg(m); err != nil {
+		return err
+	}
+	for _, r := range m.(*leasepb.WritesResponse).GetResults() {
+		if r.GetAcquire().GetLease() != nil && g.dropped.CompareAndSwap(false, true) {
+			return status.Error(codes.Unavailable, "injected: stream broke with the answer in it")
+		}
+	}
+	return nil
 }
 
 func TestFencedRefusesWhenTooLittleRemains(t *testing.T) {

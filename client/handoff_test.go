@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/server/servertest"
 )
@@ -22,6 +23,15 @@ func (c *jumpClock) AfterFunc(d time.Duration, f func()) client.Timer {
 
 // renewCount counts the unary Renew calls a client sends.
 type renewCount struct{ n atomic.Int64 }
+
+// options count the Renew calls and the renewals sent on the Writes stream.
+func (r *renewCount) options() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.intercept), observeWrites(func(w *leasepb.BatchWrite) {
+		if w.GetRenew() != nil {
+			r.n.Add(1)
+		}
+	})}
+}
 
 func (r *renewCount) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if method == "/leased.v1.Leases/Renew" {
@@ -56,7 +66,7 @@ func TestWaitedGrantRenewsOnlyAfterALongWait(t *testing.T) {
 			clock := &jumpClock{}
 			bob := newClient(t, cl.Endpoints(), func(c *client.Config) {
 				c.Holder, c.Clock = "bob", clock
-				c.DialOptions = append(c.DialOptions, grpc.WithChainUnaryInterceptor(renews.intercept, log.intercept))
+				c.DialOptions = append(append(c.DialOptions, renews.options()...), log.options()...)
 			})
 			got := make(chan *client.Lease, 1)
 			go func() {

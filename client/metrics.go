@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -30,8 +31,8 @@ const (
 	lostLostContact = "lost_contact"
 )
 
-// leasesMethods are the unary RPCs whose series exist from the start.
-var leasesMethods = []string{"Acquire", "Renew", "Release", "Batch", "Get", "List", "ValidateToken", "Status", "MemberList"}
+// leasesMethods are the RPCs whose series exist from the start (Writes: one request on the stream).
+var leasesMethods = []string{"Acquire", "Renew", "Release", "Batch", "Writes", "Get", "List", "ValidateToken", "Status", "MemberList"}
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	if reg == nil {
@@ -39,10 +40,10 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	}
 	m := &clientMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_client_requests_total", Help: "Unary RPCs this client sent (each attempt), by method and gRPC code.",
+			Name: "leased_client_requests_total", Help: "Unary RPCs this client sent (each attempt), and requests on its Writes streams, by method and gRPC code.",
 		}, []string{"method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "leased_client_request_duration_seconds", Help: "Time of one unary RPC attempt, by method.",
+			Name: "leased_client_request_duration_seconds", Help: "Time of one unary RPC attempt, or of one request on a Writes stream, by method.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"method"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -113,5 +114,13 @@ func (m *clientMetrics) leaseEnded(why error) {
 func (m *clientMetrics) renewalAnswered(rtt time.Duration) {
 	if m != nil {
 		m.renewalRTT.Observe(rtt.Seconds())
+	}
+}
+
+// streamed records one request on a stream (a Writes request) as the unary interceptor records a call.
+func (m *clientMetrics) streamed(method string, code codes.Code, took time.Duration) {
+	if m != nil {
+		m.requests.WithLabelValues(method, code.String()).Inc()
+		m.duration.WithLabelValues(method).Observe(took.Seconds())
 	}
 }

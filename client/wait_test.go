@@ -29,6 +29,17 @@ func (l *acquireLog) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// options log the Acquire requests sent as their own calls and those sent on the Writes stream.
+func (l *acquireLog) options() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(l.intercept), observeWrites(func(w *leasepb.BatchWrite) {
+		if r := w.GetAcquire(); r != nil {
+			l.mu.Lock()
+			l.reqs = append(l.reqs, r)
+			l.mu.Unlock()
+		}
+	})}
+}
+
 func (l *acquireLog) sent() []*leasepb.AcquireRequest {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -48,7 +59,7 @@ func heldByAlice(t *testing.T, ctx context.Context, resource string) (*client.Le
 	log := &acquireLog{}
 	bob := newClient(t, cl.Endpoints(), func(c *client.Config) {
 		c.Holder = "bob"
-		c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
+		c.DialOptions = append(c.DialOptions, log.options()...)
 	})
 	return la, bob, log
 }
@@ -104,7 +115,7 @@ func TestWaitingAcquireOfAFreeResourceIsGrantedAtOnce(t *testing.T) {
 			defer cancel()
 			var log acquireLog
 			c := newClient(t, cl.Endpoints(), func(c *client.Config) {
-				c.DialOptions = append(c.DialOptions, grpc.WithUnaryInterceptor(log.intercept))
+				c.DialOptions = append(c.DialOptions, log.options()...)
 			})
 			l, err := c.Acquire(ctx, "wait/free", client.WithTTL(10*time.Second), client.WithWait())
 			if err != nil {

@@ -71,7 +71,7 @@ func TestChaos(t *testing.T) {
 		t.Errorf("the workload did too little: %v", rep.Ops)
 	}
 	if rep.Ops["batch-call/OK"] == 0 {
-		t.Errorf("the batched workers made no Batch call: their writes never travelled together (%v)", rep.Ops)
+		t.Errorf("the batched workers sent no Writes request: their writes never reached the stream (%v)", rep.Ops)
 	}
 }
 

@@ -164,6 +164,24 @@ const rejoinTimeout = 10 * time.Second
 // then, not when the process is launched: a node still starting or replaying its log is no healthy
 // member yet, and the L1 checker must not count it in a majority (soak E: a follower restarted 1.8 s
 // before a leader's disk stall was elected while it caught up, and a lease renewed through it was lost).
+// stopBound is how long a SIGTERMed node may take to exit: the server's own drain of client calls and
+// streams (2 s) and its leadership hand-off, with room for a loaded machine.
+const stopBound = 15 * time.Second
+
+// stopNode SIGTERMs node i and waits for it to exit; a node still running after stopBound is a finding
+// ("shutdown") and is killed.
+func (r *run) stopNode(i int) {
+	start := time.Now()
+	r.c.Signal(i, syscall.SIGTERM)
+	if err := proc.Poll(stopBound, func() bool { return !r.c.Running(i) }); err != nil {
+		r.c.Kill(i)
+		r.mu.Lock()
+		r.shutdownFindings = append(r.shutdownFindings, fmt.Sprintf("%s still ran %v after SIGTERM (at %v into the run)",
+			r.c.Nodes[i].Name, stopBound, start.Sub(r.hist.start).Round(time.Millisecond)))
+		r.mu.Unlock()
+	}
+}
+
 func (r *run) restartAndRejoin(ctx context.Context, i int) {
 	var commit uint64
 	for j := range r.c.Nodes {

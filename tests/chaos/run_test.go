@@ -116,6 +116,9 @@ type run struct {
 	// stallFindings: a disk-stalled leader that still named itself the leader (checkStallClaims).
 	stallFindings []string
 
+	// shutdownFindings: a node that did not exit within stopBound of its SIGTERM (the stop nemesis).
+	shutdownFindings []string
+
 	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
 	floods        int
 	floodFindings []string
@@ -186,7 +189,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -438,6 +441,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("limits", r.floodFindings...)
 	violate("outcome-id", r.outcomeFindings...)
 	violate("stall", r.stallFindings...)
+	violate("shutdown", r.shutdownFindings...)
 	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
 
@@ -636,6 +640,14 @@ func (r *run) nemesis(ctx context.Context) {
 		case 0, 1:
 			leader := rng.IntN(2) == 0
 			i := pick(leader)
+			if rng.IntN(3) == 0 { // a clean stop: the node drains its clients' streams and hands over leadership
+				id := r.faultStart(map[bool]string{true: "stop-leader", false: "stop-follower"}[leader && ld >= 0], i)
+				r.stopNode(i)
+				sleepCtx(ctx, hold)
+				r.restartAndRejoin(ctx, i)
+				r.faultEnd(id)
+				continue
+			}
 			id := r.faultStart(map[bool]string{true: "kill-leader", false: "kill-follower"}[leader && ld >= 0], i)
 			r.c.Kill(i)
 			sleepCtx(ctx, hold)
