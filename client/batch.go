@@ -17,19 +17,19 @@ import (
 )
 
 // Batching. The quick writes (Acquire without WithWait, Renew, Release) that goroutines of one Client make
-// on one connection at the same moment go to the node as one Batch call, which runs each as its own call
-// would run and answers each on its own. A gRPC call costs the client and the node tens of microseconds of
-// CPU whatever it carries (its stream, headers, the node's handler goroutine and interceptors, a flush on
-// each side); under load that is a third to a half of a write's cost, and paying it once per batch lets a
-// busy client and its cluster do 1.3–1.5 times the writes on the same cores (docs/benchmarks.md,
-// "Batching").
+// on one connection at the same moment go to the node as one request on the connection's Writes stream
+// (writestream.go), or as one Batch call to a node without it, which runs each as its own call would run
+// and answers each on its own. A gRPC call costs the client and the node tens of microseconds of CPU
+// whatever it carries (its stream, headers, the node's handler goroutine and interceptors, a flush on each
+// side); under load that is a third to a half of a write's cost, and paying it once per batch lets a busy
+// client and its cluster do 1.3–1.5 times the writes on the same cores (docs/benchmarks.md, "Batching").
 //
 // Nothing waits for a batch to fill: the first write of a moment forms a batch, yields the processor once
 // so that the writes made at the same instant (typically by the goroutines one answer just woke) can join
-// it, and sends it. A write alone goes as its own call (Acquire, Renew or Release), exactly as without
-// batching. Each caller still waits only as long as its own context allows: its attempt's deadline travels
-// with its write (BatchWrite.timeout_ms), and a caller whose context ends returns at once, as it would from
-// its own call, while the others in the batch go on.
+// it, and sends it. A write alone goes as a request of one (as its own Acquire, Renew or Release call to a
+// node without the stream). Each caller still waits only as long as its own context allows: its attempt's
+// deadline travels with its write (BatchWrite.timeout_ms), and a caller whose context ends returns at once,
+// as it would from its own call, while the others in the batch go on.
 
 // maxBatchWrites is the most writes a Batch carries (leases.proto; server.MaxBatchWrites).
 const maxBatchWrites = 64

@@ -68,10 +68,10 @@ type Config struct {
 	// Clock is the time source for lease validity; nil means the real clock. Tests inject one.
 	Clock Clock
 	// NoBatching sends every write as its own call. By default the quick writes (Acquire without
-	// WithWait, Renew, Release) that goroutines of this client make at the same moment on one connection
-	// travel as one Batch call, each run and answered as its own call would be (docs/client.md,
-	// "Batching"); a write alone always goes as its own call. Set it to see every write as its own call in
-	// gRPC interceptors given in DialOptions.
+	// WithWait, Renew, Release) travel as requests on one Writes stream per connection, and those that
+	// goroutines of this client make at the same moment as one request, each run and answered as its own
+	// call would be (docs/client.md, "Batching"). Set it to see every write as its own call in gRPC unary
+	// interceptors given in DialOptions.
 	NoBatching bool
 	// Registerer, when set, receives the client's metrics (leased_client_*: docs/operations.md, "Metrics");
 	// nil records none. One Registerer serves one Client: New fails if the series are registered already.
@@ -111,7 +111,8 @@ type Client struct {
 	conns  map[string]*grpc.ClientConn
 	causes map[*grpc.ClientConn]*connCause // the last failure of each connection's connecting (cause.go)
 	addrs  map[*grpc.ClientConn]string     // the endpoint each connection dials
-	// batchers coalesce each connection's quick writes (batch.go); nil with Config.NoBatching.
+	// batchers coalesce each connection's quick writes and send them on its Writes stream (batch.go,
+	// writestream.go); with Config.NoBatching each write goes as its own call.
 	batchers map[*grpc.ClientConn]*batcher
 	leader   string // the address the client currently prefers; "" when unknown
 	next     int    // round-robin position among the endpoints
