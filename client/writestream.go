@@ -100,8 +100,15 @@ func (b *batcher) openStream(ctx context.Context) (*writeStream, error) {
 func (ws *writeStream) send(calls []*batchedWrite) {
 	now := time.Now()
 	req := &leasepb.WritesRequest{Writes: make([]*leasepb.BatchWrite, len(calls))}
+	var last time.Time // the latest deadline among the callers
+	bounded := true    // every caller has one
 	for i, c := range calls {
 		req.Writes[i] = withTimeout(c.write, c.ctx, now)
+		dl, ok := c.ctx.Deadline()
+		bounded = bounded && ok
+		if dl.After(last) {
+			last = dl
+		}
 	}
 	ws.mu.Lock()
 	if ws.closing {
@@ -114,13 +121,20 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	ws.pending[req.Id] = &streamedBatch{calls: calls, sent: now}
 	ws.mu.Unlock()
 
-	// A node that stops reading (frozen) fills the stream's window and blocks Send: the first caller's
-	// context bounds that wait by ending the stream, whose pending writes then fail as unanswered.
-	stop := context.AfterFunc(calls[0].ctx, ws.cancel)
+	// A node that stops reading (frozen) fills the stream's window and blocks Send. Once no caller of the
+	// batch waits any more (the latest deadline) the stream ends, and with it the wait; its pending writes
+	// fail as unanswered. Not a caller's own context: one that ends while Send runs normally would cut
+	// the stream for everyone.
+	var watchdog *time.Timer
+	if bounded {
+		watchdog = time.AfterFunc(time.Until(last), ws.cancel)
+	}
 	ws.sendMu.Lock()
 	err := ws.stream.Send(req)
 	ws.sendMu.Unlock()
-	stop()
+	if watchdog != nil {
+		watchdog.Stop()
+	}
 	if err != nil {
 		ws.markClosing()
 		if sb := ws.take(req.Id); sb != nil { // not handed to the connection

@@ -213,3 +213,36 @@ func TestNodeWithoutTheStreamGetsTheWritesAsCalls(t *testing.T) {
 		t.Fatalf("%d calls of their own (stream off: %v); want both writes as calls", n.unary.Load(), b.noStream.Load())
 	}
 }
+
+// A node that stops reading (frozen) fills the stream's window and blocks Send: the wait ends with the
+// batch's deadline, by ending the stream, and the next write opens another.
+func TestStreamToANodeThatStopsReadingEndsAtTheDeadline(t *testing.T) {
+	n := &streamNode{}
+	n.serve = func(st grpc.BidiStreamingServer[leasepb.WritesRequest, leasepb.WritesResponse]) error {
+		if n.streams.Load() == 1 {
+			<-st.Context().Done() // frozen: reads nothing
+			return nil
+		}
+		req, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		return st.Send(answer(req))
+	}
+	b := startStreamNode(t, n)
+	big := make([]byte, 1<<20) // each write larger than the stream's flow-control window
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if _, err := b.acquire(ctx, &leasepb.AcquireRequest{Resource: "frozen", Value: big}); err == nil {
+				t.Error("a write to a node that reads nothing succeeded")
+			}
+		})
+	}
+	wg.Wait()
+	if resp, err, _ := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
+		t.Fatalf("the next write: %v, %v on %d streams; want granted on a new stream", resp, err, n.streams.Load())
+	}
+}
