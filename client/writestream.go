@@ -18,7 +18,7 @@ import (
 // The Writes stream. A batcher sends its batches, a write alone included, as requests on one long-lived
 // Writes stream per connection (leases.proto) rather than as calls: a message on an open stream costs the
 // client and the node a fraction of what a unary call does (HTTP/2 stream, headers, trailers, the node's
-// handler goroutine), about a sixth of an acquire's latency at one client (docs/benchmarks.md, "Writes
+// handler goroutine), about a tenth of an acquire's time at one client (docs/benchmarks.md, "Writes
 // over one stream"). Requests go out under ids and their answers come back in any order, read by one
 // goroutine per stream.
 //

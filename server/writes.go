@@ -14,8 +14,8 @@ import (
 
 // Writes serves Batch's requests over one long-lived stream. A unary call costs the client and the node
 // tens of microseconds whatever it carries (its HTTP/2 stream, headers and trailers, the handler
-// goroutine, the interceptors); a message on an open stream costs a fraction of that, which at one client
-// is a sixth of an acquire's latency (docs/benchmarks.md, "Writes over one stream").
+// goroutine, the interceptors); a message on an open stream costs a fraction of that, and the difference
+// is about a tenth of an acquire's time at one client (docs/benchmarks.md, "Writes over one stream").
 //
 // Each request runs as a Batch call with the same writes would (admitBatch, runBatch) on a goroutine of
 // its own, and is answered under its id when its writes are; the stream's own call counts one against
