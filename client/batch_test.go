@@ -14,8 +14,9 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// batchedWrites is the number of writes the node served in Batch calls (leased_batch_writes' sum).
-func batchedWrites(t *testing.T, reg *prometheus.Registry) float64 {
+// batchedWrites is the number of writes the node served in Batch calls and Writes stream requests, and the
+// number of those calls and requests (leased_batch_writes' sum and count).
+func batchedWrites(t *testing.T, reg *prometheus.Registry) (writes, requests float64) {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -23,11 +24,12 @@ func batchedWrites(t *testing.T, reg *prometheus.Registry) float64 {
 	}
 	for _, f := range families {
 		if f.GetName() == "leased_batch_writes" {
-			return f.GetMetric()[0].GetHistogram().GetSampleSum()
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleSum(), float64(h.GetSampleCount())
 		}
 	}
 	t.Fatal("no leased_batch_writes")
-	return 0
+	return 0, 0
 }
 
 // churn has workers goroutines acquire, renew and release a lease each, all at once, and fails the test on
@@ -61,22 +63,23 @@ func churn(ctx context.Context, t *testing.T, c *client.Client, prefix string, w
 	}
 }
 
-// TestConcurrentWritesTravelInBatches: writes that goroutines of one client make at once reach the node in
-// Batch calls and each gets its own answer; with Config.NoBatching every write is its own call.
+// TestConcurrentWritesTravelInBatches: writes that goroutines of one client make at once reach the node
+// together (requests on the Writes stream carrying several) and each gets its own answer; with
+// Config.NoBatching every write is its own call.
 func TestConcurrentWritesTravelInBatches(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cluster := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Registerer = reg })
 	ctx := ctxT(t)
 	c := newClient(t, cluster.Endpoints(), nil)
 	churn(ctx, t, c, "batched", 48)
-	batched := batchedWrites(t, reg)
-	if batched == 0 {
-		t.Fatal("48 goroutines acquired, renewed and released at once, and no write travelled in a batch")
+	batched, requests := batchedWrites(t, reg)
+	if batched != 144 || requests >= batched {
+		t.Fatalf("48 goroutines acquired, renewed and released at once: %v writes in %v requests; want all 144, several to a request", batched, requests)
 	}
-	t.Logf("%v of 144 writes travelled in batches", batched)
+	t.Logf("144 writes travelled in %v requests", requests)
 	alone := newClient(t, cluster.Endpoints(), func(cfg *client.Config) { cfg.NoBatching = true })
 	churn(ctx, t, alone, "alone", 48)
-	if got := batchedWrites(t, reg); got != batched {
+	if got, _ := batchedWrites(t, reg); got != batched {
 		t.Fatalf("with NoBatching, %v more writes travelled in batches", got-batched)
 	}
 }
