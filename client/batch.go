@@ -268,19 +268,25 @@ func (b *batcher) send(calls []*batchedWrite) {
 		}
 		return
 	}
-	if err == nil && len(resp.GetResults()) != len(calls) {
-		err = status.Errorf(codes.Internal, "a batch of %d writes was answered with %d results", len(calls), len(resp.GetResults()))
+	deliver(calls, resp.GetResults(), err, p)
+}
+
+// deliver hands each call its result from results (in the calls' order), or err when the batch failed as
+// a whole, with the node it reached (sentTo).
+func deliver(calls []*batchedWrite, results []*leasepb.BatchResult, err error, sentTo peer.Peer) {
+	if err == nil && len(results) != len(calls) {
+		err = status.Errorf(codes.Internal, "a batch of %d writes was answered with %d results", len(calls), len(results))
 	}
 	for i, c := range calls {
 		switch {
 		case err != nil:
 			c.err = err
-		case resp.GetResults()[i].GetError() != nil:
-			c.err = status.ErrorProto(resp.GetResults()[i].GetError())
+		case results[i].GetError() != nil:
+			c.err = status.ErrorProto(results[i].GetError())
 		default:
-			c.res = resp.GetResults()[i]
+			c.res = results[i]
 		}
-		c.sentTo = p
+		c.sentTo = sentTo
 		close(c.done)
 	}
 }

@@ -174,26 +174,11 @@ func (ws *writeStream) read() {
 // answer hands each call of sb its result from resp.
 func (ws *writeStream) answer(sb *streamedBatch, resp *leasepb.WritesResponse) {
 	var err error
-	switch {
-	case resp.GetError() != nil:
+	if resp.GetError() != nil {
 		err = status.ErrorProto(resp.GetError())
-	case len(resp.GetResults()) != len(sb.calls):
-		err = status.Errorf(codes.Internal, "a request of %d writes was answered with %d results", len(sb.calls), len(resp.GetResults()))
 	}
+	deliver(sb.calls, resp.GetResults(), err, peer.Peer{Addr: ws.b.target})
 	ws.b.metrics.streamed("Writes", status.Code(err), time.Since(sb.sent))
-	sentTo := peer.Peer{Addr: ws.b.target}
-	for i, c := range sb.calls {
-		switch {
-		case err != nil:
-			c.err = err
-		case resp.GetResults()[i].GetError() != nil:
-			c.err = status.ErrorProto(resp.GetResults()[i].GetError())
-		default:
-			c.res = resp.GetResults()[i]
-		}
-		c.sentTo = sentTo
-		close(c.done)
-	}
 }
 
 // drain: the node shuts down. The stream takes no more requests and its side closes; the node still
