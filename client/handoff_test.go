@@ -21,10 +21,10 @@ func (c *jumpClock) AfterFunc(d time.Duration, f func()) client.Timer {
 	return time.AfterFunc(d, f)
 }
 
-// renewCount counts the unary Renew calls a client sends.
+// renewCount counts the renewals a client sends, as Renew calls or on its Writes stream.
 type renewCount struct{ n atomic.Int64 }
 
-// options count the Renew calls and the renewals sent on the Writes stream.
+// options install the counting on a client: a unary interceptor and a Writes stream observer.
 func (r *renewCount) options() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.intercept), observeWrites(func(w *leasepb.BatchWrite) {
 		if w.GetRenew() != nil {

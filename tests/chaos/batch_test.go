@@ -13,14 +13,15 @@ import (
 )
 
 // The batched workload. The SDK sends the quick writes that goroutines of one client make at the same
-// moment as one request on its Writes stream (client/batch.go, client/writestream.go); the run's other workers each own a client and make one call
-// at a time, so they never form a batch. Here a group of batchGroupSize workers shares one client, and each
-// round they acquire at the same instant, hold their leases (writing through the fence), and release at the
-// same instant: the SDK batches their acquires and their releases, under the run's faults. Their operations
-// go into the same history as every other worker's, and the same checkers hold them to the same promises
-// (linearizable, I1, I2, I5, nothing acknowledged lost); members of a round often pick the same hot
-// resource, so one batch carries grants and refusals of one resource. A batch lost in transit leaves each of
-// its writes unknown, which the harness retries with the same request id, as any other.
+// moment as one request on its Writes stream (client/batch.go, client/writestream.go); the run's other
+// workers each own a client and make one call at a time, so they never form a batch. Here a group of
+// batchGroupSize workers shares one client, and each round they acquire at the same instant, hold their
+// leases (writing through the fence), and release at the same instant: the SDK batches their acquires and
+// their releases, under the run's faults. Their operations go into the same history as every other
+// worker's, and the same checkers hold them to the same promises (linearizable, I1, I2, I5, nothing
+// acknowledged lost); members of a round often pick the same hot resource, so one batch carries grants and
+// refusals of one resource. A batch lost in transit leaves each of its writes unknown, which the harness
+// retries with the same request id, as any other.
 
 // batchGroupSize is how many workers share a batched client.
 const batchGroupSize = 6

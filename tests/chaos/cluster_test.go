@@ -159,11 +159,6 @@ func (c *cluster) sameStates(timeout time.Duration) ([]nodeState, error) {
 // rejoinTimeout bounds how long a restarted node may take to rejoin before its kill fault ends anyway.
 const rejoinTimeout = 10 * time.Second
 
-// restartAndRejoin starts node i again and returns once it has rejoined — it answers, knows a leader, and
-// has applied what the cluster had committed when it started — or after rejoinTimeout. A kill fault ends
-// then, not when the process is launched: a node still starting or replaying its log is no healthy
-// member yet, and the L1 checker must not count it in a majority (soak E: a follower restarted 1.8 s
-// before a leader's disk stall was elected while it caught up, and a lease renewed through it was lost).
 // stopBound is how long a SIGTERMed node may take to exit: the server's own drain of client calls and
 // streams (2 s) and its leadership hand-off, with room for a loaded machine.
 const stopBound = 15 * time.Second
@@ -182,6 +177,11 @@ func (r *run) stopNode(i int) {
 	}
 }
 
+// restartAndRejoin starts node i again and returns once it has rejoined — it answers, knows a leader, and
+// has applied what the cluster had committed when it started — or after rejoinTimeout. A kill fault ends
+// then, not when the process is launched: a node still starting or replaying its log is no healthy
+// member yet, and the L1 checker must not count it in a majority (soak E: a follower restarted 1.8 s
+// before a leader's disk stall was elected while it caught up, and a lease renewed through it was lost).
 func (r *run) restartAndRejoin(ctx context.Context, i int) {
 	var commit uint64
 	for j := range r.c.Nodes {
