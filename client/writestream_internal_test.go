@@ -86,13 +86,13 @@ func startStreamNode(t *testing.T, n *streamNode) *batcher {
 	return b
 }
 
-func acquireOne(t *testing.T, b *batcher, resource string) (*leasepb.AcquireResponse, error, peer.Peer) {
+func acquireOne(t *testing.T, b *batcher, resource string) (*leasepb.AcquireResponse, peer.Peer, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var p peer.Peer
 	resp, err := b.acquire(ctx, &leasepb.AcquireRequest{Resource: resource}, grpc.Peer(&p))
-	return resp, err, p
+	return resp, p, err
 }
 
 // Answers come back in any order; each caller gets its own, and a write alone goes on the stream too.
@@ -126,7 +126,7 @@ func TestStreamAnswersReachTheirOwnCallers(t *testing.T) {
 	resps, errs, peers := make([]*leasepb.AcquireResponse, 2), make([]error, 2), make([]peer.Peer, 2)
 	var wg sync.WaitGroup
 	for i, r := range resources {
-		wg.Go(func() { resps[i], errs[i], peers[i] = acquireOne(t, b, r) })
+		wg.Go(func() { resps[i], peers[i], errs[i] = acquireOne(t, b, r) })
 	}
 	wg.Wait()
 	for i, r := range resources {
@@ -134,7 +134,7 @@ func TestStreamAnswersReachTheirOwnCallers(t *testing.T) {
 			t.Errorf("%s: %v, %v (peer %v); want its own grant from the node", r, resps[i], errs[i], peers[i].Addr)
 		}
 	}
-	if _, err, _ := acquireOne(t, b, "held"); status.Code(err) != codes.FailedPrecondition {
+	if _, _, err := acquireOne(t, b, "held"); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("a refused write: %v, want its own FailedPrecondition", err)
 	}
 	if n.streams.Load() != 1 || n.unary.Load() != 0 {
@@ -165,7 +165,7 @@ func TestStreamOfADrainingNodeIsClosedAndReplaced(t *testing.T) {
 	}
 	b := startStreamNode(t, n)
 	for _, r := range []string{"during", "after"} {
-		if resp, err, _ := acquireOne(t, b, r); err != nil || resp.GetLease().GetResource() != r {
+		if resp, _, err := acquireOne(t, b, r); err != nil || resp.GetLease().GetResource() != r {
 			t.Fatalf("%s the drain: %v, %v", r, resp, err)
 		}
 	}
@@ -190,11 +190,11 @@ func TestStreamThatBreaksFailsItsWritesAsMaybeSent(t *testing.T) {
 		return st.Send(answer(req))
 	}
 	b := startStreamNode(t, n)
-	_, err, p := acquireOne(t, b, "lost")
+	_, p, err := acquireOne(t, b, "lost")
 	if status.Code(err) != codes.Unavailable || p.Addr == nil {
 		t.Fatalf("a write on a broken stream: %v (peer %v); want Unavailable, maybe sent", err, p.Addr)
 	}
-	if resp, err, _ := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
+	if resp, _, err := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
 		t.Fatalf("the next write: %v, %v on %d streams; want granted on a new stream", resp, err, n.streams.Load())
 	}
 }
@@ -205,7 +205,7 @@ func TestNodeWithoutTheStreamGetsTheWritesAsCalls(t *testing.T) {
 	n := &streamNode{}
 	b := startStreamNode(t, n)
 	for _, r := range []string{"first", "second"} {
-		if resp, err, _ := acquireOne(t, b, r); err != nil || resp.GetLease().GetResource() != r {
+		if resp, _, err := acquireOne(t, b, r); err != nil || resp.GetLease().GetResource() != r {
 			t.Fatalf("%s: %v, %v", r, resp, err)
 		}
 	}
@@ -242,7 +242,7 @@ func TestStreamToANodeThatStopsReadingEndsAtTheDeadline(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if resp, err, _ := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
+	if resp, _, err := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
 		t.Fatalf("the next write: %v, %v on %d streams; want granted on a new stream", resp, err, n.streams.Load())
 	}
 }
