@@ -245,7 +245,7 @@ func (b *batcher) send(calls []*batchedWrite) {
 	var last time.Time
 	bounded := true
 	for i, c := range calls {
-		req.Writes[i] = withTimeout(c.write, c.ctx, now)
+		req.Writes[i] = withTimeout(c.ctx, c.write, now)
 		dl, ok := c.ctx.Deadline()
 		if !ok {
 			bounded = false

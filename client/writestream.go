@@ -103,7 +103,7 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	var last time.Time // the latest deadline among the callers
 	bounded := true    // every caller has one
 	for i, c := range calls {
-		req.Writes[i] = withTimeout(c.write, c.ctx, now)
+		req.Writes[i] = withTimeout(c.ctx, c.write, now)
 		dl, ok := c.ctx.Deadline()
 		bounded = bounded && ok
 		if dl.After(last) {
@@ -143,9 +143,9 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	}
 }
 
-// withTimeout sets w's timeout_ms from ctx's deadline, so that the write does not outlive its caller on
-// the node.
-func withTimeout(w *leasepb.BatchWrite, ctx context.Context, now time.Time) *leasepb.BatchWrite {
+// withTimeout sets w's timeout_ms from its caller's deadline (ctx's), so that the write does not outlive
+// its caller on the node.
+func withTimeout(ctx context.Context, w *leasepb.BatchWrite, now time.Time) *leasepb.BatchWrite {
 	if dl, ok := ctx.Deadline(); ok {
 		w.TimeoutMs = timeoutMs(dl.Sub(now))
 	}
