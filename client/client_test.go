@@ -281,13 +281,9 @@ func loseFirstAcquireAnswer(dropped *atomic.Bool) grpc.UnaryClientInterceptor {
 // breakOnFirstGrant breaks a Writes stream as it receives the first grant: the client reads Unavailable
 // instead of the answer.
 func breakOnFirstGrant(dropped *atomic.Bool) grpc.StreamClientInterceptor {
-	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		cs, err := streamer(ctx, desc, cc, method, opts...)
-		if err != nil || method != leasepb.Leases_Writes_FullMethodName {
-			return cs, err
-		}
-		return &grantBreaker{ClientStream: cs, dropped: dropped}, nil
-	}
+	return onWritesStreams(func(cs grpc.ClientStream) grpc.ClientStream {
+		return &grantBreaker{ClientStream: cs, dropped: dropped}
+	})
 }
 
 type grantBreaker struct {

@@ -11,14 +11,21 @@ import (
 // observeWrites is a dial option that shows fn each write the client sends on a Writes stream, as a unary
 // interceptor shows the writes sent as their own calls.
 func observeWrites(fn func(*leasepb.BatchWrite)) grpc.DialOption {
-	return grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+	return grpc.WithChainStreamInterceptor(onWritesStreams(func(cs grpc.ClientStream) grpc.ClientStream {
+		return &observedStream{ClientStream: cs, fn: fn}
+	}))
+}
+
+// onWritesStreams is a stream interceptor that wraps each Writes stream the client opens.
+func onWritesStreams(wrap func(grpc.ClientStream) grpc.ClientStream) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 		streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil || method != leasepb.Leases_Writes_FullMethodName {
 			return cs, err
 		}
-		return &observedStream{ClientStream: cs, fn: fn}, nil
-	})
+		return wrap(cs), nil
+	}
 }
 
 type observedStream struct {
