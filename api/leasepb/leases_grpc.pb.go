@@ -103,7 +103,8 @@ type LeasesClient interface {
 	// not atomic together: one failing changes nothing for the others. The call returns when every write has
 	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
 	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
-	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
+	// writes that its callers make at the same moment as one Writes request (below), and as one Batch to a
+	// node without Writes (docs/client.md, "Batching").
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
 	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
@@ -288,7 +289,8 @@ type LeasesServer interface {
 	// not atomic together: one failing changes nothing for the others. The call returns when every write has
 	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
 	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
-	// writes that its callers make at the same moment to one node as one Batch (docs/client.md, "Batching").
+	// writes that its callers make at the same moment as one Writes request (below), and as one Batch to a
+	// node without Writes (docs/client.md, "Batching").
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
 	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
 	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
