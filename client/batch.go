@@ -240,19 +240,8 @@ func (b *batcher) unary(ctx context.Context, w *leasepb.BatchWrite, opts ...grpc
 // send sends calls as one Batch and hands each its answer. Each write carries its caller's deadline
 // (timeout_ms), so that none outlives its caller on the node; the call itself is bounded by the latest.
 func (b *batcher) send(calls []*batchedWrite) {
-	now := time.Now()
-	req := &leasepb.BatchRequest{Writes: make([]*leasepb.BatchWrite, len(calls))}
-	var last time.Time
-	bounded := true
-	for i, c := range calls {
-		req.Writes[i] = withTimeout(c.ctx, c.write, now)
-		dl, ok := c.ctx.Deadline()
-		if !ok {
-			bounded = false
-		} else if dl.After(last) {
-			last = dl
-		}
-	}
+	writes, last, bounded := stampDeadlines(calls, time.Now())
+	req := &leasepb.BatchRequest{Writes: writes}
 	ctx := context.WithoutCancel(calls[0].ctx) // its values (tracing, say), not its cancellation
 	if bounded {
 		var cancel context.CancelFunc
@@ -269,6 +258,27 @@ func (b *batcher) send(calls []*batchedWrite) {
 		return
 	}
 	deliver(calls, resp.GetResults(), err, p)
+}
+
+// stampDeadlines sets each call's timeout_ms from its caller's deadline (counted from now), so that no
+// write outlives its caller on the node, and returns the writes and the latest deadline among the callers
+// (bounded false: one has none).
+func stampDeadlines(calls []*batchedWrite, now time.Time) (writes []*leasepb.BatchWrite, latest time.Time, bounded bool) {
+	writes = make([]*leasepb.BatchWrite, len(calls))
+	bounded = true
+	for i, c := range calls {
+		writes[i] = c.write
+		dl, ok := c.ctx.Deadline()
+		if !ok {
+			bounded = false
+			continue
+		}
+		c.write.TimeoutMs = timeoutMs(dl.Sub(now))
+		if dl.After(latest) {
+			latest = dl
+		}
+	}
+	return writes, latest, bounded
 }
 
 // deliver hands each call its result from results (in the calls' order), or err when the batch failed as

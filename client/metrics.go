@@ -117,10 +117,11 @@ func (m *clientMetrics) renewalAnswered(rtt time.Duration) {
 	}
 }
 
-// streamed records one request on a stream (a Writes request) as the unary interceptor records a call.
-func (m *clientMetrics) streamed(method string, code codes.Code, took time.Duration) {
+// writesRequest records one request on a Writes stream, sent at sent, as the unary interceptor records a
+// call.
+func (m *clientMetrics) writesRequest(code codes.Code, sent time.Time) {
 	if m != nil {
-		m.requests.WithLabelValues(method, code.String()).Inc()
-		m.duration.WithLabelValues(method).Observe(took.Seconds())
+		m.requests.WithLabelValues("Writes", code.String()).Inc()
+		m.duration.WithLabelValues("Writes").Observe(time.Since(sent).Seconds())
 	}
 }

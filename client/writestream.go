@@ -99,17 +99,8 @@ func (b *batcher) openStream(ctx context.Context) (*writeStream, error) {
 // send sends calls as one request, or fails them if the stream takes no more.
 func (ws *writeStream) send(calls []*batchedWrite) {
 	now := time.Now()
-	req := &leasepb.WritesRequest{Writes: make([]*leasepb.BatchWrite, len(calls))}
-	var last time.Time // the latest deadline among the callers
-	bounded := true    // every caller has one
-	for i, c := range calls {
-		req.Writes[i] = withTimeout(c.ctx, c.write, now)
-		dl, ok := c.ctx.Deadline()
-		bounded = bounded && ok
-		if dl.After(last) {
-			last = dl
-		}
-	}
+	writes, last, bounded := stampDeadlines(calls, now)
+	req := &leasepb.WritesRequest{Writes: writes}
 	ws.mu.Lock()
 	if ws.closing {
 		ws.mu.Unlock()
@@ -143,15 +134,6 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	}
 }
 
-// withTimeout sets w's timeout_ms from its caller's deadline (ctx's), so that the write does not outlive
-// its caller on the node.
-func withTimeout(ctx context.Context, w *leasepb.BatchWrite, now time.Time) *leasepb.BatchWrite {
-	if dl, ok := ctx.Deadline(); ok {
-		w.TimeoutMs = timeoutMs(dl.Sub(now))
-	}
-	return w
-}
-
 // read hands each answer to its request's callers until the stream ends, then fails what is left.
 func (ws *writeStream) read() {
 	defer ws.cancel()
@@ -178,7 +160,7 @@ func (ws *writeStream) answer(sb *streamedBatch, resp *leasepb.WritesResponse) {
 		err = status.ErrorProto(resp.GetError())
 	}
 	deliver(sb.calls, resp.GetResults(), err, peer.Peer{Addr: ws.b.target})
-	ws.b.metrics.streamed("Writes", status.Code(err), time.Since(sb.sent))
+	ws.b.metrics.writesRequest(status.Code(err), sb.sent)
 }
 
 // drain: the node shuts down. The stream takes no more requests and its side closes; the node still
@@ -209,7 +191,7 @@ func (ws *writeStream) end(err error) {
 		err = status.Error(codes.Unavailable, "the node ended the write stream without answering")
 	}
 	for _, sb := range left {
-		ws.b.metrics.streamed("Writes", status.Code(err), time.Since(sb.sent))
+		ws.b.metrics.writesRequest(status.Code(err), sb.sent)
 		fail(sb.calls, err, peer.Peer{Addr: ws.b.target}) // delivered, perhaps: the outcome is unknown
 	}
 }
