@@ -282,7 +282,7 @@ func stampDeadlines(calls []*batchedWrite, now time.Time) (writes []*leasepb.Bat
 }
 
 // deliver hands each call its result from results (in the calls' order), or err when the batch failed as
-// a whole, with the node it reached (sentTo).
+// a whole, with the node it reached (sentTo; Addr nil: it reached none).
 func deliver(calls []*batchedWrite, results []*leasepb.BatchResult, err error, sentTo peer.Peer) {
 	if err == nil && len(results) != len(calls) {
 		err = status.Errorf(codes.Internal, "a batch of %d writes was answered with %d results", len(calls), len(results))

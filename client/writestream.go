@@ -56,7 +56,7 @@ func (b *batcher) viaStream(calls []*batchedWrite) bool {
 		return false
 	}
 	if err != nil {
-		fail(calls, err, peer.Peer{}) // never sent
+		deliver(calls, nil, err, peer.Peer{}) // never sent
 		return true
 	}
 	ws.send(calls)
@@ -104,7 +104,7 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	ws.mu.Lock()
 	if ws.closing {
 		ws.mu.Unlock()
-		fail(calls, status.Error(codes.Unavailable, "the write stream closed before the request was sent"), peer.Peer{})
+		deliver(calls, nil, status.Error(codes.Unavailable, "the write stream closed before the request was sent"), peer.Peer{})
 		return
 	}
 	ws.lastID++
@@ -129,7 +129,7 @@ func (ws *writeStream) send(calls []*batchedWrite) {
 	if err != nil {
 		ws.markClosing()
 		if sb := ws.take(req.Id); sb != nil { // not handed to the connection
-			fail(sb.calls, status.Error(codes.Unavailable, "the write stream broke before the request was sent"), peer.Peer{})
+			deliver(sb.calls, nil, status.Error(codes.Unavailable, "the write stream broke before the request was sent"), peer.Peer{})
 		}
 	}
 }
@@ -192,7 +192,7 @@ func (ws *writeStream) end(err error) {
 	}
 	for _, sb := range left {
 		ws.b.metrics.writesRequest(status.Code(err), sb.sent)
-		fail(sb.calls, err, peer.Peer{Addr: ws.b.target}) // delivered, perhaps: the outcome is unknown
+		deliver(sb.calls, nil, err, peer.Peer{Addr: ws.b.target}) // delivered, perhaps: the outcome is unknown
 	}
 }
 
@@ -215,12 +215,4 @@ func (ws *writeStream) isClosing() bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	return ws.closing
-}
-
-// fail ends each call with err, attributed to sentTo (Addr nil: it reached no node).
-func fail(calls []*batchedWrite, err error, sentTo peer.Peer) {
-	for _, c := range calls {
-		c.err, c.sentTo = err, sentTo
-		close(c.done)
-	}
 }
