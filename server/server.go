@@ -471,7 +471,7 @@ func (s *Server) Start() {
 		s.spawn(func() { s.node.gossipLoop(s.stop) })
 	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
-		s.spawn(func() { _ = s.peerSrv.Serve(s.peerLis) })
+		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
 		s.spawn(func() { s.watchHealth(s.stop) })
 	}

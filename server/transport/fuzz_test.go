@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -38,7 +40,7 @@ func FuzzDeliverPeerBatch(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		_ = (&service{t: tr}).deliver(context.Background(), b, 0)
+		_ = tr.deliver(context.Background(), b, 0)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for sender, msgs := range r.got {
@@ -72,7 +74,7 @@ func FuzzDeliverAuthenticatedBatch(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		_ = (&service{t: tr}).deliver(context.Background(), b, 2)
+		_ = tr.deliver(context.Background(), b, 2)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for sender, msgs := range r.got {
@@ -81,4 +83,61 @@ func FuzzDeliverAuthenticatedBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzFrameReader reads arbitrary bytes as a link's frames: it must end with an error, never panic, and
+// never return a payload over its limit.
+func FuzzFrameReader(f *testing.F) {
+	frame, _ := appendBatchFrame(nil, 7, 2, 1, []*raftpb.Message{msgApp(2, 1, 1, []byte("entry"))})
+	f.Add(frame)
+	f.Add(appendFrame(appendFrame(nil, framePing, nil), frameEnd, []byte{1, 2}))
+	f.Add([]byte{0, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr := &frameReader{r: bytes.NewReader(data), limit: 64}
+		for range len(data) + 1 {
+			_, payload, err := fr.next()
+			if err != nil {
+				return
+			}
+			if len(payload) > fr.limit {
+				t.Fatalf("payload of %d bytes over the limit of %d", len(payload), fr.limit)
+			}
+		}
+		t.Fatal("more frames than bytes")
+	})
+}
+
+// A batch frame decodes as the RaftBatch it encodes, message for message.
+func TestBatchFrameRoundTrip(t *testing.T) {
+	msgs := []*raftpb.Message{msgApp(2, 1, 5, []byte("x")), msg(raftpb.MsgHeartbeat, 2, 1, 0), msgApp(2, 1, 6, bytes.Repeat([]byte("y"), 100<<10))}
+	frame, err := appendBatchFrame(nil, 7, 2, 1, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame = appendFrame(frame, framePing, nil)
+	fr := &frameReader{r: bytes.NewReader(frame), limit: 1 << 20}
+	kind, payload, err := fr.next()
+	if err != nil || kind != frameBatch {
+		t.Fatalf("first frame: kind %d, %v", kind, err)
+	}
+	b := &wirepb.RaftBatch{}
+	if err := proto.Unmarshal(payload, b); err != nil {
+		t.Fatal(err)
+	}
+	if b.GetClusterId() != 7 || b.GetFrom() != 2 || b.GetTo() != 1 || len(b.GetMessages()) != len(msgs) {
+		t.Fatalf("batch header %d/%d/%d with %d messages", b.GetClusterId(), b.GetFrom(), b.GetTo(), len(b.GetMessages()))
+	}
+	for i, raw := range b.GetMessages() {
+		m := &raftpb.Message{}
+		if err := proto.Unmarshal(raw, m); err != nil || !proto.Equal(m, msgs[i]) {
+			t.Fatalf("message %d: %v, %v", i, m, err)
+		}
+	}
+	if kind, _, err := fr.next(); err != nil || kind != framePing {
+		t.Fatalf("second frame: kind %d, %v", kind, err)
+	}
+	if _, _, err := fr.next(); err != io.EOF {
+		t.Fatalf("after the last frame: %v, want io.EOF", err)
+	}
 }

@@ -157,7 +157,7 @@ func serve(t testing.TB, tr *Transport, lis net.Listener) *server {
 	tr.Register(s.s)
 	go func() {
 		defer close(s.done)
-		_ = s.s.Serve(lis)
+		_ = s.s.Serve(tr.Listener(lis))
 	}()
 	t.Cleanup(s.stop)
 	return s
@@ -205,6 +205,17 @@ func startNode(t testing.TB, id uint64, edit func(*Config)) *node {
 	n.addr = lis.Addr().String()
 	n.srv = serve(t, n.tr, lis)
 	return n
+}
+
+// restart ends n as a process exit would (its server and transport, so its links close without a bye)
+// and starts a new transport, with a new fakeRaft, and server on the same address.
+func (n *node) restart(t testing.TB) {
+	t.Helper()
+	n.srv.stop()
+	_ = n.tr.Close()
+	n.raft = newFakeRaft()
+	n.tr = newTransport(t, testConfig(t, n.id, n.raft))
+	n.srv = serve(t, n.tr, listen(t, n.addr))
 }
 
 // connect makes every node a peer of every other.

@@ -127,10 +127,18 @@ func (t *Transport) streamMember(ctx context.Context) (uint64, error) {
 		return 0, status.Error(codes.Unauthenticated, "no peer information on a TLS peer port")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+	if !ok {
 		return 0, status.Error(codes.Unauthenticated, "the peer port requires a verified member certificate")
 	}
-	id, err := t.memberOf(info.State.VerifiedChains[0][0])
+	return t.memberOfState(info.State)
+}
+
+// memberOfState is the raft id of the member whose verified certificate secured cs.
+func (t *Transport) memberOfState(cs tls.ConnectionState) (uint64, error) {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return 0, status.Error(codes.Unauthenticated, "the peer port requires a verified member certificate")
+	}
+	id, err := t.memberOf(cs.VerifiedChains[0][0])
 	if err != nil {
 		return 0, status.Error(codes.PermissionDenied, err.Error())
 	}

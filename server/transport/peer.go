@@ -21,7 +21,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 )
 
-// raftStream is the client side of one Raft.Stream call.
+// raftStream is the client side of one Raft.Stream call (to a peer that predates raw links).
 type raftStream = grpc.ClientStreamingClient[wirepb.RaftBatch, wirepb.RaftStreamEnd]
 
 // peer owns the link to one remote node: a bounded queue that Send fills without blocking, and one
@@ -38,6 +38,11 @@ type peer struct {
 	// heartbeatAt is when the oldest heartbeat not yet answered was handed to Send (Transport.monoNow;
 	// 0: none), for Config.OnRoundTrip.
 	heartbeatAt atomic.Int64
+	// unsent counts the messages queued and not yet written or lost (queued, pending, being written):
+	// Send writes directly only when it is 0, so nothing is overtaken (sendDirect).
+	unsent atomic.Int64
+	// direct is the open raw link, which Send may write to (nil: none, or a gRPC stream).
+	direct atomic.Pointer[rawLink]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -48,7 +53,8 @@ type peer struct {
 	// Owned by run.
 	pending  *raftpb.Message // taken from the queue but left out of the previous batch (too big)
 	failures int             // consecutive failed attempts; drives the backoff and the log level
-	opened   bool            // a stream was opened before, so the next one is a reconnect
+	opened   bool            // a link was opened before, so the next one is a reconnect
+	oldPeer  bool            // the peer answered in gRPC once (logged once)
 	// awaitReady: a backoff ended because the peer reached us (contact), so the next open waits for the
 	// connection — still failing fast from the last failure — to come up, rather than fail at once.
 	awaitReady bool
@@ -97,30 +103,34 @@ func (p *peer) logger() *slog.Logger {
 	return p.t.log.With(slog.String("peer", leasepb.FormatID(p.id)), slog.String("addr", p.addr))
 }
 
-// run sends queued messages until the peer is stopped. The stream is opened lazily, when there is
+// run sends queued messages until the peer is stopped. The link is opened lazily, when there is
 // something to send, so idle peers cost no connection attempts.
 func (p *peer) run() {
 	defer close(p.done)
-	var l *link
+	var l link
 	defer func() {
 		if l != nil {
+			p.direct.Store(nil)
 			l.close()
 		}
 		p.dropQueued()
 	}()
+	keepalive := time.NewTicker(p.t.cfg.KeepAliveTime)
+	defer keepalive.Stop()
 
 	for {
-		first, ok := p.next()
+		first, ok := p.next(l, keepalive.C)
 		if !ok {
 			return
 		}
 		if l != nil && l.broken() {
-			// The peer ended the stream (a rejection, a restart) or the connection dropped while we were
+			// The peer ended the link (a rejection, a restart) or the connection dropped while we were
 			// idle. Treat it as a failed send so a peer that keeps refusing us gets backoff, not a tight
 			// reconnect loop.
+			p.direct.Store(nil)
 			err := l.close()
 			l = nil
-			p.fail([]*raftpb.Message{first}, fmt.Errorf("stream ended: %w", err))
+			p.fail([]*raftpb.Message{first}, fmt.Errorf("link ended: %w", err))
 			if !p.backoff() {
 				return
 			}
@@ -129,28 +139,23 @@ func (p *peer) run() {
 		if l == nil {
 			var err error
 			if l, err = p.open(); err != nil {
-				p.fail([]*raftpb.Message{first}, fmt.Errorf("open stream: %w", err))
+				p.fail([]*raftpb.Message{first}, fmt.Errorf("open link: %w", err))
 				if !p.backoff() {
 					return
 				}
 				continue
 			}
 		}
-		batch, msgs, err := p.collect(first)
+		msgs, err := p.collect(first)
 		if err != nil {
-			// A message that cannot travel at all says nothing about the link; keep the stream, whose
-			// buffers may still hold batches that were written but not yet flushed.
+			// A message that cannot travel at all says nothing about the link; keep it.
 			p.logger().Warn("dropping unsendable raft message", slog.Any("err", err))
 			p.lose(msgs)
 			continue
 		}
-		if err := l.stream.Send(batch); err != nil {
-			if errors.Is(err, io.EOF) {
-				// gRPC reports a stream the peer already ended as io.EOF; the status says why.
-				err = l.close()
-			} else {
-				l.close()
-			}
+		if err := l.send(msgs); err != nil {
+			p.direct.Store(nil)
+			l.close()
 			l = nil
 			p.fail(msgs, fmt.Errorf("send batch: %w", err))
 			if !p.backoff() {
@@ -162,10 +167,89 @@ func (p *peer) run() {
 	}
 }
 
-// link is one open stream to the peer, with a goroutine that waits for its end. The client side of a
-// client-streaming call otherwise learns that the peer ended it (a rejection, a restart) only from the
-// next Send, which would lose that batch.
-type link struct {
+// link is an open way of sending to the peer: a rawLink (rawlink.go), or the gRPC stream (streamLink)
+// to a peer that predates links.
+type link interface {
+	// send writes msgs, to one peer, as one batch.
+	send(msgs []*raftpb.Message) error
+	// broken reports whether the link has already ended.
+	broken() bool
+	// close ends the link, waits for its goroutine and returns how the link ended.
+	close() error
+	// keepalive runs every KeepAliveTime on the peer goroutine.
+	keepalive()
+	openedAt() time.Time
+}
+
+// open starts a link to the peer: a raw link, or the gRPC stream when the peer predates links. A raw
+// link is also the one Send may write to directly (sendDirect).
+func (p *peer) open() (link, error) {
+	var l link
+	raw, err := p.dialLink()
+	switch {
+	case err == nil:
+		l = raw
+	case errors.Is(err, errOldPeer):
+		if !p.oldPeer {
+			p.logger().Info("peer serves only the gRPC raft stream (an older version): sending on it")
+			p.oldPeer = true
+		}
+		if l, err = p.openStream(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	if p.opened {
+		p.t.stats.reconnects.Add(1)
+	}
+	p.opened = true
+	if raw != nil {
+		p.direct.Store(raw)
+	}
+	return l, nil
+}
+
+// sendDirect writes m to the peer's raw link at once, from Send's goroutine (the node's Ready loop),
+// when nothing else is waiting to go to the peer: that saves waking the peer goroutine, which on a busy
+// machine costs tens of microseconds a message — more when the loop then blocks in its own disk write.
+// It reports false when m must be queued: no raw link, something queued or being written (order), a
+// snapshot (large: the peer goroutine's job), or the link busy. A write that cannot finish within
+// directWriteTimeout closes the link; m is then lost and reported like any message on a failed link.
+func (p *peer) sendDirect(m *raftpb.Message) bool {
+	if m.GetType() == raftpb.MsgSnap || p.unsent.Load() != 0 {
+		return false
+	}
+	l := p.direct.Load()
+	if l == nil || !l.mu.TryLock() {
+		return false
+	}
+	defer l.mu.Unlock()
+	// Checked again under the lock: every queued message is counted in unsent until written or lost,
+	// and written only under this lock, so none can be overtaken.
+	if p.unsent.Load() != 0 || l.broken() {
+		return false
+	}
+	if m.GetType() == raftpb.MsgHeartbeat && p.t.cfg.OnRoundTrip != nil {
+		p.heartbeatSent()
+	}
+	msgs := []*raftpb.Message{m}
+	p.unsent.Add(1) // delivered or lose takes it back
+	if err := l.writeLocked(msgs, directWriteTimeout); err != nil {
+		p.lose(msgs)
+		return true
+	}
+	p.t.stats.direct.Add(1)
+	p.delivered(msgs)
+	return true
+}
+
+// streamLink is one open gRPC stream to a peer that predates links, with a goroutine that waits for its
+// end. The client side of a client-streaming call otherwise learns that the peer ended it (a rejection,
+// a restart) only from the next Send, which would lose that batch.
+type streamLink struct {
+	t      *Transport
+	to     uint64
 	stream raftStream
 	opened time.Time
 	cancel context.CancelFunc
@@ -173,8 +257,9 @@ type link struct {
 	err    error         // how the stream ended; read only after ended is closed
 }
 
-// open starts a stream to the peer and its watcher goroutine, which link.close stops and waits for.
-func (p *peer) open() (*link, error) {
+// openStream starts a stream to the peer and its watcher goroutine, which streamLink.close stops and
+// waits for.
+func (p *peer) openStream() (*streamLink, error) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	var opts []grpc.CallOption
 	giveUp := func() bool { return true }
@@ -191,11 +276,7 @@ func (p *peer) open() (*link, error) {
 		cancel()
 		return nil, err
 	}
-	if p.opened {
-		p.t.stats.reconnects.Add(1)
-	}
-	p.opened = true
-	l := &link{stream: s, opened: time.Now(), cancel: cancel, ended: make(chan struct{})}
+	l := &streamLink{t: p.t, to: p.id, stream: s, opened: time.Now(), cancel: cancel, ended: make(chan struct{})}
 	go func() {
 		defer close(l.ended)
 		// The peer answers a Stream only when it ends it, so this returns at the stream's end: the peer's
@@ -208,8 +289,50 @@ func (p *peer) open() (*link, error) {
 	return l, nil
 }
 
-// broken reports whether the stream has already ended.
-func (l *link) broken() bool {
+// send writes msgs as one RaftBatch.
+func (l *streamLink) send(msgs []*raftpb.Message) error {
+	batch, err := l.batch(msgs)
+	if err != nil {
+		return err
+	}
+	if err := l.stream.Send(batch); err != nil {
+		if errors.Is(err, io.EOF) {
+			// gRPC reports a stream the peer already ended as io.EOF; the status says why.
+			return l.close()
+		}
+		return err
+	}
+	return nil
+}
+
+// batch encodes msgs as a RaftBatch, in one allocation for every message's encoding. It is not reused
+// after Send: gRPC allows stats handlers to read a sent message lazily.
+func (l *streamLink) batch(msgs []*raftpb.Message) (*wirepb.RaftBatch, error) {
+	total := 0
+	for _, m := range msgs {
+		total += proto.Size(m)
+	}
+	buf := make([]byte, 0, total)
+	batch := &wirepb.RaftBatch{
+		ClusterId: l.t.cfg.ClusterID,
+		From:      l.t.cfg.LocalID,
+		To:        l.to,
+		Messages:  make([][]byte, len(msgs)),
+	}
+	opts := proto.MarshalOptions{UseCachedSize: true} // proto.Size above filled the cache
+	for i, m := range msgs {
+		start := len(buf)
+		var err error
+		buf, err = opts.MarshalAppend(buf, m)
+		if err != nil {
+			return nil, fmt.Errorf("marshal %v: %w", m.GetType(), err)
+		}
+		batch.Messages[i] = buf[start:len(buf):len(buf)]
+	}
+	return batch, nil
+}
+
+func (l *streamLink) broken() bool {
 	select {
 	case <-l.ended:
 		return true
@@ -219,79 +342,69 @@ func (l *link) broken() bool {
 }
 
 // close ends the stream, waits for the watcher and returns how the stream ended.
-func (l *link) close() error {
+func (l *streamLink) close() error {
 	l.cancel()
 	<-l.ended
 	return l.err
 }
 
-// next returns the next message to send, blocking until there is one or the peer is stopped.
-func (p *peer) next() (*raftpb.Message, bool) {
+func (l *streamLink) keepalive() {} // gRPC pings the connection itself
+
+func (l *streamLink) openedAt() time.Time { return l.opened }
+
+// next returns the next message to send, blocking until there is one or the peer is stopped. Meanwhile
+// it keeps l, if open, alive at every tick of keepalive.
+func (p *peer) next(l link, keepalive <-chan time.Time) (*raftpb.Message, bool) {
 	if m := p.pending; m != nil {
 		p.pending = nil
 		return m, true
 	}
-	select {
-	case m := <-p.queue:
-		return m, true
-	case <-p.ctx.Done():
-		return nil, false
+	for {
+		select {
+		case m := <-p.queue:
+			return m, true
+		case <-p.ctx.Done():
+			return nil, false
+		case <-keepalive:
+			if l != nil && !l.broken() {
+				l.keepalive()
+			}
+		}
 	}
 }
 
-// collect builds one batch starting with first and adding whatever is already queued, within the batch
+// collect gathers one batch starting with first and adding whatever is already queued, within the batch
 // limits. It never waits for more messages: batching comes from messages that piled up while the
-// previous batch was on the wire, so an idle link adds no latency. msgs are the messages in the batch;
-// on error (a message too large to send at all, or one that cannot be encoded) they are the ones lost.
-func (p *peer) collect(first *raftpb.Message) (*wirepb.RaftBatch, []*raftpb.Message, error) {
+// previous batch was on the wire, so an idle link adds no latency. On error (first is too large to send
+// at all) the messages returned are the ones lost.
+func (p *peer) collect(first *raftpb.Message) ([]*raftpb.Message, error) {
 	cfg := &p.t.cfg
-	// A batch must also fit in one gRPC message, whatever MaxBatchBytes says.
+	// A batch must also fit in one message of the receiver's limit, whatever MaxBatchBytes says.
 	limit := min(cfg.MaxBatchBytes, cfg.MaxMsgBytes-batchOverhead)
 	msgs := []*raftpb.Message{first}
 	size := proto.Size(first)
 	if wireSize(size) > cfg.MaxMsgBytes-batchOverhead {
-		return nil, msgs, fmt.Errorf("%v of %d bytes exceeds the %d byte message limit",
+		return msgs, fmt.Errorf("%v of %d bytes exceeds the %d byte message limit",
 			first.GetType(), size, cfg.MaxMsgBytes)
 	}
-	total, wire := size, wireSize(size)
+	wire := wireSize(size)
 fill:
 	for len(msgs) < cfg.MaxBatchMessages && wire < limit {
 		select {
 		case m := <-p.queue:
-			n := proto.Size(m)
-			if wire+wireSize(n) > limit {
+			n := wireSize(proto.Size(m))
+			if wire+n > limit {
 				// Keep it for the next batch rather than reorder or overflow this one.
 				p.pending = m
 				break fill
 			}
 			msgs = append(msgs, m)
-			total += n
-			wire += wireSize(n)
+			wire += n
 		default:
 			break fill
 		}
 	}
-
-	// One allocation for every message's encoding. It is not reused after Send: gRPC allows stats
-	// handlers to read a sent message lazily.
-	buf := make([]byte, 0, total)
-	batch := &wirepb.RaftBatch{
-		ClusterId: cfg.ClusterID,
-		From:      cfg.LocalID,
-		To:        p.id,
-		Messages:  make([][]byte, len(msgs)),
-	}
-	opts := proto.MarshalOptions{UseCachedSize: true} // proto.Size above filled the cache
-	for i, m := range msgs {
-		start := len(buf)
-		var err error
-		buf, err = opts.MarshalAppend(buf, m)
-		if err != nil {
-			return nil, msgs, fmt.Errorf("marshal %v: %w", m.GetType(), err)
-		}
-		batch.Messages[i] = buf[start:len(buf):len(buf)]
-	}
-	return batch, msgs, nil
+	return msgs, nil
 }
 
 // wireSize is the room a message of n bytes takes in RaftBatch.messages: tag, length and payload.
@@ -299,14 +412,19 @@ func wireSize(n int) int {
 	return 1 + protowire.SizeBytes(n)
 }
 
-// sent records a successful write of msgs on l.
-func (p *peer) sent(l *link, msgs []*raftpb.Message) {
-	// A write is not proof that the peer accepts the stream (it may reject it a moment later), so the
-	// backoff resets only once a stream has stayed up for a full BackoffMax.
-	if p.failures > 0 && time.Since(l.opened) >= p.t.cfg.BackoffMax {
+// sent records a successful write of msgs on l by the peer goroutine.
+func (p *peer) sent(l link, msgs []*raftpb.Message) {
+	// A write is not proof that the peer accepts the link (it may reject it a moment later), so the
+	// backoff resets only once a link has stayed up for a full BackoffMax.
+	if p.failures > 0 && time.Since(l.openedAt()) >= p.t.cfg.BackoffMax {
 		p.logger().Info("peer reachable again", slog.Int("failed_attempts", p.failures))
 		p.failures = 0
 	}
+	p.delivered(msgs)
+}
+
+// delivered counts msgs, written as one batch, as sent (from the peer goroutine or sendDirect).
+func (p *peer) delivered(msgs []*raftpb.Message) {
 	p.t.stats.batches.Add(1)
 	p.t.stats.sent.Add(uint64(len(msgs)))
 	for _, m := range msgs {
@@ -314,6 +432,7 @@ func (p *peer) sent(l *link, msgs []*raftpb.Message) {
 			p.t.reports.reportSnapshot(p.id, raft.SnapshotFinish)
 		}
 	}
+	p.unsent.Add(-int64(len(msgs)))
 }
 
 // fail records that msgs were lost because of err.
@@ -348,6 +467,7 @@ const maxRoundTrip = 10 * time.Second
 
 // lose counts msgs as dropped and reports them to raft.
 func (p *peer) lose(msgs []*raftpb.Message) {
+	p.unsent.Add(-int64(len(msgs)))
 	p.t.stats.dropped.Add(uint64(len(msgs)))
 	p.t.dropped(p.id, len(msgs))
 	for _, m := range msgs {

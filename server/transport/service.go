@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,12 +30,13 @@ func (t *Transport) Service() wirepb.RaftServer {
 }
 
 // ServerOptions returns the grpc.Server options the peer server needs: a receive limit of
-// Config.MaxMsgBytes, since raft snapshots travel inside single messages, and with Config.TLS mutual TLS
-// that refuses certificates naming no member.
+// Config.MaxMsgBytes, since raft snapshots travel inside single messages, and with Config.TLS the
+// credentials of connections that Listener secured (mutual TLS refusing certificates naming no member).
+// The server must serve Listener's connections.
 func (t *Transport) ServerOptions() []grpc.ServerOption {
 	var creds []grpc.ServerOption
 	if t.cfg.TLS != nil {
-		creds = append(creds, grpc.Creds(credentials.NewTLS(t.serverTLS())))
+		creds = append(creds, grpc.Creds(securedCreds{})) // Listener runs the handshake
 	}
 	return append(creds,
 		grpc.MaxRecvMsgSize(t.cfg.MaxMsgBytes),
@@ -105,7 +105,7 @@ func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb
 	for {
 		select {
 		case b := <-batches:
-			if err := s.deliver(ctx, b, member); err != nil {
+			if err := t.deliver(ctx, b, member); err != nil {
 				return err
 			}
 			if from == 0 { // a checked batch: its sender is a peer of this cluster, and up
@@ -136,10 +136,9 @@ func (t *Transport) streamLost(peer uint64) {
 	}
 }
 
-// deliver checks one batch and hands its messages to raft. member is the raft id the stream's
-// certificate names (0: no TLS, nothing to check). An error ends the stream.
-func (s *service) deliver(ctx context.Context, b *wirepb.RaftBatch, member uint64) error {
-	t := s.t
+// deliver checks one batch, from a raw link or a gRPC stream, and hands its messages to raft. member is
+// the raft id the connection's certificate names (0: no TLS, nothing to check). An error ends the link.
+func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uint64) error {
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
 		t.log.Warn("rejecting raft stream from another cluster", slog.String("peer", leasepb.FormatID(b.GetFrom())),

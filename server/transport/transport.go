@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -27,6 +29,8 @@ type Transport struct {
 	stats    counters
 	reports  *reporter
 	epoch    time.Time // origin of monoNow
+	// proxy picks the HTTP CONNECT proxy for a link's dial (http.ProxyFromEnvironment; tests set another).
+	proxy func(*http.Request) (*url.URL, error)
 
 	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine and ends every
 	// inbound stream.
@@ -57,6 +61,7 @@ func New(cfg Config) (*Transport, error) {
 		log:     cfg.Logger.With(slog.String("component", "transport"), slog.String("local", leasepb.FormatID(cfg.LocalID))),
 		reports: newReporter(cfg.Raft),
 		epoch:   time.Now(),
+		proxy:   http.ProxyFromEnvironment,
 		ctx:     ctx,
 		cancel:  cancel,
 		peers:   make(map[uint64]*peer),
@@ -174,12 +179,17 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.drop(m)
 			continue
 		}
+		if p.sendDirect(m) {
+			continue
+		}
+		p.unsent.Add(1)
 		select {
 		case p.queue <- m:
 			if m.GetType() == raftpb.MsgHeartbeat && t.cfg.OnRoundTrip != nil {
 				p.heartbeatSent()
 			}
 		default:
+			p.unsent.Add(-1)
 			t.drop(m)
 		}
 	}

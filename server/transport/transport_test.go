@@ -220,12 +220,10 @@ func TestReconnectAfterPeerRestart(t *testing.T) {
 		return b.raft.count() > 0
 	})
 
-	b.srv.stop()
-	serve(t, b.tr, listen(t, b.addr))
-	before := b.raft.count()
+	b.restart(t)
 	waitFor(t, "traffic after restart", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 2)})
-		return b.raft.count() > before
+		return b.raft.count() > 0
 	})
 	if s := a.tr.Stats(); s.Reconnects == 0 {
 		t.Fatalf("stats %+v, want a reconnect", s)

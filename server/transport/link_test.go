@@ -1,0 +1,382 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/servertest/testcerts"
+)
+
+// handLink is a link written by hand, as a peer (or an attacker) could: the hello both ways, then frames.
+type handLink struct {
+	t    *testing.T
+	conn net.Conn
+	fr   *frameReader
+}
+
+func dialHandLink(t *testing.T, addr string) *handLink {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(linkHello)); err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, len(linkHello))
+	if _, err := io.ReadFull(c, head); err != nil || string(head) != linkHello {
+		t.Fatalf("hello answered with %q, %v", head, err)
+	}
+	return &handLink{t: t, conn: c, fr: &frameReader{r: bufio.NewReader(c), limit: 1 << 20}}
+}
+
+func (h *handLink) write(frame []byte) {
+	h.t.Helper()
+	if _, err := h.conn.Write(frame); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *handLink) batch(b *wirepb.RaftBatch) {
+	h.t.Helper()
+	raw, err := proto.Marshal(b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.write(appendFrame(nil, frameBatch, raw))
+}
+
+// end reads until the receiver's end frame and returns its status (OK if the link closed without one).
+func (h *handLink) end() error {
+	h.t.Helper()
+	for {
+		kind, payload, err := h.fr.next()
+		if err != nil {
+			return nil
+		}
+		if kind == frameEnd {
+			st := &spb.Status{}
+			if err := proto.Unmarshal(payload, st); err != nil {
+				h.t.Fatal(err)
+			}
+			return status.ErrorProto(st)
+		}
+	}
+}
+
+// The receiving side checks every batch on a link as it checks a stream's, and ends a bad link with a
+// status that says why.
+func TestLinkRejectsBadBatches(t *testing.T) {
+	b := startNode(t, 2, func(c *Config) { c.MaxMsgBytes = 4 << 10 })
+	encode := func(m *raftpb.Message) []byte {
+		raw, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	good := encode(msg(raftpb.MsgHeartbeat, 1, 2, 7))
+	batch := func(cluster, from, to uint64, msgs ...[]byte) []byte {
+		raw, err := proto.Marshal(&wirepb.RaftBatch{ClusterId: cluster, From: from, To: to, Messages: msgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return appendFrame(nil, frameBatch, raw)
+	}
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		code  codes.Code
+	}{
+		{"wrong cluster", batch(0xBAD, 1, 2, good), codes.FailedPrecondition},
+		{"wrong recipient", batch(0xC1, 1, 3, good), codes.FailedPrecondition},
+		{"undecodable message", batch(0xC1, 1, 2, []byte{0xff, 0xff, 0xff}), codes.InvalidArgument},
+		{"inconsistent sender", batch(0xC1, 3, 2, good), codes.InvalidArgument},
+		{"undecodable batch", appendFrame(nil, frameBatch, []byte{0xff, 0xff}), codes.InvalidArgument},
+		{"unknown frame", appendFrame(nil, 9, nil), codes.InvalidArgument},
+		{"frame too large", appendFrame(nil, frameBatch, make([]byte, 8<<10)), codes.ResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := dialHandLink(t, b.addr)
+			h.write(batch(0xC1, 1, 2, good))
+			h.write(tc.frame)
+			if err := h.end(); status.Code(err) != tc.code {
+				t.Fatalf("link ended with %v, want %v", err, tc.code)
+			}
+		})
+	}
+	// The good batch ahead of each bad one was delivered; nothing of the bad ones.
+	waitFor(t, "the good batches", func() bool { return len(b.raft.from(1)) == 7 })
+	for _, m := range b.raft.from(1) {
+		if m.GetIndex() != 7 {
+			t.Fatalf("raft processed %v, want only the good message", m)
+		}
+	}
+}
+
+// A sender whose link ends without a bye (its process died) is reported through OnStreamLost; one that
+// closes its link (RemovePeer, Close) is not.
+func TestLinkLostOnlyWithoutBye(t *testing.T) {
+	var lost sync.Map // peer → count
+	b := startNode(t, 2, func(c *Config) {
+		c.OnStreamLost = func(peer uint64) {
+			n, _ := lost.LoadOrStore(peer, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+		}
+	})
+	count := func(peer uint64) int32 {
+		if n, ok := lost.Load(peer); ok {
+			return n.(*atomic.Int32).Load()
+		}
+		return 0
+	}
+
+	a := startNode(t, 1, nil)
+	a.tr.AddPeer(2, b.addr)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
+	waitFor(t, "a's heartbeat", func() bool { return len(b.raft.from(1)) == 1 })
+	a.tr.RemovePeer(2) // says bye
+
+	h := dialHandLink(t, b.addr)
+	h.batch(batchOf(t, 3, 2, msg(raftpb.MsgHeartbeat, 3, 2, 1)))
+	waitFor(t, "3's heartbeat", func() bool { return len(b.raft.from(3)) == 1 })
+	_ = h.conn.Close() // no bye
+	waitFor(t, "3's link reported lost", func() bool { return count(3) == 1 })
+	if n := count(1); n != 0 {
+		t.Fatalf("a link closed with a bye was reported lost %d times", n)
+	}
+}
+
+// A receiver that stops answering pings loses the link within two KeepAliveTimes; the sender reconnects.
+func TestKeepaliveEndsASilentLink(t *testing.T) {
+	lis := listen(t, "127.0.0.1:0")
+	var accepted atomic.Int32
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = lis.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				head := make([]byte, len(linkHello))
+				if _, err := io.ReadFull(c, head); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte(linkHello))
+				_, _ = io.Copy(io.Discard, c) // reads everything, answers nothing
+			})
+		}
+	})
+	a := startNode(t, 1, func(c *Config) { c.KeepAliveTime, c.KeepAliveTimeout = 20*time.Millisecond, 20*time.Millisecond })
+	a.tr.AddPeer(2, lis.Addr().String())
+	waitFor(t, "a second link after the first went silent", func() bool {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
+		return accepted.Load() >= 2 && a.tr.Stats().Reconnects >= 1
+	})
+}
+
+// legacyServe serves tr's gRPC service on lis as a node older than links does: gRPC alone, its own TLS.
+func legacyServe(t *testing.T, tr *Transport, lis net.Listener) {
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(tr.cfg.MaxMsgBytes)}
+	if tr.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tr.serverTLS())))
+	}
+	s := grpc.NewServer(opts...)
+	tr.Register(s)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Serve(lis)
+	}()
+	t.Cleanup(func() { s.Stop(); <-done })
+}
+
+// A peer that predates links gets the gRPC stream, in plaintext and with TLS.
+func TestOldPeerGetsTheStream(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls"}[secure], func(t *testing.T) {
+			withTLS := func(name string) func(*Config) {
+				return func(c *Config) {
+					if secure {
+						c.TLS, c.MemberID = testcerts.MutualConfig(ca.Node(t, name), ca), members
+					}
+				}
+			}
+			old := &node{id: 2, raft: newFakeRaft()}
+			cfg := testConfig(t, 2, old.raft)
+			withTLS("n2")(&cfg)
+			old.tr = newTransport(t, cfg)
+			lis := listen(t, "127.0.0.1:0")
+			legacyServe(t, old.tr, lis)
+
+			a := startNode(t, 1, withTLS("n1"))
+			a.tr.AddPeer(2, lis.Addr().String())
+			for i := range uint64(20) {
+				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, i+1)})
+			}
+			waitFor(t, "the messages over the stream", func() bool { return len(old.raft.from(1)) == 20 })
+			for i, m := range old.raft.from(1) {
+				if m.GetIndex() != uint64(i+1) {
+					t.Fatalf("message %d has index %d", i, m.GetIndex())
+				}
+			}
+			if s := a.tr.Stats(); s.Direct != 0 || s.SendFailures != 0 {
+				t.Fatalf("stats %+v: want no direct writes (no link) and no failures", s)
+			}
+		})
+	}
+}
+
+// With nothing queued, Send writes a message itself; with a backlog it queues, and order holds.
+func TestDirectWritesKeepOrder(t *testing.T) {
+	b := startNode(t, 2, nil)
+	a := startNode(t, 1, nil)
+	a.tr.AddPeer(2, b.addr)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)}) // opens the link, from the queue
+	waitFor(t, "the first message", func() bool { return b.raft.count() == 1 })
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 2)})
+	waitFor(t, "the second message", func() bool { return b.raft.count() == 2 })
+	if s := a.tr.Stats(); s.Direct != 1 {
+		t.Fatalf("stats %+v, want the second message written directly", s)
+	}
+	// A burst: the first of it may go directly, the rest queue behind whatever is being written.
+	const n = 2000
+	for i := uint64(3); i <= n; i++ {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, i)})
+	}
+	waitFor(t, "the burst", func() bool { return b.raft.count() == n })
+	for i, m := range b.raft.from(1) {
+		if m.GetIndex() != uint64(i+1) {
+			t.Fatalf("message %d has index %d", i, m.GetIndex())
+		}
+	}
+	if s := a.tr.Stats(); s.Sent != n || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want %d sent", s, n)
+	}
+}
+
+// Links dial through the HTTP CONNECT proxy the environment names, as gRPC does, so a proxy sees (and a
+// test's fault proxy can cut) every peer connection.
+func TestLinkDialsThroughProxy(t *testing.T) {
+	b := startNode(t, 2, nil)
+	proxy := listen(t, "127.0.0.1:0")
+	var targets sync.Map
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = proxy.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { connectProxy(c, b.addr, &targets) })
+		}
+	})
+	a := startNode(t, 1, nil)
+	a.tr.proxy = func(*http.Request) (*url.URL, error) { return &url.URL{Host: proxy.Addr().String()}, nil }
+	a.tr.AddPeer(2, "n2.proxied.test:1") // resolvable only by the proxy
+	waitFor(t, "a message through the proxy", func() bool {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
+		return b.raft.count() > 0
+	})
+	if _, ok := targets.Load("n2.proxied.test:1"); !ok {
+		t.Fatal("the proxy saw no CONNECT to the peer's address")
+	}
+}
+
+// connectProxy answers one CONNECT on c by connecting to addr, whatever the target, and copying bytes.
+func connectProxy(c net.Conn, addr string, targets *sync.Map) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil || req.Method != http.MethodConnect {
+		return
+	}
+	targets.Store(req.Host, true)
+	up, err := net.Dial("tcp", addr)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, br)
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+	_ = up.Close()
+	<-done
+}
+
+// Through the shared port with TLS, gRPC calls still see the caller's member certificate.
+func TestTLSForwardSharesThePort(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	var caller atomic.Uint64
+	leader := startNode(t, 2, func(c *Config) {
+		c.TLS, c.MemberID = testcerts.MutualConfig(ca.Node(t, "n2"), ca), members
+		c.Forward = func(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+			caller.Store(req.GetFrom())
+			return &wirepb.ForwardResponse{}, nil
+		}
+	})
+	f := tlsNode(t, 1, ca, ca.Node(t, "n1"), nil)
+	connect(f, leader)
+	f.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
+	waitFor(t, "the heartbeat on the link", func() bool { return len(leader.raft.from(1)) == 1 })
+	client, _ := f.tr.PeerClient(2)
+	if _, err := client.Forward(context.Background(), &wirepb.ForwardRequest{ClusterId: 0xC1, From: 1}); err != nil {
+		t.Fatalf("Forward over TLS on the shared port: %v", err)
+	}
+	// A client whose certificate names no member is refused at the handshake, gRPC or link.
+	conn, err := grpc.NewClient(leader.addr, grpc.WithTransportCredentials(credentials.NewTLS(
+		testcerts.MutualConfig(ca.Node(t, "intruder"), ca))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := wirepb.NewRaftClient(conn).Forward(context.Background(), &wirepb.ForwardRequest{ClusterId: 0xC1}); err == nil {
+		t.Fatal("a non-member's Forward was served")
+	}
+	intruder := testcerts.MutualConfig(ca.Node(t, "intruder"), ca)
+	intruder.NextProtos = []string{linkALPN}
+	if c, err := tls.Dial("tcp", leader.addr, intruder); err == nil {
+		_, err = c.Read(make([]byte, 1)) // TLS 1.3 reports the refusal on the first read
+		_ = c.Close()
+		if err == nil {
+			t.Fatal("a non-member's link handshake succeeded")
+		}
+	}
+	if got := caller.Load(); got != 1 {
+		t.Fatalf("Forward served for %d, want 1", got)
+	}
+}

@@ -1,0 +1,298 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+)
+
+// errOldPeer: the peer answered in gRPC, not with a link's hello — it predates links (wire.go) and is
+// sent to over the gRPC stream instead.
+var errOldPeer = errors.New("the peer serves only the gRPC raft stream")
+
+// rawLink is an open link to the peer (wire.go): the connection, the goroutine that reads what the
+// receiver says (pongs, a refusal), and the lock that orders writes from the peer's goroutine and from
+// Send (peer.sendDirect).
+type rawLink struct {
+	t      *Transport
+	conn   net.Conn
+	opened time.Time
+
+	mu  sync.Mutex // held for every write
+	buf []byte     // frame scratch, under mu
+
+	pongs atomic.Uint64 // pongs received
+	// Owned by the peer goroutine (keepalive): whether a ping is out, and the pong count when it left.
+	pinged      bool
+	pongsAtPing uint64
+	killed      error         // why keepalive closed the link; read after ended is closed
+	ended       chan struct{} // closed when the reader returns
+	err         error         // how the link ended; read only after ended is closed
+
+	closeOnce sync.Once
+}
+
+// directWriteTimeout bounds a write from Send (the Ready loop). A write that cannot finish in time means
+// the socket's buffers are full, the peer is not reading: the link is closed rather than stall raft.
+const directWriteTimeout = 5 * time.Millisecond
+
+// minWriteRate sets the deadline of the peer goroutine's writes: KeepAliveTime + KeepAliveTimeout, plus
+// the time the frame takes at this rate (a snapshot of 256 MiB may take 17 minutes). A peer that reads
+// slower than that, or not at all, loses the link.
+const minWriteRate = 256 << 10 // bytes a second
+
+func newRawLink(t *Transport, c net.Conn) *rawLink {
+	l := &rawLink{t: t, conn: c, opened: time.Now(), ended: make(chan struct{})}
+	go l.read()
+	return l
+}
+
+// read reads the receiver's frames until the link ends: a pong counts, an end frame is the receiver's
+// refusal and says why.
+func (l *rawLink) read() {
+	defer close(l.ended)
+	fr := &frameReader{r: bufio.NewReaderSize(l.conn, 4<<10), limit: 64 << 10}
+	for {
+		kind, payload, err := fr.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("peer closed the link")
+			}
+			l.err = err
+			return
+		}
+		switch kind {
+		case framePong:
+			l.pongs.Add(1)
+		case frameEnd:
+			st := &spb.Status{}
+			if err := proto.Unmarshal(payload, st); err != nil {
+				l.err = fmt.Errorf("peer ended the link with an undecodable status: %w", err)
+			} else {
+				l.err = status.ErrorProto(st)
+			}
+			_ = l.conn.Close()
+			return
+		default:
+			l.err = fmt.Errorf("peer sent unknown frame kind %d", kind)
+			_ = l.conn.Close()
+			return
+		}
+	}
+}
+
+func (l *rawLink) openedAt() time.Time { return l.opened }
+
+func (l *rawLink) broken() bool {
+	select {
+	case <-l.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+// send writes msgs as one batch frame (the peer goroutine's path).
+func (l *rawLink) send(msgs []*raftpb.Message) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writeLocked(msgs, 0)
+}
+
+// writeLocked writes msgs as one batch frame within timeout (0: the peer goroutine's deadline, from the
+// frame's size). A failed write may have left part of a frame on the wire, so it closes the link; the
+// error is the receiver's refusal when one arrived.
+func (l *rawLink) writeLocked(msgs []*raftpb.Message, timeout time.Duration) error {
+	cfg := &l.t.cfg
+	var err error
+	if l.buf, err = appendBatchFrame(l.buf[:0], cfg.ClusterID, cfg.LocalID, msgs[0].GetTo(), msgs); err != nil {
+		return err
+	}
+	if timeout == 0 {
+		timeout = cfg.KeepAliveTime + cfg.KeepAliveTimeout + time.Duration(len(l.buf)/minWriteRate)*time.Second
+	}
+	_ = l.conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, err = l.conn.Write(l.buf)
+	if cap(l.buf) > reuseBytes {
+		l.buf = nil // a snapshot's buffer is not kept for heartbeats
+	}
+	if err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+// fail closes the link after a failed write and returns the better account of why.
+func (l *rawLink) fail(err error) error {
+	_ = l.conn.Close()
+	<-l.ended
+	if st, ok := status.FromError(l.err); ok && l.err != nil {
+		return st.Err()
+	}
+	return err
+}
+
+// keepalive runs every KeepAliveTime on the peer goroutine: it closes a link whose last ping went
+// unanswered (a peer that stopped reading, a link into a black hole: TCP alone would take many minutes to
+// give up), and pings again. The gRPC stream has gRPC's keepalive instead.
+func (l *rawLink) keepalive() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pinged && l.pongs.Load() == l.pongsAtPing {
+		l.killed = fmt.Errorf("no answer to a keepalive ping within %v", l.t.cfg.KeepAliveTime)
+		_ = l.conn.Close()
+		return
+	}
+	l.pinged, l.pongsAtPing = true, l.pongs.Load()
+	_ = l.conn.SetWriteDeadline(time.Now().Add(l.t.cfg.KeepAliveTimeout))
+	if _, err := l.conn.Write(appendFrame(nil, framePing, nil)); err != nil {
+		_ = l.fail(err)
+	}
+}
+
+// close says bye (so the receiver knows the end is deliberate, not a crash: Config.OnStreamLost), closes
+// the connection, waits for the reader and returns how the link ended.
+func (l *rawLink) close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		if !l.broken() {
+			_ = l.conn.SetWriteDeadline(time.Now().Add(directWriteTimeout))
+			_, _ = l.conn.Write(appendFrame(nil, frameEnd, nil))
+		}
+		_ = l.conn.Close()
+		l.mu.Unlock()
+	})
+	<-l.ended
+	if l.killed != nil {
+		return l.killed
+	}
+	return l.err
+}
+
+// dialLink opens a link to the peer within DialTimeout: TCP (through the proxy the environment names, as
+// gRPC dials), TLS when configured, and the hello both ways. errOldPeer: the peer speaks only gRPC.
+func (p *peer) dialLink() (*rawLink, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.t.cfg.DialTimeout)
+	defer cancel()
+	c, err := dialPeer(ctx, p.addr, p.t.proxy)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.handshake(ctx, &c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return newRawLink(p.t, c), nil
+}
+
+// handshake runs TLS, if configured, and the hello exchange on *c, replacing *c with the secured
+// connection.
+func (p *peer) handshake(ctx context.Context, c *net.Conn) error {
+	tcp := *c // deadlines on it bound the TLS layer's reads and writes too
+	deadline, _ := ctx.Deadline()
+	_ = tcp.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = tcp.SetDeadline(time.Now()) }) // the peer stopped
+	defer stop()
+	if p.t.cfg.TLS != nil {
+		tc := tls.Client(*c, p.t.linkTLS(p.id, p.addr))
+		*c = tc
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return err
+		}
+		if tc.ConnectionState().NegotiatedProtocol != linkALPN {
+			return errOldPeer
+		}
+	}
+	if _, err := (*c).Write([]byte(linkHello)); err != nil {
+		return err
+	}
+	head := make([]byte, len(linkHello))
+	n, err := io.ReadFull(*c, head)
+	switch {
+	case err == nil && string(head) == linkHello:
+		return tcp.SetDeadline(time.Time{})
+	case n > 0 && p.t.cfg.TLS == nil && string(head[:n]) != linkHello[:n]:
+		return errOldPeer // an HTTP/2 server's first frame, not a hello
+	case err == nil:
+		return errors.New("raft link: the peer answered the hello with something else")
+	default:
+		return fmt.Errorf("raft link hello: %w", err)
+	}
+}
+
+// linkTLS is Config.TLS for dialing a link to member id at addr: the member check, linkALPN (with "h2",
+// which an older node answers, so it is recognised), and the address's host as the server name, as
+// gRPC's own TLS dial sets it.
+func (t *Transport) linkTLS(id uint64, addr string) *tls.Config {
+	c := t.withMemberCheck(t.cfg.TLS, id)
+	if c.MinVersion < tls.VersionTLS12 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	c.NextProtos = []string{linkALPN, "h2"}
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	return c
+}
+
+// dialPeer connects to addr, through an HTTP CONNECT proxy when proxyFor names one for it. The
+// Transport's is http.ProxyFromEnvironment (HTTPS_PROXY, NO_PROXY; loopback and localhost never go
+// through one): the rule gRPC follows for the peer connections it dials, so links and gRPC take the same
+// path.
+func dialPeer(ctx context.Context, addr string, proxyFor func(*http.Request) (*url.URL, error)) (net.Conn, error) {
+	var d net.Dialer
+	proxy, err := proxyFor(&http.Request{URL: &url.URL{Scheme: "https", Host: addr}})
+	if err != nil || proxy == nil {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	c, err := d.DialContext(ctx, "tcp", proxy.Host)
+	if err != nil {
+		return nil, fmt.Errorf("dial proxy %s: %w", proxy.Host, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Host: addr}, Host: addr, Header: http.Header{}}
+	if u := proxy.User; u != nil {
+		pw, _ := u.Password()
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
+	}
+	br := bufio.NewReader(c)
+	err = req.Write(c)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("proxy %s answered CONNECT %s with %s", proxy.Host, addr, resp.Status)
+		}
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	if br.Buffered() > 0 {
+		head, _ := br.Peek(br.Buffered())
+		return &replayConn{Conn: c, head: head}, nil
+	}
+	return c, nil
+}
