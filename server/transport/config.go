@@ -18,15 +18,15 @@ import (
 // Raft is what the transport needs of the local raft node. The server's node implements it.
 //
 // Concurrency: every method is called from transport goroutines, never from the goroutine that calls
-// Send. Process is called by one goroutine per inbound stream, so calls from different peers run
-// concurrently with each other and with the report methods; calls for one inbound stream are sequential,
+// Send. Process is called by one goroutine per inbound link (or stream), so calls from different peers run
+// concurrently with each other and with the report methods; calls for one inbound link are sequential,
 // in the order the peer sent the messages. ReportUnreachable and ReportSnapshot are called from a single
 // reporting goroutine, one call at a time. Implementations must not call back into the Transport's
 // AddPeer, UpdatePeer, RemovePeer or Close from these methods (Send is fine).
 type Raft interface {
 	// Process hands one message received from a peer to raft (typically node.Step). It may block to
-	// apply backpressure to the sending peer; ctx is cancelled when the stream ends or the transport
-	// closes. An error is logged and the message dropped; the stream goes on.
+	// apply backpressure to the sending peer; ctx is cancelled when the link ends or the transport
+	// closes. An error is logged and the message dropped; the link goes on.
 	Process(ctx context.Context, m *raftpb.Message) error
 	// ReportUnreachable tells raft that recent messages to peer id were dropped or failed, so the
 	// leader stops pipelining to it and probes instead. Reports are coalesced: one call may stand for
@@ -46,7 +46,7 @@ type JoinFunc func(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinRe
 // Config configures a Transport. Zero durations and sizes take the defaults listed on each field.
 type Config struct {
 	// ClusterID is stamped on every outgoing batch; inbound batches and Forward requests that carry a
-	// different cluster id are rejected with FailedPrecondition.
+	// different cluster id are refused with FailedPrecondition.
 	ClusterID uint64
 	// LocalID is this node's raft id (non-zero). Inbound batches addressed to another id are rejected.
 	LocalID uint64
@@ -60,9 +60,9 @@ type Config struct {
 	Join JoinFunc
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions are appended to the transport's own options (message size limits and a reconnect
-	// backoff matching BackoffMin/BackoffMax; insecure credentials unless TLS is set), so they can
-	// override them (tests inject dialers).
+	// DialOptions are appended to the transport's own options for its gRPC connections (message size
+	// limits and a reconnect backoff matching BackoffMin/BackoffMax; insecure credentials unless TLS is
+	// set), so they can override them. Links do not use them.
 	DialOptions []grpc.DialOption
 	// TLS, when set, is mutual TLS on both sides of every peer connection: ServerOptions serve it and
 	// require a client certificate, and dials present one. It must verify the other side's chain (a
@@ -92,19 +92,23 @@ type Config struct {
 	// peer. Defaults 50ms and 2s.
 	BackoffMin time.Duration
 	BackoffMax time.Duration
-	// DialTimeout bounds one attempt to connect to a peer (TCP and, with TLS, the handshake). Messages
-	// queued meanwhile wait, or are dropped once the queue is full. Default 5s.
+	// DialTimeout bounds one attempt to connect to a peer (TCP, a proxy's CONNECT, with TLS the handshake,
+	// and a link's hello), and how long the Listener waits for an accepted connection to say what it is.
+	// Messages queued meanwhile wait, or are dropped once the queue is full. Default 5s.
 	DialTimeout time.Duration
-	// KeepAliveTime is how long a peer connection may be idle before it is pinged (both ways: the dialing
-	// side and, through ServerOptions, the serving side), and KeepAliveTimeout how long the ping's answer
-	// may take before the connection is closed and redialed: a black-holed link is noticed within their
-	// sum instead of when TCP gives up (many minutes). Pings are accepted down to half KeepAliveTime.
-	// Defaults 10s (gRPC's floor for a dialing side) and 5s.
+	// KeepAliveTime is how often a link is pinged, and how long a gRPC peer connection may be idle before
+	// it is pinged (both ways: the dialing side and, through ServerOptions, the serving side);
+	// KeepAliveTimeout how long a gRPC ping's answer may take before the connection is closed and
+	// redialed. A link whose ping is unanswered at the next ping is closed and redialed, and a receiver
+	// closes a link silent for 2×KeepAliveTime + KeepAliveTimeout. So a black-holed connection is noticed
+	// within seconds instead of when TCP gives up (many minutes). gRPC pings are accepted down to half
+	// KeepAliveTime. Defaults 10s (gRPC's floor for a dialing side) and 5s.
 	KeepAliveTime    time.Duration
 	KeepAliveTimeout time.Duration
-	// MaxMsgBytes is the largest gRPC message sent or received; raft snapshots travel inside MsgSnap, so
-	// it bounds the snapshot size. A message that cannot fit is dropped (and reported). Default 256 MiB.
-	// The receiving grpc.Server must accept it too: create it with ServerOptions.
+	// MaxMsgBytes is the largest batch sent or received, on a link or as a gRPC message; raft snapshots
+	// travel inside MsgSnap, so it bounds the snapshot size. A message that cannot fit is dropped (and
+	// reported); a link whose frame is larger is refused. Default 256 MiB. The receiving grpc.Server
+	// must accept it too: create it with ServerOptions.
 	MaxMsgBytes int
 	// Filter, when set, is asked about every outgoing message in Send; a message for which it returns
 	// false is dropped as if the network lost it (a MsgSnap is reported as SnapshotFailure). It is a fault
@@ -119,10 +123,11 @@ type Config struct {
 	// concurrent use, and must not call the Transport. The server turns them into per-peer metrics.
 	OnRoundTrip func(peer uint64, rtt time.Duration)
 	OnDropped   func(peer uint64, count int)
-	// OnStreamLost, when set, hears that a peer's stream to this node broke: it ended with an error
-	// (the connection reset or closed under it, as when the peer's process dies) rather than the peer
-	// closing it, while this transport is open. peer is the sender of the stream's batches. It is a hint,
-	// not a verdict: a live peer reopens its stream at once. Same rules as OnRoundTrip.
+	// OnStreamLost, when set, hears that a peer's link (or gRPC stream) to this node broke: it ended
+	// without the peer's bye (the connection reset or closed under it, as when the peer's process dies)
+	// rather than the peer closing it, while this transport is open. peer is the sender of the link's
+	// batches. It is a hint, not a verdict: a live peer reopens its link at once. Same rules as
+	// OnRoundTrip.
 	OnStreamLost func(peer uint64)
 }
 

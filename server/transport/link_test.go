@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -378,5 +379,15 @@ func TestTLSForwardSharesThePort(t *testing.T) {
 	}
 	if got := caller.Load(); got != 1 {
 		t.Fatalf("Forward served for %d, want 1", got)
+	}
+}
+
+// A Listener asked for after Close accepts nothing and starts nothing.
+func TestListenerAfterClose(t *testing.T) {
+	tr := newTransport(t, testConfig(t, 1, newFakeRaft()))
+	_ = tr.Close()
+	l := tr.Listener(listen(t, "127.0.0.1:0"))
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
 	}
 }

@@ -29,6 +29,12 @@ func (t *Transport) Listener(lis net.Listener) net.Listener {
 	if t.cfg.TLS != nil {
 		l.tls = t.listenerTLS()
 	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		_ = l.Close()
+		return l
+	}
 	t.wg.Add(1)
 	go l.acceptLoop()
 	return l

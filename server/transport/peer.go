@@ -189,6 +189,7 @@ func (p *peer) open() (link, error) {
 	switch {
 	case err == nil:
 		l = raw
+		p.awaitReady = false // it was for the gRPC connection's state, which a link does not use
 	case errors.Is(err, errOldPeer):
 		if !p.oldPeer {
 			p.logger().Info("peer serves only the gRPC raft stream (an older version): sending on it")
@@ -214,10 +215,16 @@ func (p *peer) open() (link, error) {
 // when nothing else is waiting to go to the peer: that saves waking the peer goroutine, which on a busy
 // machine costs tens of microseconds a message — more when the loop then blocks in its own disk write.
 // It reports false when m must be queued: no raw link, something queued or being written (order), a
-// snapshot (large: the peer goroutine's job), or the link busy. A write that cannot finish within
-// directWriteTimeout closes the link; m is then lost and reported like any message on a failed link.
+// large message (a snapshot, a big append: the peer goroutine's job), the link busy, or its socket's
+// send buffer too full to take m at once (a peer that reads slowly or not at all: see roomFor). A
+// write that still cannot finish within directWriteTimeout closes the link; m is then lost and reported
+// like any message on a failed link.
 func (p *peer) sendDirect(m *raftpb.Message) bool {
-	if m.GetType() == raftpb.MsgSnap || p.unsent.Load() != 0 {
+	if p.unsent.Load() != 0 || m.GetType() == raftpb.MsgSnap {
+		return false
+	}
+	size := proto.Size(m)
+	if size > maxDirectBytes {
 		return false
 	}
 	l := p.direct.Load()
@@ -227,7 +234,7 @@ func (p *peer) sendDirect(m *raftpb.Message) bool {
 	defer l.mu.Unlock()
 	// Checked again under the lock: every queued message is counted in unsent until written or lost,
 	// and written only under this lock, so none can be overtaken.
-	if p.unsent.Load() != 0 || l.broken() {
+	if p.unsent.Load() != 0 || l.broken() || !l.roomFor(size) {
 		return false
 	}
 	if m.GetType() == raftpb.MsgHeartbeat && p.t.cfg.OnRoundTrip != nil {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -32,6 +33,7 @@ var errOldPeer = errors.New("the peer serves only the gRPC raft stream")
 type rawLink struct {
 	t      *Transport
 	conn   net.Conn
+	socket syscall.RawConn // the TCP socket under conn, for sendRoom (nil: unknown, no direct writes)
 	opened time.Time
 
 	mu  sync.Mutex // held for every write
@@ -48,19 +50,35 @@ type rawLink struct {
 	closeOnce sync.Once
 }
 
-// directWriteTimeout bounds a write from Send (the Ready loop). A write that cannot finish in time means
-// the socket's buffers are full, the peer is not reading: the link is closed rather than stall raft.
-const directWriteTimeout = 5 * time.Millisecond
+// A write from Send (the Ready loop, sendDirect) must not wait for the peer. So it is made only when the
+// socket's send buffer has room for it (sendRoom) and the frame is small: the kernel then takes it at
+// once. directWriteTimeout is a bound that should never be reached (a write that does not finish in
+// it closes the link rather than stall raft); maxDirectBytes the largest message written so.
+const (
+	directWriteTimeout = 250 * time.Millisecond
+	maxDirectBytes     = 4 << 10
+)
 
 // minWriteRate sets the deadline of the peer goroutine's writes: KeepAliveTime + KeepAliveTimeout, plus
 // the time the frame takes at this rate (a snapshot of 256 MiB may take 17 minutes). A peer that reads
 // slower than that, or not at all, loses the link.
 const minWriteRate = 256 << 10 // bytes a second
 
-func newRawLink(t *Transport, c net.Conn) *rawLink {
+// newRawLink starts the link on c, whose TCP socket is tcp (nil if not known).
+func newRawLink(t *Transport, c, tcp net.Conn) *rawLink {
 	l := &rawLink{t: t, conn: c, opened: time.Now(), ended: make(chan struct{})}
+	if sc, ok := tcp.(syscall.Conn); ok {
+		l.socket, _ = sc.SyscallConn()
+	}
 	go l.read()
 	return l
+}
+
+// roomFor reports whether the socket's send buffer takes n more bytes (and TLS's framing of them) at
+// once, so the write cannot block. The caller holds mu.
+func (l *rawLink) roomFor(n int) bool {
+	const tlsOverhead = 1 << 10
+	return l.socket != nil && sendRoom(l.socket, n+frameHeader+tlsOverhead)
 }
 
 // read reads the receiver's frames until the link ends: a pong counts, an end frame is the receiver's
@@ -190,15 +208,16 @@ func (l *rawLink) close() error {
 func (p *peer) dialLink() (*rawLink, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.t.cfg.DialTimeout)
 	defer cancel()
-	c, err := dialPeer(ctx, p.addr, p.t.proxy)
+	tcp, err := dialPeer(ctx, p.addr, p.t.proxy)
 	if err != nil {
 		return nil, err
 	}
+	c := tcp
 	if err := p.handshake(ctx, &c); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
-	return newRawLink(p.t, c), nil
+	return newRawLink(p.t, c, tcp), nil
 }
 
 // handshake runs TLS, if configured, and the hello exchange on *c, replacing *c with the secured
