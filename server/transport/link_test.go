@@ -391,3 +391,53 @@ func TestListenerAfterClose(t *testing.T) {
 		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// A peer that stops reading: Send keeps writing directly while the socket takes it, then queues, and
+// never waits on the full socket (which would stall the node's Ready loop and, at directWriteTimeout,
+// close a link that is merely slow).
+func TestSendDoesNotWriteIntoAFullSocket(t *testing.T) {
+	lis := listen(t, "127.0.0.1:0")
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(release); _ = lis.Close(); wg.Wait() })
+	wg.Go(func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		head := make([]byte, len(linkHello))
+		if _, err := io.ReadFull(c, head); err != nil {
+			return
+		}
+		_, _ = c.Write([]byte(linkHello))
+		<-release // reads nothing more
+	})
+	// Keepalive slower than the test, so only RemovePeer can end the blocked write below.
+	a := startNode(t, 1, func(c *Config) { c.QueueSize, c.KeepAliveTime = 1<<14, time.Minute })
+	a.tr.AddPeer(2, lis.Addr().String())
+	payload := make([]byte, 3<<10)
+	a.tr.Send([]*raftpb.Message{msgApp(1, 2, 1, payload)})
+	waitFor(t, "the link", func() bool { return a.tr.Stats().Sent == 1 })
+	for i := range uint64(4000) { // 12 MB: more than the socket's buffers hold
+		start := time.Now()
+		a.tr.Send([]*raftpb.Message{msgApp(1, 2, i+2, payload)})
+		if d := time.Since(start); d >= directWriteTimeout {
+			t.Fatalf("Send %d waited %v on a peer that does not read", i, d)
+		}
+	}
+	if s := a.tr.Stats(); s.Direct == 0 || s.SendFailures != 0 || s.Dropped != 0 {
+		t.Fatalf("stats %+v: want direct writes until the socket filled, then queued messages, no failure", s)
+	}
+	// The peer goroutine is blocked writing to the full socket; removing the peer ends that write.
+	removed := make(chan struct{})
+	go func() { a.tr.RemovePeer(2); close(removed) }()
+	waitFor(t, "RemovePeer to return", func() bool {
+		select {
+		case <-removed:
+			return true
+		default:
+			return false
+		}
+	})
+}

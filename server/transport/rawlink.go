@@ -47,6 +47,7 @@ type rawLink struct {
 	ended       chan struct{} // closed when the reader returns
 	err         error         // how the link ended; read only after ended is closed
 
+	unwatch   func() bool // stops closing the connection when the peer stops
 	closeOnce sync.Once
 }
 
@@ -64,12 +65,14 @@ const (
 // slower than that, or not at all, loses the link.
 const minWriteRate = 256 << 10 // bytes a second
 
-// newRawLink starts the link on c, whose TCP socket is tcp (nil if not known).
-func newRawLink(t *Transport, c, tcp net.Conn) *rawLink {
+// newRawLink starts the link on c, whose TCP socket is tcp (nil if not known). When ctx (the peer's) ends,
+// the connection is closed, so a write blocked on a peer that does not read returns at once.
+func newRawLink(ctx context.Context, t *Transport, c, tcp net.Conn) *rawLink {
 	l := &rawLink{t: t, conn: c, opened: time.Now(), ended: make(chan struct{})}
 	if sc, ok := tcp.(syscall.Conn); ok {
 		l.socket, _ = sc.SyscallConn()
 	}
+	l.unwatch = context.AfterFunc(ctx, func() { _ = c.Close() })
 	go l.read()
 	return l
 }
@@ -188,6 +191,7 @@ func (l *rawLink) keepalive() {
 // the connection, waits for the reader and returns how the link ended.
 func (l *rawLink) close() error {
 	l.closeOnce.Do(func() {
+		l.unwatch()
 		l.mu.Lock()
 		if !l.broken() {
 			_ = l.conn.SetWriteDeadline(time.Now().Add(directWriteTimeout))
@@ -217,7 +221,7 @@ func (p *peer) dialLink() (*rawLink, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return newRawLink(p.t, c, tcp), nil
+	return newRawLink(p.ctx, p.t, c, tcp), nil
 }
 
 // handshake runs TLS, if configured, and the hello exchange on *c, replacing *c with the secured
