@@ -262,7 +262,8 @@ func TestDirectWritesKeepOrder(t *testing.T) {
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)}) // opens the link, from the queue
 	waitFor(t, "the first message", func() bool { return b.raft.count() == 1 })
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 2)})
-	waitFor(t, "the second message", func() bool { return b.raft.count() == 2 })
+	// Sent counts a batch after its write returns, which can be after the receiver has it.
+	waitFor(t, "the second message", func() bool { return b.raft.count() == 2 && a.tr.Stats().Sent == 2 })
 	if s := a.tr.Stats(); s.Direct != 1 {
 		t.Fatalf("stats %+v, want the second message written directly", s)
 	}
@@ -271,7 +272,7 @@ func TestDirectWritesKeepOrder(t *testing.T) {
 	for i := uint64(3); i <= n; i++ {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, i)})
 	}
-	waitFor(t, "the burst", func() bool { return b.raft.count() == n })
+	waitFor(t, "the burst", func() bool { return b.raft.count() == n && a.tr.Stats().Sent+a.tr.Stats().Dropped == n })
 	for i, m := range b.raft.from(1) {
 		if m.GetIndex() != uint64(i+1) {
 			t.Fatalf("message %d has index %d", i, m.GetIndex())

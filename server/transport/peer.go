@@ -211,19 +211,25 @@ func (p *peer) open() (link, error) {
 	return l, nil
 }
 
-// sendDirect writes m to the peer's raw link at once, from Send's goroutine (the node's Ready loop),
-// when nothing else is waiting to go to the peer: that saves waking the peer goroutine, which on a busy
-// machine costs tens of microseconds a message — more when the loop then blocks in its own disk write.
-// It reports false when m must be queued: no raw link, something queued or being written (order), a
-// large message (a snapshot, a big append: the peer goroutine's job), the link busy, or its socket's
-// send buffer too full to take m at once (a peer that reads slowly or not at all: see roomFor). A
-// write that still cannot finish within directWriteTimeout closes the link; m is then lost and reported
-// like any message on a failed link.
-func (p *peer) sendDirect(m *raftpb.Message) bool {
-	if p.unsent.Load() != 0 || m.GetType() == raftpb.MsgSnap {
+// sendDirect writes msgs, all to this peer, as one batch on its raw link at once, from Send's
+// goroutine (the node's Ready loop), when nothing else is waiting to go to the peer: that saves waking
+// the peer goroutine, which on a busy machine costs tens of microseconds — more when the loop then
+// blocks in its own disk write. It reports false when msgs must be queued: no raw link, something
+// queued or being written (order), a snapshot or more than maxDirectBytes (the peer goroutine's job),
+// the link busy, or its socket's send buffer too full to take them at once (a peer that reads slowly
+// or not at all: see roomFor). A write that still cannot finish within directWriteTimeout closes the
+// link; msgs are then lost and reported like any messages on a failed link.
+func (p *peer) sendDirect(msgs []*raftpb.Message) bool {
+	if p.unsent.Load() != 0 {
 		return false
 	}
-	size := proto.Size(m)
+	size := 0
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			return false
+		}
+		size += wireSize(proto.Size(m))
+	}
 	if size > maxDirectBytes {
 		return false
 	}
@@ -237,16 +243,19 @@ func (p *peer) sendDirect(m *raftpb.Message) bool {
 	if p.unsent.Load() != 0 || l.broken() || !l.roomFor(size) {
 		return false
 	}
-	if m.GetType() == raftpb.MsgHeartbeat && p.t.cfg.OnRoundTrip != nil {
-		p.heartbeatSent()
+	if p.t.cfg.OnRoundTrip != nil {
+		for _, m := range msgs {
+			if m.GetType() == raftpb.MsgHeartbeat {
+				p.heartbeatSent()
+			}
+		}
 	}
-	msgs := []*raftpb.Message{m}
-	p.unsent.Add(1) // delivered or lose takes it back
+	p.unsent.Add(int64(len(msgs))) // delivered or lose takes them back
 	if err := l.writeLocked(msgs, directWriteTimeout); err != nil {
 		p.lose(msgs)
 		return true
 	}
-	p.t.stats.direct.Add(1)
+	p.t.stats.direct.Add(uint64(len(msgs)))
 	p.delivered(msgs)
 	return true
 }

@@ -36,8 +36,9 @@ type rawLink struct {
 	socket syscall.RawConn // the TCP socket under conn, for sendRoom (nil: unknown, no direct writes)
 	opened time.Time
 
-	mu  sync.Mutex // held for every write
-	buf []byte     // frame scratch, under mu
+	mu     sync.Mutex // held for every write
+	buf    []byte     // frame scratch, under mu
+	failed bool       // a write failed (part of a frame may be on the wire): no bye; under mu
 
 	pongs atomic.Uint64 // pongs received
 	// Owned by the peer goroutine (keepalive): whether a ping is out, and the pong count when it left.
@@ -47,17 +48,23 @@ type rawLink struct {
 	ended       chan struct{} // closed when the reader returns
 	err         error         // how the link ended; read only after ended is closed
 
-	unwatch   func() bool // stops closing the connection when the peer stops
+	// The peer's stop must end a write blocked on a peer that does not read, yet leave a healthy link
+	// able to say bye. So a stop (stopWrites) sets a past deadline only while a data write runs, and
+	// no data write starts after it; deadMu makes each of those steps atomic with the deadline it sets.
+	deadMu    sync.Mutex
+	writing   bool // a data write (batch or ping) is in progress; under deadMu
+	stopped   bool // the peer stopped: no more data writes; under deadMu
+	unwatch   func() bool
 	closeOnce sync.Once
 }
 
 // A write from Send (the Ready loop, sendDirect) must not wait for the peer. So it is made only when the
 // socket's send buffer has room for it (sendRoom) and the frame is small: the kernel then takes it at
 // once. directWriteTimeout is a bound that should never be reached (a write that does not finish in
-// it closes the link rather than stall raft); maxDirectBytes the largest message written so.
+// it closes the link rather than stall raft); maxDirectBytes the most written so at once.
 const (
 	directWriteTimeout = 250 * time.Millisecond
-	maxDirectBytes     = 4 << 10
+	maxDirectBytes     = 64 << 10
 )
 
 // minWriteRate sets the deadline of the peer goroutine's writes: KeepAliveTime + KeepAliveTimeout, plus
@@ -66,16 +73,45 @@ const (
 const minWriteRate = 256 << 10 // bytes a second
 
 // newRawLink starts the link on c, whose TCP socket is tcp (nil if not known). When ctx (the peer's) ends,
-// the connection is closed, so a write blocked on a peer that does not read returns at once.
+// a write blocked on a peer that does not read returns at once (stopWrites).
 func newRawLink(ctx context.Context, t *Transport, c, tcp net.Conn) *rawLink {
 	l := &rawLink{t: t, conn: c, opened: time.Now(), ended: make(chan struct{})}
 	if sc, ok := tcp.(syscall.Conn); ok {
 		l.socket, _ = sc.SyscallConn()
 	}
-	l.unwatch = context.AfterFunc(ctx, func() { _ = c.Close() })
+	l.unwatch = context.AfterFunc(ctx, l.stopWrites)
 	go l.read()
 	return l
 }
+
+// stopWrites ends a data write in progress (a deadline in the past) and refuses later ones.
+func (l *rawLink) stopWrites() {
+	l.deadMu.Lock()
+	defer l.deadMu.Unlock()
+	l.stopped = true
+	if l.writing {
+		_ = l.conn.SetWriteDeadline(time.Unix(1, 0))
+	}
+}
+
+// write writes b within timeout, unless the peer stopped. The caller holds mu.
+func (l *rawLink) write(b []byte, timeout time.Duration) error {
+	l.deadMu.Lock()
+	if l.stopped {
+		l.deadMu.Unlock()
+		return errPeerStopped
+	}
+	l.writing = true
+	_ = l.conn.SetWriteDeadline(time.Now().Add(timeout))
+	l.deadMu.Unlock()
+	_, err := l.conn.Write(b)
+	l.deadMu.Lock()
+	l.writing = false
+	l.deadMu.Unlock()
+	return err
+}
+
+var errPeerStopped = errors.New("the peer was stopped")
 
 // roomFor reports whether the socket's send buffer takes n more bytes (and TLS's framing of them) at
 // once, so the write cannot block. The caller holds mu.
@@ -148,8 +184,7 @@ func (l *rawLink) writeLocked(msgs []*raftpb.Message, timeout time.Duration) err
 	if timeout == 0 {
 		timeout = cfg.KeepAliveTime + cfg.KeepAliveTimeout + time.Duration(len(l.buf)/minWriteRate)*time.Second
 	}
-	_ = l.conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err = l.conn.Write(l.buf)
+	err = l.write(l.buf, timeout)
 	if cap(l.buf) > reuseBytes {
 		l.buf = nil // a snapshot's buffer is not kept for heartbeats
 	}
@@ -159,8 +194,9 @@ func (l *rawLink) writeLocked(msgs []*raftpb.Message, timeout time.Duration) err
 	return nil
 }
 
-// fail closes the link after a failed write and returns the better account of why.
+// fail closes the link after a failed write and returns the better account of why. The caller holds mu.
 func (l *rawLink) fail(err error) error {
+	l.failed = true
 	_ = l.conn.Close()
 	<-l.ended
 	if st, ok := status.FromError(l.err); ok && l.err != nil {
@@ -181,8 +217,7 @@ func (l *rawLink) keepalive() {
 		return
 	}
 	l.pinged, l.pongsAtPing = true, l.pongs.Load()
-	_ = l.conn.SetWriteDeadline(time.Now().Add(l.t.cfg.KeepAliveTimeout))
-	if _, err := l.conn.Write(appendFrame(nil, framePing, nil)); err != nil {
+	if err := l.write(appendFrame(nil, framePing, nil), l.t.cfg.KeepAliveTimeout); err != nil {
 		_ = l.fail(err)
 	}
 }
@@ -193,8 +228,12 @@ func (l *rawLink) close() error {
 	l.closeOnce.Do(func() {
 		l.unwatch()
 		l.mu.Lock()
-		if !l.broken() {
-			_ = l.conn.SetWriteDeadline(time.Now().Add(directWriteTimeout))
+		if !l.failed && !l.broken() {
+			// Not l.write: the bye is written after the peer stopped, and stopWrites, which ran or will
+			// run once, sets a deadline only during a data write.
+			l.deadMu.Lock()
+			_ = l.conn.SetWriteDeadline(time.Now().Add(byeTimeout))
+			l.deadMu.Unlock()
 			_, _ = l.conn.Write(appendFrame(nil, frameEnd, nil))
 		}
 		_ = l.conn.Close()
@@ -206,6 +245,10 @@ func (l *rawLink) close() error {
 	}
 	return l.err
 }
+
+// byeTimeout bounds the bye's write: a healthy socket takes it at once, and a full one is not worth
+// waiting for (the receiver then reports the link lost, a hint it can afford to get wrong).
+const byeTimeout = 50 * time.Millisecond
 
 // dialLink opens a link to the peer within DialTimeout: TCP (through the proxy the environment names, as
 // gRPC dials), TLS when configured, and the hello both ways. errOldPeer: the peer speaks only gRPC.

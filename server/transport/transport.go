@@ -166,6 +166,9 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		t.stats.dropped.Add(uint64(len(msgs)))
 		return
 	}
+	// Each peer's messages, in order: Send writes a peer's share of one call as one batch when it can
+	// (sendDirect), and queues it otherwise.
+	var out outgoing
 	for _, m := range msgs {
 		if f := t.cfg.Filter; f != nil && !f(m) {
 			t.stats.filtered.Add(1)
@@ -179,9 +182,36 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.drop(m)
 			continue
 		}
-		if p.sendDirect(m) {
-			continue
+		out.add(p, m)
+	}
+	for i, p := range out.peers {
+		if !p.sendDirect(out.msgs[i]) {
+			t.enqueue(p, out.msgs[i])
 		}
+	}
+}
+
+// outgoing groups one Send's messages by peer, keeping each peer's order. A Ready addresses a handful
+// of peers, so a slice beats a map.
+type outgoing struct {
+	peers []*peer
+	msgs  [][]*raftpb.Message
+}
+
+func (o *outgoing) add(p *peer, m *raftpb.Message) {
+	for i, q := range o.peers {
+		if q == p {
+			o.msgs[i] = append(o.msgs[i], m)
+			return
+		}
+	}
+	o.peers = append(o.peers, p)
+	o.msgs = append(o.msgs, []*raftpb.Message{m})
+}
+
+// enqueue hands msgs to p's goroutine, dropping (and reporting) what does not fit in its queue.
+func (t *Transport) enqueue(p *peer, msgs []*raftpb.Message) {
+	for _, m := range msgs {
 		p.unsent.Add(1)
 		select {
 		case p.queue <- m:

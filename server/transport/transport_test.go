@@ -106,6 +106,7 @@ func TestPerPeerOrderAcrossThreeNodes(t *testing.T) {
 		}
 	}
 	for _, a := range nodes {
+		waitFor(t, "the sender's count", func() bool { return a.tr.Stats().Sent >= 2*n })
 		if s := a.tr.Stats(); s.Sent != 2*n || s.Dropped != 0 {
 			t.Fatalf("node %d stats %+v, want %d sent and none dropped", a.id, s, 2*n)
 		}
@@ -127,7 +128,8 @@ func TestBatching(t *testing.T) {
 	}
 	a.tr.Send(msgs)
 	close(b.raft.gate)
-	waitFor(t, "all messages to arrive", func() bool { return b.raft.count() == n })
+	// Sent counts a batch after its write returns, which can be after the receiver has it.
+	waitFor(t, "all messages to arrive", func() bool { return b.raft.count() == n && a.tr.Stats().Sent == n })
 
 	for i, m := range b.raft.from(1) {
 		if m.GetIndex() != uint64(i+1) || !bytes.Equal(m.GetEntries()[0].GetData(), payload) {
@@ -373,7 +375,8 @@ func TestFilterCutsLinks(t *testing.T) {
 		n1.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, i), msg(raftpb.MsgHeartbeat, 1, 3, i)})
 		n2.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, i), msg(raftpb.MsgHeartbeat, 2, 3, i)})
 	}
-	waitFor(t, "uncut traffic", func() bool { return n3.raft.count() == 100 })
+	// Sent counts a batch after its write returns, which can be after the receiver has it.
+	waitFor(t, "uncut traffic", func() bool { return n3.raft.count() == 100 && n1.tr.Stats().Sent == 50 })
 	if got := len(n2.raft.from(1)) + len(n1.raft.from(2)); got != 0 {
 		t.Fatalf("%d messages crossed the cut link", got)
 	}
