@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 			Buckets: latencyBuckets,
 		}, []string{"peer"}),
 		peerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_peer_send_failures_total", Help: "Raft messages to a peer that could not be sent (dropped, stream error).",
+			Name: "leased_peer_send_failures_total", Help: "Raft messages to a peer that could not be sent (dropped, link error).",
 		}, []string{"peer"}),
 		peerRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leased_peer_messages_dropped_total",

@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -12,7 +15,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -27,10 +33,22 @@ import (
 
 const maxTerm = ^uint64(0)
 
-// forge sends one batch of msgs to addr's peer port as a hand-written program would, and returns how
-// the stream ended (nil: accepted; the messages may still have been dropped).
-func forge(t *testing.T, addr string, creds credentials.TransportCredentials, b *wirepb.RaftBatch) error {
+// A forger reaches the peer port one of two ways: the gRPC raft stream (what nodes older than raft links
+// send on) or a raft link (server/transport/wire.go).
+var ways = []struct {
+	name  string
+	forge func(t *testing.T, addr string, cfg *tls.Config, b *wirepb.RaftBatch) error
+}{{"stream", forgeStream}, {"link", forgeLink}}
+
+// forgeStream sends one batch of msgs to addr's peer port on the gRPC stream as a hand-written program
+// would (cfg nil: plaintext), and returns how the stream ended (nil: accepted; the messages may still
+// have been dropped).
+func forgeStream(t *testing.T, addr string, cfg *tls.Config, b *wirepb.RaftBatch) error {
 	t.Helper()
+	creds := insecure.NewCredentials()
+	if cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +66,54 @@ func forge(t *testing.T, addr string, creds credentials.TransportCredentials, b 
 	}
 	_, err = s.CloseAndRecv()
 	return err
+}
+
+// forgeLink sends one batch to addr's peer port on a raft link written by hand — the hello, a batch
+// frame, the bye — and returns the handshake's error or the refusal the node answered with (nil:
+// accepted; the messages may still have been dropped).
+func forgeLink(t *testing.T, addr string, cfg *tls.Config, b *wirepb.RaftBatch) error {
+	t.Helper()
+	const hello = "leased-raft/1\n"
+	var c net.Conn
+	var err error
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if cfg != nil {
+		cfg = cfg.Clone()
+		cfg.NextProtos = []string{"leased-raft/1"}
+		c, err = tls.DialWithDialer(d, "tcp", addr, cfg)
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	raw, err := proto.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := func(kind byte, payload []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(1+len(payload))), append([]byte{kind}, payload...)...)
+	}
+	msg := append([]byte(hello), frame(1, raw)...)
+	if _, err := c.Write(append(msg, frame(2, nil)...)); err != nil {
+		return err
+	}
+	// The node answers the hello (a TLS 1.3 refusal shows here), then ends the link: a refusal frame, or
+	// nothing once it has the bye.
+	answer, err := io.ReadAll(c)
+	if len(answer) < len(hello) || string(answer[:len(hello)]) != hello {
+		return fmt.Errorf("no hello back (%q): %v", answer, err)
+	}
+	if rest := answer[len(hello):]; len(rest) > 5 && rest[4] == 2 {
+		st := &spb.Status{}
+		if err := proto.Unmarshal(rest[5:], st); err != nil {
+			t.Fatal(err)
+		}
+		return status.ErrorProto(st)
+	}
+	return nil
 }
 
 func batch(t *testing.T, cluster, from, to uint64, msgs ...*raftpb.Message) *wirepb.RaftBatch {
@@ -129,18 +195,19 @@ func TestForgedPeerMessagesWithoutTLSAreDropped(t *testing.T) {
 	f := pc.Follower()
 	target := pc.Node(f)
 	leader := pc.Node(pc.WaitLeader()).ID()
-	plain := insecure.NewCredentials()
-	for _, b := range []*wirepb.RaftBatch{
-		batch(t, pc.cluster, 0xBAD, target.ID(), heartbeat(maxTerm, 0)),
-		batch(t, pc.cluster, leader, target.ID(), heartbeat(maxTerm, 0)),
-		batch(t, pc.cluster, leader, target.ID(), heartbeat(1, 1<<40)),
-	} {
-		if err := forge(t, target.PeerAddr(), plain, b); err != nil {
-			t.Fatalf("stream: %v", err)
+	for _, way := range ways {
+		for _, b := range []*wirepb.RaftBatch{
+			batch(t, pc.cluster, 0xBAD, target.ID(), heartbeat(maxTerm, 0)),
+			batch(t, pc.cluster, leader, target.ID(), heartbeat(maxTerm, 0)),
+			batch(t, pc.cluster, leader, target.ID(), heartbeat(1, 1<<40)),
+		} {
+			if err := way.forge(t, target.PeerAddr(), nil, b); err != nil {
+				t.Fatalf("%s: %v", way.name, err)
+			}
 		}
 	}
-	eventually(t, 10*time.Second, "the forged messages to be counted", func() bool {
-		return pc.dropped(t, f, "not_member") == 1 && pc.dropped(t, f, "term") == 1 && pc.dropped(t, f, "commit") == 1
+	eventually(t, 10*time.Second, "the forged messages to be counted, both ways", func() bool {
+		return pc.dropped(t, f, "not_member") == 2 && pc.dropped(t, f, "term") == 2 && pc.dropped(t, f, "commit") == 2
 	})
 	pc.healthy(t)
 }
@@ -156,9 +223,11 @@ func TestPeerTLSRefusesNonMembers(t *testing.T) {
 		"stranger": testcerts.MutualConfig(ca.Node(t, "intruder"), ca),
 		"other CA": testcerts.MutualConfig(other.Node(t, "n1"), ca),
 	} {
-		err := forge(t, target.PeerAddr(), credentials.NewTLS(cfg), batch(t, pc.cluster, 0xBAD, target.ID(), heartbeat(maxTerm, 0)))
-		if err == nil {
-			t.Fatalf("%s: a forged heartbeat was accepted", name)
+		for _, way := range ways {
+			err := way.forge(t, target.PeerAddr(), cfg, batch(t, pc.cluster, 0xBAD, target.ID(), heartbeat(maxTerm, 0)))
+			if err == nil {
+				t.Fatalf("%s on a %s: a forged heartbeat was accepted", name, way.name)
+			}
 		}
 	}
 	for _, reason := range []string{"not_member", "term", "sender_mismatch"} {
@@ -178,13 +247,15 @@ func TestPeerTLSDropsMessagesInAnotherMembersName(t *testing.T) {
 	target := pc.Node(f)
 	thief, victim := (f+1)%3, (f+2)%3
 	cert := ca.Node(t, fmt.Sprintf("n%d", thief+1))
-	err := forge(t, target.PeerAddr(), credentials.NewTLS(testcerts.MutualConfig(cert, ca)),
-		batch(t, pc.cluster, pc.Node(victim).ID(), target.ID(), heartbeat(maxTerm, 0), heartbeat(1, 1<<40)))
-	if err != nil {
-		t.Fatalf("stream: %v", err)
+	for _, way := range ways {
+		err := way.forge(t, target.PeerAddr(), testcerts.MutualConfig(cert, ca),
+			batch(t, pc.cluster, pc.Node(victim).ID(), target.ID(), heartbeat(maxTerm, 0), heartbeat(1, 1<<40)))
+		if err != nil {
+			t.Fatalf("%s: %v", way.name, err)
+		}
 	}
-	eventually(t, 10*time.Second, "the impersonation to be counted", func() bool {
-		return pc.dropped(t, f, "sender_mismatch") == 2
+	eventually(t, 10*time.Second, "the impersonation to be counted, both ways", func() bool {
+		return pc.dropped(t, f, "sender_mismatch") == 4
 	})
 	pc.healthy(t)
 }

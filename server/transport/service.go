@@ -141,7 +141,7 @@ func (t *Transport) streamLost(peer uint64) {
 func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uint64) error {
 	if b.GetClusterId() != t.cfg.ClusterID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream from another cluster", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+		t.log.Warn("rejecting raft link from another cluster", slog.String("peer", leasepb.FormatID(b.GetFrom())),
 			slog.String("cluster", leasepb.FormatID(b.GetClusterId())), slog.String("want_cluster", leasepb.FormatID(t.cfg.ClusterID)))
 		return status.Errorf(codes.FailedPrecondition,
 			"cluster id mismatch: batch is for cluster %016x, this node (raft id %016x) is in cluster %016x",
@@ -149,7 +149,7 @@ func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uin
 	}
 	if b.GetTo() != t.cfg.LocalID {
 		t.stats.rejected.Add(1)
-		t.log.Warn("rejecting raft stream for another node", slog.String("peer", leasepb.FormatID(b.GetFrom())),
+		t.log.Warn("rejecting raft link for another node", slog.String("peer", leasepb.FormatID(b.GetFrom())),
 			slog.String("to", leasepb.FormatID(b.GetTo())))
 		return status.Errorf(codes.FailedPrecondition,
 			"recipient mismatch: batch is for raft id %016x, this node is raft id %016x", b.GetTo(), t.cfg.LocalID)
