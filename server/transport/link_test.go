@@ -86,6 +86,37 @@ func (h *handLink) end() error {
 	}
 }
 
+// serveEach listens on loopback and runs handle on its own goroutine for every connection (and closes
+// the connection after), until the test ends; it returns the address.
+func serveEach(t *testing.T, handle func(net.Conn)) string {
+	lis := listen(t, "127.0.0.1:0")
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = lis.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	return lis.Addr().String()
+}
+
+// answerHello plays a receiver's part of a link's opening; false if the sender did not say hello.
+func answerHello(c net.Conn) bool {
+	head := make([]byte, len(linkHello))
+	if _, err := io.ReadFull(c, head); err != nil || string(head) != linkHello {
+		return false
+	}
+	_, err := c.Write([]byte(linkHello))
+	return err == nil
+}
+
 // The receiving side checks every batch on a link as it checks a stream's, and ends a bad link with a
 // status that says why.
 func TestLinkRejectsBadBatches(t *testing.T) {
@@ -171,30 +202,15 @@ func TestLinkLostOnlyWithoutBye(t *testing.T) {
 
 // A receiver that stops answering pings loses the link within two KeepAliveTimes; the sender reconnects.
 func TestKeepaliveEndsASilentLink(t *testing.T) {
-	lis := listen(t, "127.0.0.1:0")
 	var accepted atomic.Int32
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = lis.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			wg.Go(func() {
-				defer c.Close()
-				head := make([]byte, len(linkHello))
-				if _, err := io.ReadFull(c, head); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte(linkHello))
-				_, _ = io.Copy(io.Discard, c) // reads everything, answers nothing
-			})
+	lis := serveEach(t, func(c net.Conn) {
+		accepted.Add(1)
+		if answerHello(c) {
+			_, _ = io.Copy(io.Discard, c) // reads everything, answers nothing
 		}
 	})
 	a := startNode(t, 1, func(c *Config) { c.KeepAliveTime, c.KeepAliveTimeout = 20*time.Millisecond, 20*time.Millisecond })
-	a.tr.AddPeer(2, lis.Addr().String())
+	a.tr.AddPeer(2, lis)
 	waitFor(t, "a second link after the first went silent", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
 		return accepted.Load() >= 2 && a.tr.Stats().Reconnects >= 1
@@ -287,21 +303,10 @@ func TestDirectWritesKeepOrder(t *testing.T) {
 // test's fault proxy can cut) every peer connection.
 func TestLinkDialsThroughProxy(t *testing.T) {
 	b := startNode(t, 2, nil)
-	proxy := listen(t, "127.0.0.1:0")
 	var targets sync.Map
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = proxy.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := proxy.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { connectProxy(c, b.addr, &targets) })
-		}
-	})
+	proxy := serveEach(t, func(c net.Conn) { connectProxy(c, b.addr, &targets) })
 	a := startNode(t, 1, nil)
-	a.tr.proxy = func(*http.Request) (*url.URL, error) { return &url.URL{Host: proxy.Addr().String()}, nil }
+	a.tr.proxy = func(*http.Request) (*url.URL, error) { return &url.URL{Host: proxy}, nil }
 	a.tr.AddPeer(2, "n2.proxied.test:1") // resolvable only by the proxy
 	waitFor(t, "a message through the proxy", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 1)})
@@ -397,26 +402,16 @@ func TestListenerAfterClose(t *testing.T) {
 // never waits on the full socket (which would stall the node's Ready loop and, at directWriteTimeout,
 // close a link that is merely slow).
 func TestSendDoesNotWriteIntoAFullSocket(t *testing.T) {
-	lis := listen(t, "127.0.0.1:0")
 	release := make(chan struct{})
-	var wg sync.WaitGroup
-	t.Cleanup(func() { close(release); _ = lis.Close(); wg.Wait() })
-	wg.Go(func() {
-		c, err := lis.Accept()
-		if err != nil {
-			return
+	lis := serveEach(t, func(c net.Conn) {
+		if answerHello(c) {
+			<-release // reads nothing more
 		}
-		defer c.Close()
-		head := make([]byte, len(linkHello))
-		if _, err := io.ReadFull(c, head); err != nil {
-			return
-		}
-		_, _ = c.Write([]byte(linkHello))
-		<-release // reads nothing more
 	})
+	t.Cleanup(func() { close(release) }) // registered after serveEach's, so it runs first
 	// Keepalive slower than the test, so only RemovePeer can end the blocked write below.
 	a := startNode(t, 1, func(c *Config) { c.QueueSize, c.KeepAliveTime = 1<<14, time.Minute })
-	a.tr.AddPeer(2, lis.Addr().String())
+	a.tr.AddPeer(2, lis)
 	payload := make([]byte, 3<<10)
 	a.tr.Send([]*raftpb.Message{msgApp(1, 2, 1, payload)})
 	waitFor(t, "the link", func() bool { return a.tr.Stats().Sent == 1 })

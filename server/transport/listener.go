@@ -106,15 +106,16 @@ func (l *peerListener) acceptLoop() {
 }
 
 // sort tells a link from a gRPC connection and hands it on. Links are served on this goroutine.
-func (l *peerListener) sort(c net.Conn) {
+func (l *peerListener) sort(accepted net.Conn) {
 	defer l.t.wg.Done()
-	stop := context.AfterFunc(l.t.ctx, func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(l.t.cfg.DialTimeout))
-	c, isLink, err := l.identify(c)
+	// Closing the accepted connection ends whatever reads or writes it, TLS on top included.
+	stop := context.AfterFunc(l.t.ctx, func() { _ = accepted.Close() })
+	_ = accepted.SetDeadline(time.Now().Add(l.t.cfg.DialTimeout))
+	c, isLink, err := l.identify(accepted)
 	if err != nil {
 		stop()
-		_ = c.Close()
-		l.t.log.Debug("peer connection refused", "remote", c.RemoteAddr().String(), "err", err)
+		_ = accepted.Close()
+		l.t.log.Debug("peer connection refused", "remote", accepted.RemoteAddr().String(), "err", err)
 		return
 	}
 	_ = c.SetDeadline(time.Time{})

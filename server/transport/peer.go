@@ -348,14 +348,7 @@ func (l *streamLink) batch(msgs []*raftpb.Message) (*wirepb.RaftBatch, error) {
 	return batch, nil
 }
 
-func (l *streamLink) broken() bool {
-	select {
-	case <-l.ended:
-		return true
-	default:
-		return false
-	}
-}
+func (l *streamLink) broken() bool { return isClosed(l.ended) }
 
 // close ends the stream, waits for the watcher and returns how the stream ended.
 func (l *streamLink) close() error {

@@ -156,9 +156,12 @@ func (l *rawLink) read() {
 
 func (l *rawLink) openedAt() time.Time { return l.opened }
 
-func (l *rawLink) broken() bool {
+func (l *rawLink) broken() bool { return isClosed(l.ended) }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-l.ended:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -213,6 +216,7 @@ func (l *rawLink) keepalive() {
 	defer l.mu.Unlock()
 	if l.pinged && l.pongs.Load() == l.pongsAtPing {
 		l.killed = fmt.Errorf("no answer to a keepalive ping within %v", l.t.cfg.KeepAliveTime)
+		l.failed = true // no bye on a link given up
 		_ = l.conn.Close()
 		return
 	}
