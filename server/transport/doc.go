@@ -30,8 +30,9 @@ way out and to a stream goroutine on the way in, and each hand-off is a thread w
 machine costs tens of microseconds — a large share of a replicated write's half millisecond.
 
 Each peer gets a bounded queue and one goroutine that owns the link to it. When nothing is queued for the
-peer and its link is open, Send writes a message itself, on its caller's goroutine (the node's Ready
-loop, before it blocks in its own disk write), with a short deadline. Otherwise the goroutine takes
+peer, its link is open and its socket's send buffer has room (Linux only), Send writes the peer's share
+of the call itself, as one batch, on its caller's goroutine (the node's Ready loop, before it blocks in
+its own disk write). Otherwise the goroutine takes
 whatever has piled up, up to MaxBatchMessages messages or MaxBatchBytes bytes, and writes it as one
 batch; it never waits to fill a batch, so batches grow only when the link is busy. When a write fails, or
 the peer ends the link (a refusal, a restart), the goroutine reconnects with jittered exponential
@@ -41,8 +42,8 @@ retried slowly. A peer that answers the dial in gRPC predates links: it is sent 
 
 # What it promises
 
-  - Send never blocks on a peer: it writes a message at once only when that cannot wait on anything but
-    the socket, within directWriteTimeout (a peer that stopped reading loses its link); otherwise it
+  - Send never blocks on a peer: it writes at once only what the socket's send buffer takes without
+    waiting (a write that still does not finish within directWriteTimeout closes the link); otherwise it
     enqueues or drops, and returns.
   - Messages to one peer are written in the order Send received them. Nothing is reordered; after a
     failure some messages may be missing, never swapped.
