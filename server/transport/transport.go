@@ -32,8 +32,8 @@ type Transport struct {
 	// proxy picks the HTTP CONNECT proxy for a link's dial (http.ProxyFromEnvironment; tests set another).
 	proxy func(*http.Request) (*url.URL, error)
 
-	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine and ends every
-	// inbound stream.
+	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine, the Listener's
+	// goroutines, and ends every inbound link and stream.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -43,8 +43,9 @@ type Transport struct {
 	peers  map[uint64]*peer
 	closed bool
 
-	// wg counts inbound receive goroutines. Peer goroutines are waited for through their own done
-	// channels; the reporter through reports.done.
+	// wg counts inbound goroutines: gRPC stream receivers, the Listener's accept loop and the goroutine
+	// of each connection it sorts (a link's receiver). Peer goroutines are waited for through their own
+	// done channels; the reporter through reports.done.
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
