@@ -20,6 +20,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	leasegw "github.com/leased/leased/api/leasepb/gw"
+	"github.com/leased/leased/server/tlsfiles"
 )
 
 // The HTTP/JSON API (docs/http.md). The grpc-gateway handlers generated from the google.api.http
@@ -84,20 +85,7 @@ func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *
 // Certificates and the client certificate rule stay whatever tlsCfg decides per handshake, so rotated
 // certificates apply here too.
 func http1TLS(tlsCfg *tls.Config) *tls.Config {
-	c := tlsCfg.Clone()
-	c.NextProtos = []string{"http/1.1"}
-	if get := tlsCfg.GetConfigForClient; get != nil {
-		c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			cc, err := get(hello)
-			if err != nil || cc == nil {
-				return cc, err
-			}
-			cc = cc.Clone()
-			cc.NextProtos = []string{"http/1.1"}
-			return cc, nil
-		}
-	}
-	return c
+	return tlsfiles.WithALPN(tlsCfg, "http/1.1")
 }
 
 // handler admits a request (none after close), bounds its body at the gRPC port's message limit and

@@ -216,3 +216,23 @@ func VerifyChain(certs []*x509.Certificate, pool *x509.CertPool, usage x509.ExtK
 	_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
 	return err
 }
+
+// WithALPN returns a copy of c that offers protos by ALPN, on every handshake: a configuration that
+// picks its settings per handshake (GetConfigForClient, as a Source's does) gets protos set on each
+// configuration it returns, so certificates and client-certificate rules stay whatever c decides.
+func WithALPN(c *tls.Config, protos ...string) *tls.Config {
+	c = c.Clone()
+	c.NextProtos = protos
+	if get := c.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(hello)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			cc = cc.Clone()
+			cc.NextProtos = protos
+			return cc, nil
+		}
+	}
+	return c
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/leased/leased/server/tlsfiles"
 )
 
 // Listener wraps the peer port's listener so that raft links and gRPC share it: it serves the links
@@ -188,21 +190,7 @@ func (c *replayConn) Read(p []byte) (int, error) {
 // listenerTLS is the serving side's TLS: serverTLS, offering linkALPN before gRPC's "h2" (a gRPC client
 // offers only "h2", an older node's link dialer never dials).
 func (t *Transport) listenerTLS() *tls.Config {
-	protos := []string{linkALPN, "h2"}
-	c := t.serverTLS()
-	c.NextProtos = protos
-	if get := c.GetConfigForClient; get != nil {
-		c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			sc, err := get(hello)
-			if err != nil || sc == nil {
-				return sc, err
-			}
-			sc = sc.Clone()
-			sc.NextProtos = protos
-			return sc, nil
-		}
-	}
-	return c
+	return tlsfiles.WithALPN(t.serverTLS(), linkALPN, "h2")
 }
 
 // securedCreds are the peer gRPC server's credentials with TLS: the Listener already ran the handshake,

@@ -220,7 +220,7 @@ func (p *peer) open() (link, error) {
 // or not at all: see roomFor). A write that still cannot finish within directWriteTimeout closes the
 // link; msgs are then lost and reported like any messages on a failed link.
 func (p *peer) sendDirect(msgs []*raftpb.Message) bool {
-	if p.unsent.Load() != 0 {
+	if p.unsent.Load() != 0 || p.direct.Load() == nil {
 		return false
 	}
 	size := 0
@@ -322,11 +322,12 @@ func (l *streamLink) send(msgs []*raftpb.Message) error {
 }
 
 // batch encodes msgs as a RaftBatch, in one allocation for every message's encoding. It is not reused
-// after Send: gRPC allows stats handlers to read a sent message lazily.
+// after Send: gRPC allows stats handlers to read a sent message lazily. collect computed every
+// message's size.
 func (l *streamLink) batch(msgs []*raftpb.Message) (*wirepb.RaftBatch, error) {
 	total := 0
 	for _, m := range msgs {
-		total += proto.Size(m)
+		total += cachedSize.Size(m)
 	}
 	buf := make([]byte, 0, total)
 	batch := &wirepb.RaftBatch{
@@ -335,11 +336,10 @@ func (l *streamLink) batch(msgs []*raftpb.Message) (*wirepb.RaftBatch, error) {
 		To:        l.to,
 		Messages:  make([][]byte, len(msgs)),
 	}
-	opts := proto.MarshalOptions{UseCachedSize: true} // proto.Size above filled the cache
 	for i, m := range msgs {
 		start := len(buf)
 		var err error
-		buf, err = opts.MarshalAppend(buf, m)
+		buf, err = cachedSize.MarshalAppend(buf, m)
 		if err != nil {
 			return nil, fmt.Errorf("marshal %v: %w", m.GetType(), err)
 		}

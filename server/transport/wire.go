@@ -44,19 +44,23 @@ const frameHeader = 5
 // errFrameTooLarge is a frame whose length exceeds the reader's limit.
 var errFrameTooLarge = errors.New("frame exceeds the message size limit")
 
+// cachedSize sizes and marshals messages whose proto.Size was computed already (the peer's collect,
+// sendDirect): sizing a raft message walks it, and the hot path should do that once.
+var cachedSize = proto.MarshalOptions{UseCachedSize: true}
+
 // appendBatchFrame appends one batch frame carrying msgs, encoded as a RaftBatch from from to to in
 // cluster, without building the RaftBatch: the messages are marshalled straight into dst. Every message's
-// proto.Size must have been computed (marshalling uses the cached size).
+// proto.Size must have been computed (sizing and marshalling use the cached size).
 func appendBatchFrame(dst []byte, cluster, from, to uint64, msgs []*raftpb.Message) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, frameBatch)
 	dst = appendUint64Field(dst, 1, cluster)
 	dst = appendUint64Field(dst, 2, from)
 	dst = appendUint64Field(dst, 3, to)
-	opts := proto.MarshalOptions{UseCachedSize: true}
+	opts := cachedSize
 	for _, m := range msgs {
 		dst = protowire.AppendTag(dst, 4, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(proto.Size(m)))
+		dst = protowire.AppendVarint(dst, uint64(opts.Size(m)))
 		var err error
 		if dst, err = opts.MarshalAppend(dst, m); err != nil {
 			return dst[:start], fmt.Errorf("marshal %v: %w", m.GetType(), err)
