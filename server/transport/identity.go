@@ -105,14 +105,19 @@ func (t *Transport) serverTLS() *tls.Config {
 	return c
 }
 
-// dialCredentials are the credentials for dialing peer id: Config.TLS, checking that the server's
-// certificate names that very member.
-func (t *Transport) dialCredentials(id uint64) grpc.DialOption {
+// dialTLS is Config.TLS for dialing peer id (gRPC or a link): TLS 1.2 at least, checking that the
+// server's certificate names that very member.
+func (t *Transport) dialTLS(id uint64) *tls.Config {
 	c := t.withMemberCheck(t.cfg.TLS, id)
 	if c.MinVersion < tls.VersionTLS12 {
 		c.MinVersion = tls.VersionTLS12
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+	return c
+}
+
+// dialCredentials are the gRPC credentials for dialing peer id (dialTLS).
+func (t *Transport) dialCredentials(id uint64) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(t.dialTLS(id)))
 }
 
 // streamMember is the raft id of the member on the other end of an inbound call: 0 without TLS (no

@@ -263,46 +263,47 @@ func (p *peer) dialLink() (*rawLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := tcp
-	if err := p.handshake(ctx, &c); err != nil {
+	c, err := p.handshake(ctx, tcp)
+	if err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	return newRawLink(p.ctx, p.t, c, tcp), nil
 }
 
-// handshake runs TLS, if configured, and the hello exchange on *c, replacing *c with the secured
-// connection.
-func (p *peer) handshake(ctx context.Context, c *net.Conn) error {
-	tcp := *c // deadlines on it bound the TLS layer's reads and writes too
+// handshake runs TLS, if configured, and the hello exchange on tcp. It returns the connection to go on
+// with (the TLS one, or tcp), which the caller closes on error.
+func (p *peer) handshake(ctx context.Context, tcp net.Conn) (net.Conn, error) {
+	// Deadlines on tcp bound the TLS layer's reads and writes too.
 	deadline, _ := ctx.Deadline()
 	_ = tcp.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = tcp.SetDeadline(time.Now()) }) // the peer stopped
 	defer stop()
+	c := tcp
 	if p.t.cfg.TLS != nil {
-		tc := tls.Client(*c, p.t.linkTLS(p.id, p.addr))
-		*c = tc
+		tc := tls.Client(tcp, p.t.linkTLS(p.id, p.addr))
+		c = tc
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return err
+			return c, err
 		}
 		if tc.ConnectionState().NegotiatedProtocol != linkALPN {
-			return errOldPeer
+			return c, errOldPeer
 		}
 	}
-	if _, err := (*c).Write([]byte(linkHello)); err != nil {
-		return err
+	if _, err := c.Write([]byte(linkHello)); err != nil {
+		return c, err
 	}
 	head := make([]byte, len(linkHello))
-	n, err := io.ReadFull(*c, head)
+	n, err := io.ReadFull(c, head)
 	switch {
 	case err == nil && string(head) == linkHello:
-		return tcp.SetDeadline(time.Time{})
+		return c, tcp.SetDeadline(time.Time{})
 	case n > 0 && p.t.cfg.TLS == nil && string(head[:n]) != linkHello[:n]:
-		return errOldPeer // an HTTP/2 server's first frame, not a hello
+		return c, errOldPeer // an HTTP/2 server's first frame, not a hello
 	case err == nil:
-		return errors.New("raft link: the peer answered the hello with something else")
+		return c, errors.New("raft link: the peer answered the hello with something else")
 	default:
-		return fmt.Errorf("raft link hello: %w", err)
+		return c, fmt.Errorf("raft link hello: %w", err)
 	}
 }
 
@@ -310,10 +311,7 @@ func (p *peer) handshake(ctx context.Context, c *net.Conn) error {
 // which an older node answers, so it is recognised), and the address's host as the server name, as
 // gRPC's own TLS dial sets it.
 func (t *Transport) linkTLS(id uint64, addr string) *tls.Config {
-	c := t.withMemberCheck(t.cfg.TLS, id)
-	if c.MinVersion < tls.VersionTLS12 {
-		c.MinVersion = tls.VersionTLS12
-	}
+	c := t.dialTLS(id)
 	c.NextProtos = []string{linkALPN, "h2"}
 	if c.ServerName == "" {
 		if host, _, err := net.SplitHostPort(addr); err == nil {
