@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -27,8 +26,6 @@ func (t *Transport) serveLink(c net.Conn) {
 		refuseLink(c, err)
 		return
 	}
-	ctx, cancel := context.WithCancel(t.ctx)
-	defer cancel()
 	if _, err := c.Write([]byte(linkHello)); err != nil {
 		return
 	}
@@ -62,7 +59,9 @@ func (t *Transport) serveLink(c net.Conn) {
 				refuseLink(c, status.Errorf(codes.InvalidArgument, "undecodable batch: %v", err))
 				return
 			}
-			if err := t.deliver(ctx, b, member); err != nil {
+			// Process runs on this goroutine, so nothing of the link's outlives it: the Transport's
+			// context is the only one its calls need.
+			if err := t.deliver(t.ctx, b, member); err != nil {
 				if t.ctx.Err() == nil {
 					refuseLink(c, err)
 				}
