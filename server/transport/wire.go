@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -127,9 +128,7 @@ func (fr *frameReader) read(n int) ([]byte, error) {
 	}
 	for len(buf) < n {
 		chunk := min(n-len(buf), readChunk)
-		if cap(buf)-len(buf) < chunk {
-			buf = append(buf[:len(buf):len(buf)], make([]byte, chunk)...)[:len(buf)]
-		}
+		buf = slices.Grow(buf, chunk)
 		if _, err := io.ReadFull(fr.r, buf[len(buf):len(buf)+chunk]); err != nil {
 			return nil, err
 		}
