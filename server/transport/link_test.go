@@ -428,12 +428,5 @@ func TestSendDoesNotWriteIntoAFullSocket(t *testing.T) {
 	// The peer goroutine is blocked writing to the full socket; removing the peer ends that write.
 	removed := make(chan struct{})
 	go func() { a.tr.RemovePeer(2); close(removed) }()
-	waitFor(t, "RemovePeer to return", func() bool {
-		select {
-		case <-removed:
-			return true
-		default:
-			return false
-		}
-	})
+	waitFor(t, "RemovePeer to return", func() bool { return isClosed(removed) })
 }

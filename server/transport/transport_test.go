@@ -469,14 +469,7 @@ func TestCloseEndsInboundStreams(t *testing.T) {
 		b.srv.s.GracefulStop()
 		close(stopped)
 	}()
-	waitFor(t, "graceful stop", func() bool {
-		select {
-		case <-stopped:
-			return true
-		default:
-			return false
-		}
-	})
+	waitFor(t, "graceful stop", func() bool { return isClosed(stopped) })
 	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 1)})
 	if err := b.tr.Close(); err != nil {
 		t.Fatal(err)
