@@ -10,6 +10,7 @@
 package proc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -67,6 +68,39 @@ func BuildCommand(dir, name, tags string) (string, error) {
 	return bin, nil
 }
 
+// BuildRevision builds cmd/leased as it was at the git revision rev of the repository the tests run in,
+// with the build tags, into dir, and returns the binary's path. The binary reports version (it is set
+// with -ldflags), so a test can tell which build a node runs. The source is exported with git archive
+// into a directory of its own: the repository's work tree and git state are left alone.
+func BuildRevision(dir, rev, tags, version string) (string, error) {
+	var src string
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the repository to build revision %q in: %w", rev, err)
+	}
+	if out, err := exec.Command("git", "rev-parse", "--verify", "--quiet", rev+"^{commit}").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("revision %q: not a commit of this repository (%v)\n%s", rev, err, out)
+	}
+	src, err = os.MkdirTemp(dir, "src-")
+	if err != nil {
+		return "", err
+	}
+	export := exec.Command("sh", "-c", `git archive --format=tar "$1" | tar -x -C "$2"`, "sh", rev, src)
+	export.Dir = strings.TrimSpace(string(top)) // in a subdirectory, git archive exports only that
+	if out, err := export.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("export revision %q with git archive: %w\n%s", rev, err, out)
+	}
+	bin := filepath.Join(dir, "leased-"+version)
+	build := exec.Command("go", "build", "-o", bin, "-tags", tags,
+		"-ldflags", "-X github.com/leased/leased/cmd/internal/buildinfo.version="+version, "./cmd/leased")
+	build.Dir = src
+	build.Env = append(os.Environ(), "GOWORK=off") // the revision's own go.mod, whatever encloses it
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build revision %q: %w\n%s", rev, err, out)
+	}
+	return bin, nil
+}
+
 // FreeAddrs returns n distinct loopback addresses that were free a moment ago (servertest.FreeAddrs).
 func FreeAddrs(t testing.TB, n int) []string { return servertest.FreeAddrs(t, n) }
 
@@ -89,6 +123,9 @@ type Config struct {
 	Bin  string // the leased binary
 	Dir  string // node <name> keeps its data in Dir/<name> and its log in Dir/<name>.log
 	Size int    // nodes n1..n<Size>
+	// NodeBin, if set, names the binary node i starts on when it returns one (a cluster of mixed builds);
+	// "" means Bin. It is called from Start.
+	NodeBin func(i int) string
 
 	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
 	Admin bool
@@ -302,7 +339,11 @@ func (c *Cluster) Start(i int) {
 	if n.GossipAddr != "" {
 		args = append(args, "--gossip-addr="+n.GossipAddr)
 	}
-	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
+	bin := c.cfg.Bin
+	if c.cfg.NodeBin != nil {
+		bin = cmp.Or(c.cfg.NodeBin(i), bin)
+	}
+	cmd := exec.Command(bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {
