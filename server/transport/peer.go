@@ -190,7 +190,7 @@ func (p *peer) open() (link, error) {
 	case err == nil:
 		l = raw
 		p.awaitReady = false // it was for the gRPC connection's state, which a link does not use
-	case errors.Is(err, errOldPeer):
+	case errors.Is(err, errOldPeer) && !plantedNoFallback:
 		if !p.oldPeer {
 			p.logger().Info("peer serves only the gRPC raft stream (an older version): sending on it")
 			p.oldPeer = true

@@ -23,7 +23,8 @@ type cluster struct {
 	tls   *chaosTLS // nil: plaintext
 }
 
-func newCluster(t testing.TB, bin, dir string, size int, withTLS bool, logLevel string) *cluster {
+// newCluster starts size nodes of bin, or with b of the builds b says (nil: bin for all).
+func newCluster(t testing.TB, bin string, b *builds, dir string, size int, withTLS bool, logLevel string) *cluster {
 	t.Helper()
 	c := &cluster{}
 	cfg := proc.Config{
@@ -36,6 +37,9 @@ func newCluster(t testing.TB, bin, dir string, size int, withTLS bool, logLevel 
 			proxy := c.proxy.url(i)
 			return []string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}
 		},
+	}
+	if b != nil {
+		cfg.NodeBin = b.binary
 	}
 	if logLevel != "" {
 		cfg.Args = append(cfg.Args, "--log-level="+logLevel) // after proc's own --log-level=info: the last wins
@@ -183,15 +187,38 @@ func (r *run) stopNode(i int) {
 // member yet, and the L1 checker must not count it in a majority (soak E: a follower restarted 1.8 s
 // before a leader's disk stall was elected while it caught up, and a lease renewed through it was lost).
 func (r *run) restartAndRejoin(ctx context.Context, i int) {
+	commit := r.committedElsewhere(ctx, i)
+	r.c.Start(i)
+	_ = r.waitRejoin(ctx, i, commit)
+}
+
+// committedElsewhere is the highest commit index the nodes other than i report.
+func (r *run) committedElsewhere(ctx context.Context, i int) uint64 {
 	var commit uint64
 	for j := range r.c.Nodes {
 		if st, err := r.c.Status(ctx, j); j != i && err == nil {
 			commit = max(commit, st.GetCommitIndex())
 		}
 	}
-	r.c.Start(i)
-	_ = proc.Poll(rejoinTimeout, func() bool {
+	return commit
+}
+
+// waitRejoin waits until node i answers, knows a leader and has applied commit, or ctx ends (nil), or
+// rejoinTimeout passes (an error saying how far it got).
+func (r *run) waitRejoin(ctx context.Context, i int, commit uint64) error {
+	var last string
+	err := proc.Poll(rejoinTimeout, func() bool {
 		st, err := r.c.Status(ctx, i)
+		switch {
+		case err != nil:
+			last = err.Error()
+		default:
+			last = fmt.Sprintf("leader %d, applied %d of %d", st.GetLeaderId(), st.GetAppliedIndex(), commit)
+		}
 		return ctx.Err() != nil || (err == nil && st.GetLeaderId() != 0 && st.GetAppliedIndex() >= commit)
 	})
+	if err != nil {
+		return fmt.Errorf("%w (last status: %s)", err, last)
+	}
+	return nil
 }

@@ -64,6 +64,10 @@ type runConfig struct {
 	// Flood adds the flood nemesis (a hostile client past the per-connection and per-resource limits) and
 	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
 	Flood bool
+	// Mixed, if set, is the git revision whose build runs beside the build under test (mixed_test.go;
+	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for previousBuild); OtherBin is that build and
+	// OtherVersion the version its nodes report.
+	Mixed, OtherBin, OtherVersion string
 	// LogLevel, if set, is the nodes' --log-level instead of info: LEASED_CHAOS_LOG_LEVEL=debug (make
 	// chaos LOG_LEVEL=debug) puts raft's own account of elections and probes in the node logs.
 	LogLevel string
@@ -92,6 +96,10 @@ type run struct {
 	gaps           []uint64
 	// watchRedelivered counts events a Watch stream delivered below the index it was asked to start from.
 	watchRedelivered int
+
+	// builds: which build each node runs (nil: one build); mixedFindings: the mixed checker's findings.
+	builds        *builds
+	mixedFindings []string
 
 	// removed are the node indexes the membership nemesis removed and has not added back yet (nemesis
 	// goroutine only).
@@ -189,7 +197,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "mixed"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -251,7 +259,18 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
-	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS, cfg.LogLevel)
+	if cfg.Mixed != "" {
+		r.builds = newBuilds(cfg, max(cfg.Nodes, 3))
+	}
+	r.c = newCluster(t, cfg.Bin, r.builds, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS, cfg.LogLevel)
+	if r.builds != nil {
+		for i, n := range r.c.Nodes {
+			if r.builds.on(i) {
+				t.Logf("mixed builds: %s starts on %s (revision %s), the others on the build under test", n.Name, cfg.OtherVersion, cfg.Mixed)
+			}
+		}
+		r.checkStartBuilds(context.Background())
+	}
 	hist := newHistory() // the run's, once the floor is known (discovering it is not part of the history)
 	closeLog := r.openClientLog(filepath.Join(dir, "clients.log"), hist.start)
 	defer closeLog()
@@ -442,6 +461,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("outcome-id", r.outcomeFindings...)
 	violate("stall", r.stallFindings...)
 	violate("shutdown", r.shutdownFindings...)
+	violate("mixed", r.mixedFindings...)
 	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
 
@@ -619,6 +639,10 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.cfg.Flood && rng.IntN(6) == 0 {
 			r.floodNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.builds != nil && rng.IntN(3) == 0 {
+			r.swapBuildNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.Membership && rng.IntN(4) == 0 {
