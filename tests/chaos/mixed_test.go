@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"sync"
@@ -17,7 +16,7 @@ import (
 
 // The mixed-build mode (runConfig.Mixed; LEASED_CHAOS_MIXED=<git revision>, make chaos MIXED=<revision>)
 // runs two builds of leased in one cluster, as a rolling upgrade does for a while: the build under test
-// and another, built from a revision of this repository (MIXED=1 means previousBuild). One node, picked
+// and another, built from a revision of this repository (MIXED=1 means proc.PreviousBuild). One node, picked
 // by the seed, starts on the other build. The swap-build nemesis stops a node with SIGTERM, the way the
 // upgrade runbook does, and starts it on the other build; it picks only nodes whose swap leaves both
 // builds in the cluster, and the leader whenever it may, half of the time. Every other nemesis and
@@ -27,34 +26,23 @@ import (
 // leader and has applied what the rest had committed when it started — within rejoinTimeout. A node can
 // only rejoin if raft messages flow both ways between the two builds, whichever of them leads.
 
-// previousBuild is the revision LEASED_CHAOS_MIXED=1 runs beside the build under test: the last build
-// without raft links (issue 13, session 20), whose nodes serve and send raft messages only on the gRPC
-// stream — the oldest peer the links' fallback must still reach. Move it forward when the fallback goes.
-const previousBuild = "f670994"
-
-// mixedFromEnv returns the revision LEASED_CHAOS_MIXED names ("1": previousBuild), or "" (one build).
+// mixedFromEnv returns the revision LEASED_CHAOS_MIXED names ("1": proc.PreviousBuild), or "" (one build).
 func mixedFromEnv() string {
 	switch rev := os.Getenv("LEASED_CHAOS_MIXED"); rev {
 	case "", "0":
 		return ""
 	case "1":
-		return previousBuild
+		return proc.PreviousBuild
 	default:
 		return rev
 	}
 }
 
 // otherBuild builds leased, with the chaos runs' tags, at revision rev, and returns the binary and the
-// version its nodes report. Outside a git repository (a source archive) the test is skipped, loudly,
-// except under CI=true, where that is a failure.
+// version its nodes report (proc.NeedGitHistory).
 func otherBuild(t testing.TB, rev string) (bin, version string) {
 	t.Helper()
-	if err := exec.Command("git", "rev-parse", "--git-dir").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("a mixed-build run needs the git history to build revision %s: %v", rev, err)
-		}
-		t.Skipf("SKIPPED: a mixed-build run needs the git history to build revision %s, and this is no git repository (%v)", rev, err)
-	}
+	proc.NeedGitHistory(t)
 	version = "chaos-other-" + regexp.MustCompile(`[^A-Za-z0-9.]+`).ReplaceAllString(rev, "-")
 	bin, err := proc.BuildRevision(buildDir, rev, "faultinject", version)
 	if err != nil {
@@ -173,7 +161,7 @@ func (r *run) checkBuild(ctx context.Context, i int, rejoinErr error) {
 
 // TestMixedCatchesPlantedNoFallback runs, without faults, the build under test built with -tags
 // plantoldpeer — it never falls back to the gRPC raft stream for a peer that serves only that — beside
-// previousBuild. The node on previousBuild hears nothing from the others, and the mixed checker must say
+// proc.PreviousBuild. The node on proc.PreviousBuild hears nothing from the others, and the mixed checker must say
 // so.
 func TestMixedCatchesPlantedNoFallback(t *testing.T) {
 	if testing.Short() {
@@ -182,7 +170,7 @@ func TestMixedCatchesPlantedNoFallback(t *testing.T) {
 	cfg := runConfig{
 		Seed: seedFromEnv(t), Duration: 8 * time.Second,
 		Workers: 2, Hot: 2, Cold: 4, Epoch: time.Hour, OpsPerWorker: 100, CheckTimeout: 30 * time.Second,
-		Mixed: previousBuild,
+		Mixed: proc.PreviousBuild,
 	}
 	cfg.Bin = leasedBinary(t, "plantoldpeer,faultinject")
 	cfg.OtherBin, cfg.OtherVersion = otherBuild(t, cfg.Mixed)

@@ -65,7 +65,7 @@ type runConfig struct {
 	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
 	Flood bool
 	// Mixed, if set, is the git revision whose build runs beside the build under test (mixed_test.go;
-	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for previousBuild); OtherBin is that build and
+	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for proc.PreviousBuild); OtherBin is that build and
 	// OtherVersion the version its nodes report.
 	Mixed, OtherBin, OtherVersion string
 	// LogLevel, if set, is the nodes' --log-level instead of info: LEASED_CHAOS_LOG_LEVEL=debug (make

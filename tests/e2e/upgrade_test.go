@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -9,14 +10,32 @@ import (
 	"time"
 
 	"github.com/leased/leased/client"
+	"github.com/leased/leased/tests/internal/proc"
 )
 
-// TestRollingUpgrade is the runbook of docs/operations.md, "Rolling upgrade", against real processes:
-// every node in turn is stopped with SIGTERM and started on a new binary (built with another version),
-// and the next waits until it is ready and caught up. A lease held through the SDK all along survives
-// with its token, and every node reports the new version at the end.
+// TestRollingUpgrade is the runbook of docs/operations.md, "Rolling upgrade", against real processes: a
+// cluster of the previous build (proc.PreviousBuild, which sends and serves raft messages only on the
+// gRPC stream) is upgraded to this one (built with another version) — every node in turn is stopped with
+// SIGTERM and started on the new binary, and the next waits until it is ready and caught up, so for a
+// while both builds run and raft messages between them take the links' fallback. A lease held through
+// the SDK all along survives with its token, and every node reports the new version at the end.
 func TestRollingUpgrade(t *testing.T) {
-	c := newCluster(t, 3)
+	c := prepareCluster(t, 3)
+	proc.NeedGitHistory(t)
+	previous, err := proc.BuildRevision(t.TempDir(), proc.PreviousBuild, "", "v0.0.0-previous")
+	if err != nil {
+		t.Fatalf("build the previous version: %v", err)
+	}
+	c.SetBinary(previous)
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	c.waitLeader(10*time.Second, -1)
+	for i := range c.Nodes {
+		if st, err := c.status(i); err != nil || st.GetVersion() != "v0.0.0-previous" {
+			t.Fatalf("%s reports version %q before the upgrade (%v)", c.Nodes[i].Name, st.GetVersion(), err)
+		}
+	}
 	next := filepath.Join(t.TempDir(), "leased-next")
 	build := exec.Command("go", "build", "-o", next, "-ldflags",
 		"-X github.com/leased/leased/cmd/internal/buildinfo.version=v99.0.0-next", "github.com/leased/leased/cmd/leased")
@@ -48,6 +67,23 @@ func TestRollingUpgrade(t *testing.T) {
 			st, err := c.status(i)
 			return err == nil && c.readyz(i) == http.StatusOK && st.GetAppliedIndex() >= leader.GetCommitIndex()
 		})
+		// A write now, and every node must apply it, not only the one restarted: the nodes of each
+		// build must hear from the other's, whichever leads.
+		step, err := cl.Acquire(ctx, fmt.Sprintf("upgrade/after-%s", c.Nodes[i].Name), client.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatalf("acquire after %s restarted: %v", c.Nodes[i].Name, err)
+		}
+		c.eventually(15*time.Second, "every node applied the write after "+c.Nodes[i].Name+" restarted", func() bool {
+			for j := range c.Nodes {
+				if st, err := c.status(j); err != nil || st.GetAppliedIndex() < step.Token() {
+					return false
+				}
+			}
+			return true
+		})
+		if err := step.Release(ctx); err != nil {
+			t.Fatalf("release after %s restarted: %v", c.Nodes[i].Name, err)
+		}
 		select {
 		case <-lease.Done():
 			t.Fatalf("the lease ended while %s restarted: %v", c.Nodes[i].Name, lease.Err())
