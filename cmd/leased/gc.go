@@ -31,14 +31,29 @@ func limitToContainer(log *slog.Logger, provider memlimit.Provider) {
 // budgeted, not more.
 const gcPercentUnderLimit = 400
 
-// tuneGC applies gcPercent's verdict to the runtime and returns what is in effect, for the start-up log.
-func tuneGC(getenv func(string) string) (percent int, limit int64, set bool) {
-	limit = debug.SetMemoryLimit(-1) // reads the limit in effect (GOMEMLIMIT or an earlier call)
-	percent, set = gcPercent(limit, getenv("GOGC"))
-	if set {
-		debug.SetGCPercent(percent)
+// gcSettings is what tuneGC put in effect, for the start-up log.
+type gcSettings struct {
+	percent int        // GOGC in effect (-1: off), at start; a heap floor changes it after every collection
+	limit   int64      // the memory limit in effect; math.MaxInt64: none
+	set     bool       // leased chose percent (gcPercentUnderLimit)
+	floor   int64      // the heap floor leased keeps; 0: none
+	heap    *heapFloor // which keeps it; nil: none
+}
+
+// tuneGC applies gcPercent's verdict to the runtime, or, with neither a memory limit nor GOGC, a heap
+// floor of minHeap bytes (0: none), and returns what is in effect.
+func tuneGC(getenv func(string) string, minHeap int64) gcSettings {
+	var g gcSettings
+	g.limit = debug.SetMemoryLimit(-1) // reads the limit in effect (GOMEMLIMIT or an earlier call)
+	g.percent, g.set = gcPercent(g.limit, getenv("GOGC"))
+	switch {
+	case g.set:
+		debug.SetGCPercent(g.percent)
+	case getenv("GOGC") == "" && g.limit == math.MaxInt64 && minHeap > 0:
+		g.heap, g.floor = startHeapFloor(uint64(minHeap)), minHeap
+		g.percent = g.heap.gcPercent()
 	}
-	return percent, limit, set
+	return g
 }
 
 // gcPercent is the GOGC leased sets (set true) given the memory limit in effect and the GOGC variable:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,7 +101,14 @@ func TestRunServesUntilCancelled(t *testing.T) {
 			t.Fatalf("no leader after 10s:\n%s", stderr.String())
 		}
 	}
+	// No GOGC and no memory limit here: the heap floor is on, and GOGC above the runtime's 100.
+	if log := stderr.String(); !strings.Contains(log, "gogc_set_by_leased=false memory_limit=none gc_min_heap=268435456") {
+		t.Errorf("the start-up line does not name the heap floor:\n%s", log)
+	}
 	metrics := fetch(t, "http://"+admin+"/metrics")
+	if m := regexp.MustCompile(`\ngo_gc_gogc_percent (\d+)\n`).FindStringSubmatch(metrics); m == nil || m[1] == "100" {
+		t.Errorf("go_gc_gogc_percent %v with a heap floor of 256 MiB, want it above 100", m)
+	}
 	for _, want := range []string{"leased_is_leader 1", "leased_live_leases 0", "leased_disk_fsync_duration_seconds_count", "leased_build_info{", "go_goroutines"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
