@@ -35,7 +35,7 @@ const gcPercentUnderLimit = 400
 type gcSettings struct {
 	percent int        // GOGC in effect (-1: off), at start; a heap floor changes it after every collection
 	limit   int64      // the memory limit in effect; math.MaxInt64: none
-	set     bool       // leased chose percent (gcPercentUnderLimit)
+	set     bool       // leased chose percent (gcPercentUnderLimit, or the heap floor's)
 	floor   int64      // the heap floor leased keeps; 0: none
 	heap    *heapFloor // which keeps it; nil: none
 }
@@ -51,7 +51,7 @@ func tuneGC(getenv func(string) string, minHeap int64) gcSettings {
 		debug.SetGCPercent(g.percent)
 	case getenv("GOGC") == "" && g.limit == math.MaxInt64 && minHeap > 0:
 		g.heap, g.floor = startHeapFloor(uint64(minHeap)), minHeap
-		g.percent = g.heap.gcPercent()
+		g.percent, g.set = g.heap.gcPercent(), true
 	}
 	return g
 }

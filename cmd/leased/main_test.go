@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +79,10 @@ func TestBadSettingsExitOne(t *testing.T) {
 // TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
 // signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
+	// Neither a container's memory limit nor the environment's: run keeps its heap floor (gcfloor.go).
+	t.Setenv("AUTOMEMLIMIT", "off")
+	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetMemoryLimit(prevLimit) })
 	addrs := freeAddrs(t, 2)
 	peer, admin := addrs[0], addrs[1]
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -102,7 +108,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 	}
 	// No GOGC and no memory limit here: the heap floor is on, and GOGC above the runtime's 100.
-	if log := stderr.String(); !strings.Contains(log, "gogc_set_by_leased=false memory_limit=none gc_min_heap=268435456") {
+	if log := stderr.String(); !strings.Contains(log, "gogc_set_by_leased=true memory_limit=none gc_min_heap=268435456") {
 		t.Errorf("the start-up line does not name the heap floor:\n%s", log)
 	}
 	metrics := fetch(t, "http://"+admin+"/metrics")
