@@ -16,8 +16,8 @@ import (
 
 // The mixed-build mode (runConfig.Mixed; LEASED_CHAOS_MIXED=<git revision>, make chaos MIXED=<revision>)
 // runs two builds of leased in one cluster, as a rolling upgrade does for a while: the build under test
-// and another, built from a revision of this repository (MIXED=1 means proc.PreviousBuild). One node, picked
-// by the seed, starts on the other build. The swap-build nemesis stops a node with SIGTERM, the way the
+// and another, built from a revision of this repository (MIXED=1 means proc.PreviousBuild). One node,
+// picked by the seed, starts on the other build. The swap-build nemesis stops a node with SIGTERM, the way the
 // upgrade runbook does, and starts it on the other build; it picks only nodes whose swap leaves both
 // builds in the cluster, and the leader whenever it may, half of the time. Every other nemesis and
 // checker runs over the mixed cluster as usual (the final full restart keeps each node's build).
@@ -161,8 +161,8 @@ func (r *run) checkBuild(ctx context.Context, i int, rejoinErr error) {
 
 // TestMixedCatchesPlantedNoFallback runs, without faults, the build under test built with -tags
 // plantoldpeer — it never falls back to the gRPC raft stream for a peer that serves only that — beside
-// proc.PreviousBuild. The node on proc.PreviousBuild hears nothing from the others, and the mixed checker must say
-// so.
+// proc.PreviousBuild. The node on the previous build hears nothing from the others, and the mixed
+// checker must say so.
 func TestMixedCatchesPlantedNoFallback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process run: skipped with -short")
