@@ -58,12 +58,11 @@ func appendBatchFrame(dst []byte, cluster, from, to uint64, msgs []*raftpb.Messa
 	dst = appendUint64Field(dst, 1, cluster)
 	dst = appendUint64Field(dst, 2, from)
 	dst = appendUint64Field(dst, 3, to)
-	opts := cachedSize
 	for _, m := range msgs {
 		dst = protowire.AppendTag(dst, 4, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(opts.Size(m)))
+		dst = protowire.AppendVarint(dst, uint64(cachedSize.Size(m)))
 		var err error
-		if dst, err = opts.MarshalAppend(dst, m); err != nil {
+		if dst, err = cachedSize.MarshalAppend(dst, m); err != nil {
 			return dst[:start], fmt.Errorf("marshal %v: %w", m.GetType(), err)
 		}
 	}
