@@ -108,3 +108,27 @@ func (p *Pool) Renew(ctx context.Context, prefix string, workers int, ttl time.D
 		return err
 	}, nil
 }
+
+// Read takes resource (held with ttl until the pool closes) and returns an Op that reads it once with Get
+// and checks that the answer names that lease: linearizable by default (on the leader, after a ReadIndex
+// round), or serializable (the answering node's own state: one client round trip, no consensus).
+func (p *Pool) Read(ctx context.Context, resource string, ttl time.Duration, serializable bool) (Op, error) {
+	l, err := p.Clients[0].Acquire(ctx, resource, client.WithTTL(ttl), client.WithHolder(resource))
+	if err != nil {
+		return nil, fmt.Errorf("acquire the lease to read: %w", err)
+	}
+	var opts []client.ReadOption
+	if serializable {
+		opts = append(opts, client.Serializable())
+	}
+	return func(ctx context.Context, worker, _ int) error {
+		info, err := p.of(worker).Get(ctx, resource, opts...)
+		if err != nil {
+			return err
+		}
+		if info.Token != l.Token() {
+			return fmt.Errorf("read %s: token %d, want the held lease's %d", resource, info.Token, l.Token())
+		}
+		return nil
+	}, nil
+}

@@ -19,15 +19,16 @@ import (
 )
 
 // benchWorkloads are bench's workloads, in the order its help lists them.
-var benchWorkloads = []string{"acquire", "contended", "renew", "keepalive", "failover"}
+var benchWorkloads = []string{"acquire", "contended", "renew", "read", "keepalive", "failover"}
 
 // benchOwnFlags are the flags only some workloads take, and which.
 var benchOwnFlags = map[string][]string{
-	"clients": {"acquire", "contended", "renew"},
-	"leases":  {"keepalive"},
-	"batch":   {"keepalive"},
-	"streams": {"keepalive"},
-	"gap":     {"failover"},
+	"clients":      {"acquire", "contended", "renew", "read"},
+	"serializable": {"read"},
+	"leases":       {"keepalive"},
+	"batch":        {"keepalive"},
+	"streams":      {"keepalive"},
+	"gap":          {"failover"},
 }
 
 // keepAliveTTL is keepalive's --ttl when none is given: its leases must outlast taking them all (half the
@@ -45,6 +46,8 @@ type benchFlags struct {
 	resources string
 	ttl       time.Duration
 	maxOps    int
+	// read
+	serializable bool
 	// keepalive
 	leases, batch, streams int
 	// failover
@@ -53,17 +56,18 @@ type benchFlags struct {
 
 // benchJSON is one line of bench's JSON output. Latencies are in milliseconds, with fractions.
 type benchJSON struct {
-	Workload   string  `json:"workload"`
-	Clients    int     `json:"clients"`
-	DurationMs int64   `json:"duration_ms"`
-	Ops        int     `json:"ops"`
-	Errors     int     `json:"errors"`
-	Rate       float64 `json:"rate"`
-	P50Ms      float64 `json:"p50_ms"`
-	P90Ms      float64 `json:"p90_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	MaxMs      float64 `json:"max_ms"`
-	FirstError string  `json:"first_error,omitempty"`
+	Workload     string  `json:"workload"`
+	Clients      int     `json:"clients"`
+	Serializable bool    `json:"serializable,omitempty"` // read only
+	DurationMs   int64   `json:"duration_ms"`
+	Ops          int     `json:"ops"`
+	Errors       int     `json:"errors"`
+	Rate         float64 `json:"rate"`
+	P50Ms        float64 `json:"p50_ms"`
+	P90Ms        float64 `json:"p90_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	FirstError   string  `json:"first_error,omitempty"`
 }
 
 // keepAliveJSON is keepalive's JSON output: ops are KeepAlive requests (batches), rate is renewed leases
@@ -115,7 +119,7 @@ type outageJSON struct {
 func (a *app) benchCommand() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench acquire|contended|renew|keepalive|failover",
+		Use:   "bench acquire|contended|renew|read|keepalive|failover",
 		Short: "Measure the cluster's rate and latency for a lease workload, or its outages during a failover",
 		Long: `bench drives the cluster with --clients concurrent workers (keepalive: --streams; failover: one) for
 --duration and prints the rate of successful operations per second, the latency percentiles p50, p90,
@@ -128,6 +132,10 @@ clients, 16 to a client.
   contended  every worker queues for the one resource --resources/contended (FIFO) and releases it as soon
              as it is granted: one operation is one handoff
   renew      each worker holds one lease, --resources/renew/WORKER, and renews it with unary Renew calls
+  read       bench holds the one resource --resources/read and every worker reads it with Get, checking
+             that the answer names that lease: linearizable (the leader answers after a ReadIndex round,
+             as ValidateToken does), or with --serializable from the node's own state (one round trip
+             and no consensus: the floor under every other workload's latency)
   keepalive  batched renewals, as a client holding many leases sends them: bench takes --leases leases
              (--resources/keepalive/N, --ttl default 1m) on the leader, then renews them --batch at a time
              per KeepAlive request over --streams streams to the leader, one request in flight on each.
@@ -149,6 +157,7 @@ long acquire run at a high rate can reach it); use a prefix no one else uses.`,
 		Example: `  leasectl bench acquire --clients 64 --duration 10s
   leasectl bench contended --clients 16 -o json
   leasectl --endpoints 10.0.0.1:7101,10.0.0.2:7101 bench renew --clients 1
+  leasectl bench read --serializable
   leasectl bench keepalive --leases 100000 --batch 1000 --streams 4
   leasectl bench failover --duration 60s --gap 100ms   # and stop the leader meanwhile`,
 		Args:      benchArgs,
@@ -176,11 +185,12 @@ long acquire run at a high rate can reach it); use a prefix no one else uses.`,
 		}),
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.clients, "clients", 1, "concurrent workers, each with one operation in flight (at most 10,000; acquire, contended, renew)")
+	fl.IntVar(&f.clients, "clients", 1, "concurrent workers, each with one operation in flight (at most 10,000; acquire, contended, renew, read)")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.StringVar(&f.resources, "resources", "", "prefix of the resources bench uses (default bench/ and a random suffix)")
 	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "TTL of the leases bench takes (keepalive's default: 1m)")
 	fl.IntVar(&f.maxOps, "max-ops", loadgen.DefaultMaxOps, "most operations in all")
+	fl.BoolVar(&f.serializable, "serializable", false, "read: serializable reads of the answering node's state instead of linearizable ones")
 	fl.IntVar(&f.leases, "leases", 20_000, "keepalive: leases to hold and renew (at most 1,000,000)")
 	fl.IntVar(&f.batch, "batch", 1000, "keepalive: leases per KeepAlive request (at most 10,000, the servers' default --max-keepalive-leases)")
 	fl.IntVar(&f.streams, "streams", 4, "keepalive: KeepAlive streams to the leader, each with one request in flight")
@@ -241,7 +251,7 @@ func benchArgs(cmd *cobra.Command, args []string) error {
 	return usagef(cmd, "unknown workload %q: want %s", args[0], workloadList())
 }
 
-// workloadList is "acquire, contended, renew, keepalive or failover".
+// workloadList is "acquire, contended, renew, read, keepalive or failover".
 func workloadList() string {
 	n := len(benchWorkloads)
 	return strings.Join(benchWorkloads[:n-1], ", ") + " or " + benchWorkloads[n-1]
@@ -267,6 +277,10 @@ func (a *app) bench(ctx context.Context, workload string, f benchFlags) (loadgen
 		if op, err = pool.Renew(ctx, f.resources+"/renew", f.clients, f.ttl); err != nil {
 			return loadgen.Result{}, err
 		}
+	case "read":
+		if op, err = pool.Read(ctx, f.resources+"/read", f.ttl, f.serializable); err != nil {
+			return loadgen.Result{}, err
+		}
 	}
 	// Each operation is bounded by --timeout, as every other request of leasectl is.
 	return loadgen.Run(ctx, loadgen.Options{Clients: f.clients, Duration: f.duration, MaxOps: f.maxOps, OpTimeout: a.timeout}, op)
@@ -290,7 +304,7 @@ func (a *app) printBench(workload string, f benchFlags, r loadgen.Result) error 
 	msf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	if a.jsonOut() {
 		j := benchJSON{
-			Workload: workload, Clients: f.clients, DurationMs: r.Elapsed.Milliseconds(), Ops: r.Ops, Errors: r.Errors,
+			Workload: workload, Clients: f.clients, Serializable: f.serializable, DurationMs: r.Elapsed.Milliseconds(), Ops: r.Ops, Errors: r.Errors,
 			Rate: math.Round(r.Rate()*100) / 100, P50Ms: msf(r.P50), P90Ms: msf(r.P90), P99Ms: msf(r.P99), MaxMs: msf(r.Max),
 		}
 		if r.FirstErr != nil {

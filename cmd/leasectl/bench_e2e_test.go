@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,21 +14,30 @@ import (
 
 // testBench runs each workload of `leasectl bench` for a second against the cluster and checks that the
 // numbers are those of real work: operations succeeded, latencies are ordered, and the leases the acquire
-// workload reports exist in the cluster under the names it documents.
+// and read workloads report exist in the cluster under the names they document.
 func testBench(t *testing.T, eps []string) {
 	for _, tc := range []struct {
-		workload string
-		clients  string
-	}{{"acquire", "4"}, {"contended", "3"}, {"renew", "2"}} {
-		r := want(t, ctl(t, eps, "-o", "json", "bench", tc.workload, "--clients", tc.clients, "--duration", "1s",
-			"--resources", "bench-e2e/"+tc.workload), 0)
+		workload, prefix string
+		args             []string
+	}{{"acquire", "acquire", []string{"--clients", "4"}}, {"contended", "contended", []string{"--clients", "3"}},
+		{"renew", "renew", []string{"--clients", "2"}}, {"read", "read", []string{"--clients", "2"}},
+		{"read", "read-s", []string{"--serializable"}}} {
+		args := append([]string{"-o", "json", "bench", tc.workload, "--duration", "1s", "--resources", "bench-e2e/" + tc.prefix}, tc.args...)
+		r := want(t, ctl(t, eps, args...), 0)
 		got := mustJSON[benchJSON](t, r.stdout)
-		if got.Workload != tc.workload || got.Clients == 0 || got.Ops == 0 || got.Errors != 0 || got.Rate <= 0 ||
+		if got.Workload != tc.workload || got.Serializable != slices.Contains(tc.args, "--serializable") ||
+			got.Clients == 0 || got.Ops == 0 || got.Errors != 0 || got.Rate <= 0 ||
 			got.P50Ms <= 0 || got.P50Ms > got.P90Ms || got.P90Ms > got.P99Ms || got.P99Ms > got.MaxMs ||
 			got.DurationMs < 1000 {
 			t.Fatalf("bench %s: %+v\n%v", tc.workload, got, r)
 		}
-		t.Logf("bench %s: %d ops, %.0f/s, p50 %.2f ms, p99 %.2f ms", tc.workload, got.Ops, got.Rate, got.P50Ms, got.P99Ms)
+		t.Logf("bench %s %v: %d ops, %.0f/s, p50 %.2f ms, p99 %.2f ms", tc.workload, tc.args, got.Ops, got.Rate, got.P50Ms, got.P99Ms)
+	}
+	// read holds the lease it reads, under its own name.
+	for _, res := range []string{"bench-e2e/read/read", "bench-e2e/read-s/read"} {
+		if info := mustJSON[infoJSON](t, want(t, ctl(t, eps, "-o", "json", "get", res), 0).stdout); info.Holder != res {
+			t.Fatalf("get %s: %+v", res, info)
+		}
 	}
 	// acquire's first lease of worker 0 is held under the documented name.
 	info := mustJSON[infoJSON](t, want(t, ctl(t, eps, "-o", "json", "get", "bench-e2e/acquire/0/0"), 0).stdout)
@@ -44,7 +54,8 @@ func testBench(t *testing.T, eps []string) {
 	// Bad input is a usage error and runs nothing.
 	for _, args := range [][]string{{"bench"}, {"bench", "lock"}, {"bench", "acquire", "--clients", "0"}, {"bench", "acquire", "--clients", "10001"},
 		{"bench", "acquire", "--duration", "0s"}, {"bench", "acquire", "--resources", ""},
-		{"bench", "keepalive", "--batch", "10001"}, {"bench", "keepalive", "--clients", "4"}, {"bench", "failover", "--gap", "0s"}} {
+		{"bench", "keepalive", "--batch", "10001"}, {"bench", "keepalive", "--clients", "4"}, {"bench", "failover", "--gap", "0s"},
+		{"bench", "acquire", "--serializable"}} {
 		r := want(t, ctl(t, eps, args...), 2)
 		if r.stdout != "" {
 			t.Fatalf("%v printed %q", args, r.stdout)
