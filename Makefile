@@ -52,7 +52,7 @@ bench-compare: bench-bins ## leased vs etcd v3.7.3, one markdown table (slow: 1M
 
 bench-compare-smoke: bench-bins ## every row of bench-compare with tiny sizes (a minute or two): proves it works, measures nothing
 	cd bench && ./bin/bench --reps=1 --duration=1s --clients=1,16 --renew-clients=1,4 --kills=1 --leases=2000 \
-		--rows=acquire,contended,renew,batched,steady,failover,memory --batch-leases=2000 --steady=2s --steady-clients=4 $(BENCH_FLAGS)
+		--rows=acquire,contended,renew,read,batched,steady,failover,memory --batch-leases=2000 --steady=2s --steady-clients=4 $(BENCH_FLAGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	./scripts/fuzz.sh $(FUZZTIME)

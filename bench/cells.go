@@ -36,6 +36,13 @@ func cells(cfg config) []cell {
 			}})
 		}
 	}
+	if cfg.rows["read"] {
+		for _, serializable := range []bool{true, false} {
+			out = append(out, cell{readKey(serializable), func(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+				return readCell(ctx, s, cfg, serializable)
+			}})
+		}
+	}
 	if cfg.rows["batched"] {
 		out = append(out, cell{"batched", batchedCell})
 	}
@@ -131,6 +138,30 @@ func renewCell(ctx context.Context, s system, cfg config, n int) (map[string]flo
 	}
 	k := fmt.Sprintf("renew-%d", n)
 	return map[string]float64{k + "/rate": r.Rate(), k + "/errors": float64(r.Errors)}, nil
+}
+
+// readClients is the read rows' one client: they measure the floor under the one-client rows' latency.
+const readClients = 1
+
+func readKey(serializable bool) string {
+	if serializable {
+		return "read-serializable"
+	}
+	return "read-linearizable"
+}
+
+// readCell measures one client's reads of one key on the leader.
+func readCell(ctx context.Context, s system, cfg config, serializable bool) (map[string]float64, error) {
+	op, err := s.read(ctx, readClients, serializable)
+	if err != nil {
+		return nil, err
+	}
+	r, err := measure(ctx, cfg, readClients, op)
+	if err != nil {
+		return nil, err
+	}
+	k := readKey(serializable)
+	return map[string]float64{k + "/rate": r.Rate(), k + "/p50": ms(r.P50), k + "/errors": float64(r.Errors)}, nil
 }
 
 // batchedCell measures renewals of many held leases in batches over keep-alive streams (one worker per

@@ -62,7 +62,7 @@ func (s *etcdSystem) start(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	if s.probe, err = s.newClient(); err != nil {
+	if s.probe, err = s.newClient(s.clientEps); err != nil {
 		return err
 	}
 	op, err := s.acquire(ctx, 1, 10*time.Second)
@@ -72,8 +72,8 @@ func (s *etcdSystem) start(ctx context.Context, dir string) error {
 	return waitWritable(ctx, op, 30*time.Second)
 }
 
-func (s *etcdSystem) newClient() (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: s.clientEps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+func (s *etcdSystem) newClient(endpoints []string) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +83,14 @@ func (s *etcdSystem) newClient() (*clientv3.Client, error) {
 
 // connect returns the clients of a workload's workers: worker w uses the result's [w % len].
 func (s *etcdSystem) connect(workers int) ([]*clientv3.Client, error) {
+	return s.connectTo(workers, s.clientEps)
+}
+
+// connectTo is connect with clients of endpoints only.
+func (s *etcdSystem) connectTo(workers int, endpoints []string) ([]*clientv3.Client, error) {
 	var cs []*clientv3.Client
 	for range max((workers+loadgen.WorkersPerClient-1)/loadgen.WorkersPerClient, 1) {
-		c, err := s.newClient()
+		c, err := s.newClient(endpoints)
 		if err != nil {
 			return nil, err
 		}
@@ -213,6 +218,37 @@ func (s *etcdSystem) renew(ctx context.Context, clients int) (loadgen.Op, error)
 	}
 	return func(ctx context.Context, worker, _ int) error {
 		_, err := cs[worker%len(cs)].KeepAliveOnce(ctx, ids[worker])
+		return err
+	}, nil
+}
+
+// read puts bench/read and reads it with Get from a client of the leader alone (etcd's client would
+// otherwise spread the reads over the nodes, and a follower's linearizable read asks the leader).
+func (s *etcdSystem) read(ctx context.Context, clients int, serializable bool) (loadgen.Op, error) {
+	leader := s.leader(ctx)
+	if leader < 0 {
+		return nil, errors.New("no leader")
+	}
+	cs, err := s.connectTo(clients, s.clientEps[leader:leader+1])
+	if err != nil {
+		return nil, err
+	}
+	const key = "bench/read"
+	pctx, cancel := context.WithTimeout(ctx, opTimeout)
+	_, err = cs[0].Put(pctx, key, "v")
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	var opts []clientv3.OpOption
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	return func(ctx context.Context, worker, _ int) error {
+		r, err := cs[worker%len(cs)].Get(ctx, key, opts...)
+		if err == nil && len(r.Kvs) != 1 {
+			err = fmt.Errorf("get %s: %d keys", key, len(r.Kvs))
+		}
 		return err
 	}, nil
 }

@@ -144,6 +144,15 @@ func (s *leasedSystem) renew(ctx context.Context, clients int) (loadgen.Op, erro
 	return p.Renew(ctx, "bench/renew", clients, 30*time.Second)
 }
 
+// read holds bench/read and reads it with the SDK's Get, which asks the leader.
+func (s *leasedSystem) read(ctx context.Context, clients int, serializable bool) (loadgen.Op, error) {
+	p, err := s.pool(clients)
+	if err != nil {
+		return nil, err
+	}
+	return p.Read(ctx, "bench/read", 30*time.Second, serializable)
+}
+
 func (s *leasedSystem) leader(ctx context.Context) int {
 	for i, ep := range s.clientEps {
 		if !s.procs[i].running() {

@@ -30,8 +30,8 @@ import (
 // allRows are the row groups --rows selects from; defaultRows those it runs unless told (steady takes
 // 2 × --reps × --steady on its own).
 var (
-	allRows     = []string{"acquire", "contended", "renew", "batched", "steady", "failover", "memory"}
-	defaultRows = []string{"acquire", "contended", "renew", "batched", "failover", "memory"}
+	allRows     = []string{"acquire", "contended", "renew", "read", "batched", "steady", "failover", "memory"}
+	defaultRows = []string{"acquire", "contended", "renew", "read", "batched", "failover", "memory"}
 )
 
 // config is the command line.

@@ -46,6 +46,16 @@ func rows(cfg config) []row {
 			out = append(out, row{"unary renew, " + plural(n, "client"), fmt.Sprintf("renew-%d/rate", n), perSec, true})
 		}
 	}
+	if cfg.rows["read"] {
+		for _, r := range []struct{ key, what string }{
+			{"read-serializable", "serializable (the leader's own state: one client round trip)"},
+			{"read-linearizable", "linearizable (after a ReadIndex round: a renewal's work)"},
+		} {
+			out = append(out,
+				row{"read, 1 client, " + r.what + ": rate", r.key + "/rate", perSec, true},
+				row{"read, 1 client, " + r.what + ": p50", r.key + "/p50", millis, false})
+		}
+	}
 	if cfg.rows["batched"] {
 		what := fmt.Sprintf("batched renewals (%d leases, %d per batch, %s)", cfg.batchLeases, cfg.batchSize, plural(cfg.batchStreams, "stream"))
 		out = append(out,

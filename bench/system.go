@@ -26,6 +26,9 @@ type system interface {
 	contended(ctx context.Context, clients int) (loadgen.Op, error)
 	// renew returns an Op that renews the worker's own lease once.
 	renew(ctx context.Context, clients int) (loadgen.Op, error)
+	// read returns an Op that reads one key (or lease) from the leader: linearizable, or serializable
+	// (the leader's own state, without consensus).
+	read(ctx context.Context, clients int, serializable bool) (loadgen.Op, error)
 	// keepAlive holds leases leases and returns an Op that renews batch of them at once over the worker's
 	// own keep-alive stream, as a client holding many leases does.
 	keepAlive(ctx context.Context, workers, leases, batch int) (loadgen.Op, error)
