@@ -134,7 +134,7 @@ clients, 16 to a client.
   renew      each worker holds one lease, --resources/renew/WORKER, and renews it with unary Renew calls
   read       bench holds the one resource --resources/read and every worker reads it with Get, checking
              that the answer names that lease: linearizable (the leader answers after a ReadIndex round,
-             as ValidateToken does), or with --serializable from the node's own state (one round trip
+             as ValidateToken does), or with --serializable from the leader's own state (one round trip
              and no consensus: the floor under every other workload's latency)
   keepalive  batched renewals, as a client holding many leases sends them: bench takes --leases leases
              (--resources/keepalive/N, --ttl default 1m) on the leader, then renews them --batch at a time
