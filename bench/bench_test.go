@@ -49,7 +49,7 @@ func TestParseRejectsBadFlags(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	if cfg, err := parse(bins, io.Discard); err != nil || cfg.rows["steady"] || !cfg.rows["batched"] {
+	if cfg, err := parse(bins, io.Discard); err != nil || cfg.rows["steady"] || !cfg.rows["batched"] || !cfg.rows["read"] {
 		t.Fatalf("default rows %v, err %v: want every row but steady", cfg.rows, err)
 	}
 	cfg, err := parse(append(bins, "--rows", "acquire,memory", "--clients", "1,64"), io.Discard)
@@ -63,6 +63,25 @@ func TestParseRejectsBadFlags(t *testing.T) {
 	if got := strings.Join(labels, "\n"); !strings.Contains(got, "acquire, 64 clients: p99") ||
 		!strings.Contains(got, "restart of a follower") || !strings.Contains(got, "CPU per acquire (3 nodes), 1 client") {
 		t.Fatalf("rows:\n%s", got)
+	}
+	// The read rows: serializable and linearizable, a rate and a p50 each, from the keys their cells report.
+	cfg, err = parse(append(bins, "--rows", "read"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range rows(cfg) {
+		keys = append(keys, r.key)
+	}
+	var names []string
+	for _, c := range cells(cfg) {
+		names = append(names, c.name)
+	}
+	if got, want := strings.Join(keys, " "), "read-serializable/rate read-serializable/p50 read-linearizable/rate read-linearizable/p50"; got != want {
+		t.Fatalf("read rows %q, want %q", got, want)
+	}
+	if got := strings.Join(names, " "); got != "read-serializable read-linearizable" {
+		t.Fatalf("read cells %q", got)
 	}
 }
 
