@@ -153,14 +153,15 @@ func (ws *writeStream) read() {
 	}
 }
 
-// answer hands each call of sb its result from resp.
+// answer hands each call of sb its result from resp. The request is counted first, so that a caller
+// who has its answer finds it counted, as after a unary call.
 func (ws *writeStream) answer(sb *streamedBatch, resp *leasepb.WritesResponse) {
 	var err error
 	if resp.GetError() != nil {
 		err = status.ErrorProto(resp.GetError())
 	}
-	deliver(sb.calls, resp.GetResults(), err, peer.Peer{Addr: ws.b.target})
 	ws.b.metrics.writesRequest(status.Code(err), sb.sent)
+	deliver(sb.calls, resp.GetResults(), err, peer.Peer{Addr: ws.b.target})
 }
 
 // drain: the node shuts down. The stream takes no more requests and its side closes; the node still
