@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -36,11 +34,9 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Fatalf("%s reports version %q before the upgrade (%v)", c.Nodes[i].Name, st.GetVersion(), err)
 		}
 	}
-	next := filepath.Join(t.TempDir(), "leased-next")
-	build := exec.Command("go", "build", "-o", next, "-ldflags",
-		"-X github.com/leased/leased/cmd/internal/buildinfo.version=v99.0.0-next", "github.com/leased/leased/cmd/leased")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the new version: %v\n%s", err, out)
+	next, err := proc.BuildVersion(t.TempDir(), "v99.0.0-next")
+	if err != nil {
+		t.Fatalf("build the new version: %v", err)
 	}
 
 	cl, err := client.New(client.Config{Endpoints: c.Endpoints(), Holder: "upgrader", RequestTimeout: 5 * time.Second})

@@ -92,7 +92,6 @@ func NeedGitHistory(t testing.TB) {
 // with -ldflags), so a test can tell which build a node runs. The source is exported with git archive
 // into a directory of its own: the repository's work tree and git state are left alone.
 func BuildRevision(dir, rev, tags, version string) (string, error) {
-	var src string
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		return "", fmt.Errorf("find the repository to build revision %q in: %w", rev, err)
@@ -100,7 +99,7 @@ func BuildRevision(dir, rev, tags, version string) (string, error) {
 	if out, err := exec.Command("git", "rev-parse", "--verify", "--quiet", rev+"^{commit}").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("revision %q: not a commit of this repository (%v)\n%s", rev, err, out)
 	}
-	src, err = os.MkdirTemp(dir, "src-")
+	src, err := os.MkdirTemp(dir, "src-")
 	if err != nil {
 		return "", err
 	}
@@ -110,14 +109,39 @@ func BuildRevision(dir, rev, tags, version string) (string, error) {
 		return "", fmt.Errorf("export revision %q with git archive: %w\n%s", rev, err, out)
 	}
 	bin := filepath.Join(dir, "leased-"+version)
-	build := exec.Command("go", "build", "-o", bin, "-tags", tags,
-		"-ldflags", "-X github.com/leased/leased/cmd/internal/buildinfo.version="+version, "./cmd/leased")
-	build.Dir = src
-	build.Env = append(os.Environ(), "GOWORK=off") // the revision's own go.mod, whatever encloses it
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build revision %q: %w\n%s", rev, err, out)
+	if err := buildVersioned(src, bin, tags, version); err != nil {
+		return "", fmt.Errorf("build revision %q: %w", rev, err)
 	}
 	return bin, nil
+}
+
+// BuildVersion builds cmd/leased from the tree the tests run in, reporting version, into dir, and returns
+// the binary's path: a new version to upgrade a cluster to.
+func BuildVersion(dir, version string) (string, error) {
+	bin := filepath.Join(dir, "leased-"+version)
+	if err := buildVersioned("", bin, "", version); err != nil {
+		return "", fmt.Errorf("build version %q: %w", version, err)
+	}
+	return bin, nil
+}
+
+// buildVersioned builds cmd/leased into bin with the build tags, its version set to version, from the
+// module in src ("": the one the tests run in).
+func buildVersioned(src, bin, tags, version string) error {
+	pkg := "github.com/leased/leased/cmd/leased"
+	if src != "" {
+		pkg = "./cmd/leased" // the revision's own go.mod, whatever encloses it (GOWORK=off below)
+	}
+	build := exec.Command("go", "build", "-o", bin, "-tags", tags,
+		"-ldflags", "-X github.com/leased/leased/cmd/internal/buildinfo.version="+version, pkg)
+	if src != "" {
+		build.Dir = src
+		build.Env = append(os.Environ(), "GOWORK=off")
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
 }
 
 // FreeAddrs returns n distinct loopback addresses that were free a moment ago (servertest.FreeAddrs).
