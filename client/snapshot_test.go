@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/servertest"
@@ -21,12 +24,10 @@ func TestSnapshotOfARealClusterSpansChunks(t *testing.T) {
 	defer cancel()
 	value := bytes.Repeat([]byte("v"), 4096)
 	const n = 300 // 300 × 4 KiB values: about 1.2 MiB of state
-	leader := cl.Leases(cl.WaitLeader())
 	for i := range n { // raw acquires: no SDK keep-alive for each of them
-		req := &leasepb.AcquireRequest{Resource: fmt.Sprintf("snap/%03d", i), Holder: "h", TtlMs: time.Hour.Milliseconds(), Value: value}
-		if _, err := leader.Acquire(ctx, req); err != nil {
-			t.Fatal(err)
-		}
+		resource := fmt.Sprintf("snap/%03d", i)
+		req := &leasepb.AcquireRequest{Resource: resource, Holder: "h", TtlMs: time.Hour.Milliseconds(), Value: value, RequestId: resource}
+		acquireOnLeader(t, ctx, cl, req)
 	}
 	var buf bytes.Buffer
 	info, err := c.Snapshot(ctx, &buf)
@@ -42,5 +43,26 @@ func TestSnapshotOfARealClusterSpansChunks(t *testing.T) {
 	}
 	if sm.Len() != n || sm.AppliedIndex() != info.AppliedIndex {
 		t.Fatalf("snapshot holds %d leases at %d, want %d at %d", sm.Len(), sm.AppliedIndex(), n, info.AppliedIndex)
+	}
+}
+
+// acquireOnLeader sends req to the leader, and again, with the same request id, to the leader after a
+// leader change: a loaded machine may move leadership while a test builds its state.
+func acquireOnLeader(t *testing.T, ctx context.Context, cl *servertest.Cluster, req *leasepb.AcquireRequest) {
+	t.Helper()
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.Leases(cl.WaitLeader()).Acquire(callCtx, req)
+		cancel()
+		switch status.Code(err) {
+		case codes.OK:
+			return
+		case codes.Unavailable, codes.DeadlineExceeded:
+			if ctx.Err() != nil {
+				t.Fatalf("acquire %s: %v", req.GetResource(), err)
+			}
+		default:
+			t.Fatalf("acquire %s: %v", req.GetResource(), err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
@@ -64,8 +66,17 @@ func retrying[T any](c *servertest.Cluster, ctx context.Context, fn func(context
 	}
 }
 
-// acquireRetrying acquires through any running node, retrying with the same request id.
+// retryingIDs numbers the request ids acquireRetrying draws.
+var retryingIDs atomic.Uint64
+
+// acquireRetrying acquires through any running node, retrying with the same request id. A call without
+// one draws one (each call is one intent): a retry after a lost answer must find its own grant, not the
+// lease this very caller already holds.
 func acquireRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
+	if req.GetRequestId() == "" {
+		req = proto.CloneOf(req)
+		req.RequestId = fmt.Sprintf("retrying/%d", retryingIDs.Add(1))
+	}
 	return retrying(c, ctx, func(ctx context.Context, cl leasepb.LeasesClient) (*leasepb.AcquireResponse, error) {
 		return cl.Acquire(ctx, req)
 	})
