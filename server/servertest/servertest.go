@@ -68,6 +68,9 @@ func StartTLS(t testing.TB, size int, ca *testcerts.CA, mutate func(*server.Conf
 
 func start(t testing.TB, size int, creds credentials.TransportCredentials, mutate func(*server.Config)) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster: skipped under -short (make test-short); make test runs it")
+	}
 	c := &Cluster{t: t, creds: creds, nodes: make([]*server.Server, size), conns: make([]*grpc.ClientConn, size)}
 	initial := map[string]string{}
 	lis := make([]server.Listeners, size)

@@ -223,6 +223,9 @@ type Cluster struct {
 // t.Cleanup registered here calls Close.
 func New(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts leased processes: skipped under -short (make test-short); make test runs it")
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
