@@ -10,6 +10,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // incarnation is one cluster's life: the tokens it granted, in grant order.
@@ -135,9 +136,7 @@ func TestRestoringTwiceNeverReissuesTokens(t *testing.T) {
 	}
 	_ = old.Close()
 
-	peer := listenLocal(t)
-	addr := peer.Addr().String()
-	_ = peer.Close()
+	addr := servertest.FreeAddrs(t, 1)[0] // below the ephemeral range: free for every restore in turn
 
 	var restoredBackup []byte
 	var ids []uint64
