@@ -207,9 +207,9 @@ func (a *app) snapshotRestoreCommand() *cobra.Command {
 		Use:   "restore FILE --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [--token-floor N]",
 		Short: "Write a data dir for one member of a new cluster founded from a snapshot (offline)",
 		Long: `restore writes DIR, the data dir of member NAME of a new cluster whose members are --initial-cluster
-(name=peer-host:port, as leased takes it). Run it once per new member, with the same FILE and the same
---initial-cluster, then start each member with leased as usual (same --name, --data-dir and
---initial-cluster). DIR must not exist or be empty; it is written under a temporary name and renamed
+(name=peer-host:port, as leased takes it). Run it once per new member, with the same FILE, the same
+--initial-cluster and the same floor (the first run prints it; pass it to the others with --token-floor),
+then start each member with leased as usual (same --name, --data-dir and --initial-cluster). DIR must not exist or be empty; it is written under a temporary name and renamed
 into place. It does not contact any cluster.
 
 Every lease in the snapshot comes back with its holder, value, token and request id, and a full TTL
@@ -226,7 +226,10 @@ new cluster (members restored with different floors belong to different clusters
 A snapshot whose applied index is above the default floor is refused (exit 1): give the floor. See
 docs/operations.md.`,
 		Example: `  leasectl snapshot restore leased.snap --name n1 --data-dir /var/lib/leased \
-    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201`,
+    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201
+  # on n2 and n3, with the floor n1's restore printed:
+  leasectl snapshot restore leased.snap --name n2 --data-dir /var/lib/leased \
+    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201 --token-floor 1797220553745072`,
 		Args: fileArg,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "name", "data-dir", "initial-cluster"); err != nil {
