@@ -33,8 +33,8 @@ import (
 //
 //	floor = Unix time in microseconds + DefaultTokenFloorBump,
 //
-// and is the same for every snapshot, so a second restore of the same backup, or of an older one, starts
-// above the first. It rests on two assumptions:
+// whatever the snapshot, so a second restore of the same backup, or of an older one, starts above the
+// first. It rests on two assumptions:
 //
 //   - R: no cluster appends more than 1,000,000 entries a second on average since it was founded or
 //     restored (tokens are log indexes; every grant, release, expiry and checkpoint is one entry);
@@ -46,10 +46,10 @@ import (
 // and a restored one started at its restore time + 2^40 (or at a lower floor given) and has done the
 // same. So a floor read later is above every token issued before it. For a cluster founded by flags,
 // whose index stays below the clock's microseconds, the floor is also above its backup's index + 2^40
-// with no rate assumed: room for 127 days at 100,000 entries a second after the backup. A backup's applied index beyond
-// the default floor breaks the bound (this machine's clock is behind an earlier restore's, or an
-// explicit --token-floor lifted the lineage above the clock): RestoreDataDir refuses it with
-// ErrClockBehind, and the operator gives the floor. The floor is below 2^53 (exact in JSON and
+// with no rate assumed: room for 127 days at 100,000 entries a second after the backup. A backup's
+// applied index above the default floor breaks the bound (this machine's clock is behind an earlier
+// restore's, or an explicit --token-floor lifted the lineage above the clock): RestoreDataDir refuses it
+// with ErrClockBehind, and the operator gives the floor. The floor is below 2^53 (exact in JSON and
 // JavaScript numbers) until the year 2255: today's clock reads about 1.8 × 10^15 µs, 2^53 is 9 × 10^15.
 // A floor taken as max(index + 2^40, clock) would not do: a backup of a restored cluster taken soon
 // after its restore has index + 2^40 above the clock, and two restores of it would share the floor.

@@ -176,6 +176,17 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A backup of a cluster restored an hour ago, restored again on a machine whose clock is an hour
+	// behind the first one's.
+	restoredAt := time.Now()
+	later := fsm.New()
+	if err := later.Rebase(server.DefaultTokenFloor(restoredAt)+5, nil); err != nil {
+		t.Fatal(err)
+	}
+	laterData, err := later.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name   string
 		mutate func(*server.RestoreConfig)
@@ -187,6 +198,9 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 		{"floor beyond int64/2", func(c *server.RestoreConfig) { c.TokenFloor = server.MaxTokenFloor + 1 }, server.ErrInvalid},
 		{"corrupted backup", func(c *server.RestoreConfig) { c.Snapshot = corrupt }, fsm.ErrBadSnapshot},
 		{"default floor below the backup", func(c *server.RestoreConfig) { c.Snapshot = aheadData }, server.ErrClockBehind},
+		{"clock set back behind a restore", func(c *server.RestoreConfig) {
+			c.Snapshot, c.Now = laterData, func() time.Time { return restoredAt.Add(-time.Hour) }
+		}, server.ErrClockBehind},
 	}
 	for _, tc := range cases {
 		c := base
