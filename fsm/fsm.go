@@ -57,6 +57,9 @@ type FSM struct {
 	// members is the member table by raft id, removed the ids ever removed (members.go).
 	members map[uint64]*leasepb.Member
 	removed map[uint64]bool
+	// clusterID and generation say which cluster this state belongs to and how many restores are
+	// behind it (lineage.go).
+	clusterID, generation uint64
 	// epoch counts the views taken (view.go); it may wrap: only equality is asked of it.
 	epoch uint32
 	// liveViews counts the views taken and not yet released (View.Release). While it is 0 no view shares

@@ -21,6 +21,8 @@ import (
 // The member table becomes members (the new cluster's founding voters; decision 11) and no id counts as
 // removed: the old cluster's members and their addresses belong to the old cluster.
 //
+// The generation goes up by one (lineage.go); the caller records the new cluster's id (SetClusterID).
+//
 // floor must be at least the applied index; the state is unchanged on error.
 func (f *FSM) Rebase(floor uint64, members []*leasepb.Member) error {
 	if floor < f.applied {
@@ -44,5 +46,6 @@ func (f *FSM) Rebase(floor uint64, members []*leasepb.Member) error {
 		l.remainingMs = 0
 	}
 	f.applied = floor
+	f.generation++
 	return nil
 }

@@ -73,6 +73,7 @@ func openEnvelope(data []byte) ([]byte, error) {
 func fromBody(body *wirepb.SnapshotBody, leases leaseRecords) (*FSM, error) {
 	f := New()
 	f.applied, f.highest = body.AppliedIndex, body.HighestToken
+	f.clusterID, f.generation = body.ClusterId, body.Generation
 	if f.highest > f.applied {
 		return nil, fmt.Errorf("%w: highest token %d beyond applied index %d", ErrBadSnapshot, f.highest, f.applied)
 	}

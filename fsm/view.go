@@ -114,6 +114,7 @@ func (f *FSM) restBody() *wirepb.SnapshotBody {
 	}
 	rest.Members, rest.RemovedMembers = f.Members(), f.removedIDs()
 	rest.AnsweredRequests = f.answeredRecords()
+	rest.ClusterId, rest.Generation = f.clusterID, f.generation
 	return rest
 }
 

@@ -405,6 +405,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("restore snapshot at %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
+	sm.SetClusterID(n.clusterID)
 	n.fsmMu.Lock()
 	n.sm = sm
 	n.fsmMu.Unlock()

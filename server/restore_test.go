@@ -166,6 +166,27 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 	}
 	corrupt := append([]byte(nil), data...)
 	corrupt[len(corrupt)-1] ^= 0xff
+	// A backup of a cluster restored with a floor far above the clock (an explicit --token-floor, or
+	// a restore on a machine whose clock ran ahead): the default floor cannot be trusted to exceed it.
+	ahead := fsm.New()
+	if err := ahead.Rebase(1<<52, nil); err != nil {
+		t.Fatal(err)
+	}
+	aheadData, err := ahead.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A backup of a cluster restored an hour ago, restored again on a machine whose clock is an hour
+	// behind the first one's.
+	restoredAt := time.Now()
+	later := fsm.New()
+	if err := later.Rebase(server.DefaultTokenFloor(restoredAt)+5, nil); err != nil {
+		t.Fatal(err)
+	}
+	laterData, err := later.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name   string
 		mutate func(*server.RestoreConfig)
@@ -176,6 +197,10 @@ func TestRestoreRefusesBadInput(t *testing.T) {
 		{"floor below the index", func(c *server.RestoreConfig) { c.TokenFloor = index - 1 }, server.ErrInvalid},
 		{"floor beyond int64/2", func(c *server.RestoreConfig) { c.TokenFloor = server.MaxTokenFloor + 1 }, server.ErrInvalid},
 		{"corrupted backup", func(c *server.RestoreConfig) { c.Snapshot = corrupt }, fsm.ErrBadSnapshot},
+		{"default floor below the backup", func(c *server.RestoreConfig) { c.Snapshot = aheadData }, server.ErrClockBehind},
+		{"clock set back behind a restore", func(c *server.RestoreConfig) {
+			c.Snapshot, c.Now = laterData, func() time.Time { return restoredAt.Add(-time.Hour) }
+		}, server.ErrClockBehind},
 	}
 	for _, tc := range cases {
 		c := base
@@ -204,13 +229,17 @@ func TestRestoreIntoAnEmptyDirectory(t *testing.T) {
 	old := startSingleNode(t, &cfg)
 	data, index := backup(t, old.ClientAddr())
 	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "a", "b")} {
+		before := server.DefaultTokenFloor(time.Now())
 		info, err := server.RestoreDataDir(server.RestoreConfig{Snapshot: data, Name: "r1", DataDir: dir,
 			InitialCluster: map[string]string{"r1": "127.0.0.1:1"}})
 		if err != nil {
 			t.Fatalf("restore into %s: %v", dir, err)
 		}
-		if info.TokenFloor != index+server.DefaultTokenFloorBump {
-			t.Fatalf("default floor %d, want %d", info.TokenFloor, index+server.DefaultTokenFloorBump)
+		if after := server.DefaultTokenFloor(time.Now()); info.TokenFloor < before || info.TokenFloor > after || !info.DefaultFloor {
+			t.Fatalf("default floor %d, want the clock's in [%d, %d]", info.TokenFloor, before, after)
+		}
+		if info.TokenFloor < index+server.DefaultTokenFloorBump || info.TokenFloor >= 1<<53 {
+			t.Fatalf("default floor %d: below the index %d + 2^40, or beyond 2^53", info.TokenFloor, index)
 		}
 		for _, name := range []string{"raft.db", "wal"} { // the raft log: raft.db and its WAL directory
 			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {

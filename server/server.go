@@ -278,6 +278,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 			return nil, fmt.Errorf("restore snapshot at %d: %w", snapIndex, err)
 		}
 	}
+	sm.SetClusterID(id.ClusterID) // snapshots and backups say whose state they are (fsm/lineage.go)
 	out := make(chan lessorCmd, 4096)
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),

@@ -366,6 +366,7 @@ func (c *simCluster) replayLog(i int, upTo uint64) (map[uint64]grantRecord, []by
 		c.t.Fatal(err)
 	}
 	sm := fsm.New()
+	sm.SetClusterID(c.ids[i].ClusterID) // as the node records it
 	grants := map[uint64]grantRecord{}
 	live := map[string]uint64{}
 	highest := map[string]uint64{}

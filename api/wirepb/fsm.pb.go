@@ -948,8 +948,14 @@ type SnapshotBody struct {
 	// fsm.MaxRememberedRequests), oldest first: request ids refused at an attempt, and request ids whose
 	// grant ended. Absent in snapshots of earlier versions (nothing remembered).
 	AnsweredRequests []*AnsweredRequestRecord `protobuf:"bytes,70,rep,name=answered_requests,json=answeredRequests,proto3" json:"answered_requests,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cluster_id is the id of the cluster this state belongs to: set by every member from its identity (the
+	// same on all of them), and by a restore to the new cluster's. 0 in snapshots of earlier versions.
+	ClusterId uint64 `protobuf:"varint,80,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// generation counts the restores behind this state: 0 for a cluster founded by flags, the backup's
+	// generation + 1 for a cluster founded by leasectl snapshot restore. Later snapshots carry it.
+	Generation    uint64 `protobuf:"varint,81,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotBody) Reset() {
@@ -1050,6 +1056,20 @@ func (x *SnapshotBody) GetAnsweredRequests() []*AnsweredRequestRecord {
 		return x.AnsweredRequests
 	}
 	return nil
+}
+
+func (x *SnapshotBody) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *SnapshotBody) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 // LeaseEndRecord is one remembered lease end in a snapshot.
@@ -1516,7 +1536,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
-	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xb5\x04\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\"\xf4\x04\n" +
 	"\fSnapshotBody\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rhighest_token\x18\x02 \x01(\x04R\fhighestToken\x127\n" +
@@ -1528,7 +1548,12 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\x03acl\x18\x14 \x01(\v2\x1c.leased.internal.v1.AclStateR\x03acl\x12+\n" +
 	"\amembers\x18( \x03(\v2\x11.leased.v1.MemberR\amembers\x12'\n" +
 	"\x0fremoved_members\x18) \x03(\x04R\x0eremovedMembers\x12V\n" +
-	"\x11answered_requests\x18F \x03(\v2).leased.internal.v1.AnsweredRequestRecordR\x10answeredRequestsB\x14\n" +
+	"\x11answered_requests\x18F \x03(\v2).leased.internal.v1.AnsweredRequestRecordR\x10answeredRequests\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18P \x01(\x04R\tclusterId\x12\x1e\n" +
+	"\n" +
+	"generation\x18Q \x01(\x04R\n" +
+	"generationB\x14\n" +
 	"\x12_forgotten_through\"\x80\x01\n" +
 	"\x0eLeaseEndRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +

@@ -79,10 +79,11 @@ The stream has no deadline once data flows; interrupt with SIGINT.`,
 func (a *app) snapshotStatusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status FILE",
-		Short: "Check a snapshot file and print its applied index, lease count and size (offline)",
+		Short: "Check a snapshot file and print its cluster, generation, applied index, lease count and size (offline)",
 		Long: `status reads FILE without contacting the cluster, checks it completely (envelope, CRC-32C, every
-record, as a node restoring it would) and prints what save printed. A damaged or foreign file exits 1
-with the reason.`,
+record, as a node restoring it would) and prints what save printed: the id of the cluster it came from
+and its generation (the number of restores behind that cluster), its applied index, leases, highest
+token, size and sha256. A damaged or foreign file exits 1 with the reason.`,
 		Example: `  leasectl snapshot status /backup/leased.snap -o json`,
 		Args:    fileArg,
 		RunE: a.body(func(_ *cobra.Command, args []string) error {
@@ -101,7 +102,10 @@ with the reason.`,
 
 // snapshotJSON is the shape of save's and status's JSON output.
 type snapshotJSON struct {
-	File         string `json:"file"`
+	File string `json:"file"`
+	// ClusterID is empty for a snapshot of an earlier version, which records none.
+	ClusterID    string `json:"cluster_id"`
+	Generation   uint64 `json:"generation"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Leases       int    `json:"leases"`
 	HighestToken uint64 `json:"highest_token"`
@@ -116,17 +120,25 @@ func summarize(path string, data []byte) (snapshotJSON, error) {
 		return snapshotJSON{}, fmt.Errorf("%s is not a valid leased snapshot: %w", path, err)
 	}
 	sum := sha256.Sum256(data)
-	return snapshotJSON{File: path, AppliedIndex: sm.AppliedIndex(), Leases: sm.Len(), HighestToken: sm.HighestToken(),
-		SizeBytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, nil
+	out := snapshotJSON{File: path, Generation: sm.Generation(), AppliedIndex: sm.AppliedIndex(), Leases: sm.Len(),
+		HighestToken: sm.HighestToken(), SizeBytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	if id := sm.ClusterID(); id != 0 {
+		out.ClusterID = leasepb.FormatID(id)
+	}
+	return out, nil
 }
 
 func (a *app) printSnapshot(s snapshotJSON) error {
 	if a.jsonOut() {
 		return a.emitJSON(s)
 	}
-	t := a.newTable("FILE", "APPLIED INDEX", "LEASES", "HIGHEST TOKEN", "SIZE", "SHA256")
-	t.row(s.File, strconv.FormatUint(s.AppliedIndex, 10), strconv.Itoa(s.Leases), strconv.FormatUint(s.HighestToken, 10),
-		bytesHuman(s.SizeBytes), s.SHA256)
+	cluster := s.ClusterID
+	if cluster == "" {
+		cluster = "-"
+	}
+	t := a.newTable("FILE", "CLUSTER", "GENERATION", "APPLIED INDEX", "LEASES", "HIGHEST TOKEN", "SIZE", "SHA256")
+	t.row(s.File, cluster, strconv.FormatUint(s.Generation, 10), strconv.FormatUint(s.AppliedIndex, 10), strconv.Itoa(s.Leases),
+		strconv.FormatUint(s.HighestToken, 10), bytesHuman(s.SizeBytes), s.SHA256)
 	return t.flush()
 }
 
@@ -195,22 +207,29 @@ func (a *app) snapshotRestoreCommand() *cobra.Command {
 		Use:   "restore FILE --name NAME --data-dir DIR --initial-cluster NAME=HOST:PORT,... [--token-floor N]",
 		Short: "Write a data dir for one member of a new cluster founded from a snapshot (offline)",
 		Long: `restore writes DIR, the data dir of member NAME of a new cluster whose members are --initial-cluster
-(name=peer-host:port, as leased takes it). Run it once per new member, with the same FILE and the same
---initial-cluster, then start each member with leased as usual (same --name, --data-dir and
---initial-cluster). DIR must not exist or be empty; it is written under a temporary name and renamed
+(name=peer-host:port, as leased takes it). Run it once per new member, with the same FILE, the same
+--initial-cluster and the same floor (the first run prints it; pass it to the others with --token-floor),
+then start each member with leased as usual (same --name, --data-dir and --initial-cluster). DIR must not exist or be empty; it is written under a temporary name and renamed
 into place. It does not contact any cluster.
 
 Every lease in the snapshot comes back with its holder, value, token and request id, and a full TTL
 counted from the new cluster's first leader (its holder may be alive and renewing against the new
 cluster; one whose holder is gone expires one TTL later).
 
-Tokens never go backwards: the old cluster may have granted tokens after the snapshot was taken, so the
-new cluster's log starts after --token-floor and every token it grants is larger. The default is the
-snapshot's applied index + 2^40, room for far more entries than any cluster appends; give a floor
-(at least the snapshot's applied index) only when you know the old cluster's last index, for example
-from 'leasectl status' (COMMIT) before it went away, plus a margin. See docs/operations.md.`,
+Tokens never go backwards: the old cluster, and any cluster restored earlier from this or another of
+its snapshots, may have granted tokens the snapshot does not know, so the new cluster's log starts after
+--token-floor and every token it grants is larger. The default is read from this machine's clock: the
+Unix time in microseconds + 2^40. It only goes up, so it is above every token issued before, assuming no
+cluster appends more than 1,000,000 entries a second and the clocks of the machines that run restores do
+not go backwards. restore prints the floor: give it with --token-floor to every other member of the same
+new cluster (members restored with different floors belong to different clusters and never form one).
+A snapshot whose applied index is above the default floor is refused (exit 1): give the floor. See
+docs/operations.md.`,
 		Example: `  leasectl snapshot restore leased.snap --name n1 --data-dir /var/lib/leased \
-    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201`,
+    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201
+  # on n2 and n3, with the floor n1's restore printed:
+  leasectl snapshot restore leased.snap --name n2 --data-dir /var/lib/leased \
+    --initial-cluster n1=10.0.1.1:7201,n2=10.0.1.2:7201,n3=10.0.1.3:7201 --token-floor 1797220553745072`,
 		Args: fileArg,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "name", "data-dir", "initial-cluster"); err != nil {
@@ -246,6 +265,10 @@ from 'leasectl status' (COMMIT) before it went away, plus a margin. See docs/ope
 				}
 				return fmt.Errorf("snapshot restore: %w", err)
 			}
+			if info.DefaultFloor && len(members) > 1 {
+				a.warnf("token floor %d read from this machine's clock: restore the other members with --token-floor %d",
+					info.TokenFloor, info.TokenFloor)
+			}
 			return a.printRestore(name, dataDir, info)
 		}),
 	}
@@ -253,7 +276,7 @@ from 'leasectl status' (COMMIT) before it went away, plus a margin. See docs/ope
 	f.StringVar(&name, "name", "", "the member this data dir is for; one of --initial-cluster's names (required)")
 	f.StringVar(&dataDir, "data-dir", "", "the data dir to write; must not exist or be empty (required)")
 	f.StringVar(&initial, "initial-cluster", "", "the new cluster's members as name=peer-host:port,...; the same for every member (required)")
-	f.Uint64Var(&floor, "token-floor", 0, "every token of the new cluster is above this (default: the snapshot's applied index + 2^40)")
+	f.Uint64Var(&floor, "token-floor", 0, "every token of the new cluster is above this; the same for every member (default: the Unix time in microseconds + 2^40)")
 	return cmd
 }
 
@@ -284,6 +307,7 @@ type restoreJSON struct {
 	DataDir      string `json:"data_dir"`
 	ClusterID    string `json:"cluster_id"`
 	MemberID     string `json:"member_id"`
+	Generation   uint64 `json:"generation"`
 	AppliedIndex uint64 `json:"applied_index"`
 	TokenFloor   uint64 `json:"token_floor"`
 	Leases       int    `json:"leases"`
@@ -291,12 +315,12 @@ type restoreJSON struct {
 
 func (a *app) printRestore(name, dir string, info server.RestoreInfo) error {
 	out := restoreJSON{Name: name, DataDir: dir, ClusterID: leasepb.FormatID(info.ClusterID), MemberID: leasepb.FormatID(info.NodeID),
-		AppliedIndex: info.AppliedIndex, TokenFloor: info.TokenFloor, Leases: info.Leases}
+		Generation: info.Generation, AppliedIndex: info.AppliedIndex, TokenFloor: info.TokenFloor, Leases: info.Leases}
 	if a.jsonOut() {
 		return a.emitJSON(out)
 	}
-	t := a.newTable("NAME", "DATA DIR", "CLUSTER", "MEMBER", "APPLIED INDEX", "TOKEN FLOOR", "LEASES")
-	t.row(out.Name, out.DataDir, out.ClusterID, out.MemberID, strconv.FormatUint(out.AppliedIndex, 10),
-		strconv.FormatUint(out.TokenFloor, 10), strconv.Itoa(out.Leases))
+	t := a.newTable("NAME", "DATA DIR", "CLUSTER", "MEMBER", "GENERATION", "APPLIED INDEX", "TOKEN FLOOR", "LEASES")
+	t.row(out.Name, out.DataDir, out.ClusterID, out.MemberID, strconv.FormatUint(out.Generation, 10),
+		strconv.FormatUint(out.AppliedIndex, 10), strconv.FormatUint(out.TokenFloor, 10), strconv.Itoa(out.Leases))
 	return t.flush()
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/leased/leased/server"
 )
 
 // testSnapshot saves a snapshot through the binary, checks status agrees with save (table and JSON),
@@ -18,7 +22,8 @@ func testSnapshot(t *testing.T, eps []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if saved.File != file || saved.SizeBytes != fi.Size() || saved.Leases < 1 || saved.AppliedIndex == 0 || len(saved.SHA256) != 64 {
+	if saved.File != file || saved.SizeBytes != fi.Size() || saved.Leases < 1 || saved.AppliedIndex == 0 || len(saved.SHA256) != 64 ||
+		len(saved.ClusterID) != 16 || saved.Generation != 0 {
 		t.Fatalf("save: %+v (file of %d bytes)", saved, fi.Size())
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
@@ -29,7 +34,8 @@ func testSnapshot(t *testing.T, eps []string) {
 		t.Fatalf("status %+v differs from save %+v", status, saved)
 	}
 	table := want(t, ctl(t, eps, "snapshot", "status", file), 0).stdout
-	if !strings.Contains(table, "APPLIED INDEX") || !strings.Contains(table, saved.SHA256) {
+	if !strings.Contains(table, "CLUSTER") || !strings.Contains(table, "GENERATION") || !strings.Contains(table, saved.ClusterID) ||
+		!strings.Contains(table, "APPLIED INDEX") || !strings.Contains(table, saved.SHA256) {
 		t.Fatalf("status table: %q", table)
 	}
 
@@ -55,14 +61,28 @@ func testSnapshot(t *testing.T, eps []string) {
 		return ctl(t, eps, append([]string{"-o", "json", "snapshot", "restore", file, "--name", "r1", "--data-dir", dataDir,
 			"--initial-cluster", "r1=127.0.0.1:1,r2=127.0.0.1:2"}, extra...)...)
 	}
-	out := mustJSON[restoreJSON](t, want(t, restore(filepath.Join(dir, "r1")), 0).stdout)
-	if out.TokenFloor != saved.AppliedIndex+1<<40 || out.Leases != saved.Leases || len(out.ClusterID) != 16 {
-		t.Fatalf("restore: %+v", out)
+	// The default floor is read from the clock, and restore prints it with what the other members need.
+	before := server.DefaultTokenFloor(time.Now())
+	r1 := want(t, restore(filepath.Join(dir, "r1")), 0)
+	out := mustJSON[restoreJSON](t, r1.stdout)
+	if out.TokenFloor < before || out.TokenFloor > server.DefaultTokenFloor(time.Now()) || out.Leases != saved.Leases ||
+		len(out.ClusterID) != 16 || out.ClusterID == saved.ClusterID || out.Generation != 1 {
+		t.Fatalf("restore: %+v (the backup: %+v)", out, saved)
+	}
+	floor := strconv.FormatUint(out.TokenFloor, 10)
+	if !strings.Contains(r1.stderr, "--token-floor "+floor) {
+		t.Fatalf("restore of one of two members does not say which floor to give the other: %v", r1)
+	}
+	second := want(t, ctl(t, eps, "snapshot", "restore", file, "--name", "r2", "--data-dir", filepath.Join(dir, "r2"),
+		"--initial-cluster", "r1=127.0.0.1:1,r2=127.0.0.1:2", "--token-floor", floor), 0)
+	if !strings.Contains(second.stdout, "TOKEN FLOOR") || !strings.Contains(second.stdout, floor) ||
+		!strings.Contains(second.stdout, out.ClusterID) || second.stderr != "" {
+		t.Fatalf("restore of the second member with the first one's floor: %v", second)
 	}
 	if r := want(t, restore(filepath.Join(dir, "r1")), 1); !strings.Contains(r.stderr, "not empty") {
 		t.Fatalf("restore over a data dir: %v", r)
 	}
-	if r := want(t, restore(filepath.Join(dir, "r2"), "--token-floor", "1"), 2); !strings.Contains(r.stderr, "token floor") {
+	if r := want(t, restore(filepath.Join(dir, "r3"), "--token-floor", "1"), 2); !strings.Contains(r.stderr, "token floor") {
 		t.Fatalf("restore below the applied index: %v", r)
 	}
 }

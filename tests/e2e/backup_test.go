@@ -92,13 +92,22 @@ func TestBackupAndRestore(t *testing.T) {
 		t.Fatalf("the old cluster's tokens after the backup (%d) are not above its index %d", maxOld, saved.AppliedIndex)
 	}
 
+	// The first member takes the default floor; the others are given the one it printed.
 	restored := prepareCluster(t, 3)
+	var floor []string
 	for _, n := range restored.Nodes {
-		code, _, stderr := ctlRun(t, old.Endpoints(), "snapshot", "restore", file, "--name", n.Name,
-			"--data-dir", n.DataDir, "--initial-cluster", restored.InitialCluster())
+		code, stdout, stderr := ctlRun(t, old.Endpoints(), append([]string{"-o", "json", "snapshot", "restore", file, "--name", n.Name,
+			"--data-dir", n.DataDir, "--initial-cluster", restored.InitialCluster()}, floor...)...)
 		if code != 0 {
 			t.Fatalf("restore %s exited %d: %s", n.Name, code, stderr)
 		}
+		var out struct {
+			TokenFloor uint64 `json:"token_floor"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.TokenFloor <= maxOld {
+			t.Fatalf("restore %s printed %q (%v): no floor above %d", n.Name, stdout, err, maxOld)
+		}
+		floor = []string{"--token-floor", fmt.Sprint(out.TokenFloor)}
 	}
 	// A second restore into a data dir that holds one is refused.
 	code, _, stderr = ctlRun(t, old.Endpoints(), "snapshot", "restore", file, "--name", "n1",
