@@ -108,8 +108,11 @@ raft's own memory by then); Entries reads older records from the segment
 files (the page cache, in practice), so RSS does not grow with the log.
 
 A torn write is told from damage by its shape (above). Damage the rule
-cannot tell from one is damage inside the last record that also holds a
-whole sector of its own zeros: it is cut off like a torn write. A crash
+cannot tell from one is cut off like a torn write: sectors zeroed at the
+end of the last record (exactly what a crash leaves), or damage inside
+the last record that also holds a whole sector of its own zeros. The
+acked mark then refuses the log if that record is older than the mark,
+which after a clean stop it always is. A crash
 that wrote the last record's later sectors but not its first is refused
 as damage: its header reads as the end of the records with data after it.
 bbolt's two meta pages must both be valid: bbolt would fall back to the

@@ -90,9 +90,10 @@ func (t *markTracker) observe(st *state) {
 	}
 }
 
-// check returns ErrShortLog, naming both files, if the replayed log lacks
-// the mark's position or has an older term or another vote than it.
-func (t *markTracker) check(st *state, dbPath, walDir string) error {
+// check returns ErrShortLog, naming raft.db and the last segment, if the
+// replayed log lacks the mark's position or has an older term or another
+// vote than it.
+func (t *markTracker) check(st *state, dbPath, lastSeg string) error {
 	m := t.mark
 	hs := st.hs
 	var why string
@@ -107,6 +108,6 @@ func (t *markTracker) check(st *state, dbPath, walDir string) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("raftlog: %s: %w (%w): %s: the WAL in %s lost records this node acknowledged",
-		dbPath, ErrCorrupt, ErrShortLog, why, walDir)
+	return fmt.Errorf("raftlog: %s: %w (%w): %s: the WAL, whose last segment is %s, lost records this node acknowledged",
+		dbPath, ErrCorrupt, ErrShortLog, why, lastSeg)
 }

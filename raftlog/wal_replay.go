@@ -80,7 +80,7 @@ func replayWAL(dir string, from walFrom, mark ackMark, dbPath string) (st state,
 	if r.provisional {
 		return st, w, corruptf(w.segs[0].path, "the segments before it are missing")
 	}
-	if err := r.mark.check(&r.st, dbPath, dir); err != nil {
+	if err := r.mark.check(&r.st, dbPath, w.last().path); err != nil {
 		return st, w, err
 	}
 	last := w.last()
