@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/tests/internal/datadir"
 	"github.com/leased/leased/tests/internal/proc"
 )
 
@@ -65,74 +62,10 @@ func (d blockDamage) apply(t *testing.T, dir string) {
 	}
 }
 
-// logState is what a stopped node's raft log holds, read through raftlog.
-type logState struct {
-	first, last uint64
-	ents        []*raftpb.Entry
-	hs          *raftpb.HardState
-	snap        *raftpb.Snapshot
-}
-
-// readLogState opens the raft log in dir (raftlog.Open may write to it: pass a copy) and reads all of it.
-func readLogState(dir string) (logState, error) {
-	s, err := raftlog.Open(dir, raftlog.Identity{})
-	if err != nil {
-		return logState{}, err
-	}
-	defer s.Close()
-	var st logState
-	st.first, _ = s.FirstIndex()
-	st.last, _ = s.LastIndex()
-	if st.last >= st.first {
-		if st.ents, err = s.Entries(st.first, st.last+1, 1<<40); err != nil {
-			return logState{}, err
-		}
-	}
-	if st.hs, _, err = s.InitialState(); err != nil {
-		return logState{}, err
-	}
-	if st.snap, err = s.Snapshot(); err != nil {
-		return logState{}, err
-	}
-	return st, nil
-}
-
-// holdsAll reports how got falls short of want, "" if it holds every entry, the HardState and the snapshot.
-func (got logState) holdsAll(want logState) string {
-	switch {
-	case got.first != want.first || got.last != want.last:
-		return fmt.Sprintf("log [%d, %d], want [%d, %d]", got.first, got.last, want.first, want.last)
-	case !proto.Equal(got.hs, want.hs):
-		return fmt.Sprintf("hard state %v, want %v", got.hs, want.hs)
-	case !proto.Equal(got.snap, want.snap):
-		return "another snapshot"
-	}
-	for i := range want.ents {
-		if !proto.Equal(got.ents[i], want.ents[i]) {
-			return fmt.Sprintf("entry %d differs", want.ents[i].GetIndex())
-		}
-	}
-	return ""
-}
-
 // copyDir copies the regular files under src into dst (created).
 func copyDir(t *testing.T, src, dst string) {
 	t.Helper()
-	err := filepath.WalkDir(src, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if de.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
-	})
-	if err != nil {
+	if err := datadir.Copy(src, dst); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -224,7 +157,7 @@ func TestEveryBlockOfEveryFile(t *testing.T) {
 	copyDir(t, node.DataDir, pristine)
 	ref := filepath.Join(t.TempDir(), "ref")
 	copyDir(t, pristine, ref)
-	want, err := readLogState(ref)
+	want, err := datadir.Read(ref)
 	if err != nil {
 		t.Fatalf("the undamaged copy does not open: %v", err)
 	}
@@ -236,15 +169,15 @@ func TestEveryBlockOfEveryFile(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "d")
 		copyDir(t, pristine, dir)
 		d.apply(t, dir)
-		got, err := readLogState(dir)
+		got, err := datadir.Read(dir)
 		switch {
 		case err != nil:
 			if !errors.Is(err, raftlog.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, d.file)) {
 				t.Errorf("%v: Open: %v; want a refusal naming the file", d, err)
 			}
 			refused++
-		case got.holdsAll(want) != "":
-			t.Errorf("%v: opened with %s", d, got.holdsAll(want))
+		case got.Lacks(want) != "":
+			t.Errorf("%v: opened with %s", d, got.Lacks(want))
 		default:
 			whole++
 		}
