@@ -60,6 +60,17 @@ func putAckMark(tx *bolt.Tx, m ackMark) error {
 	return tx.Bucket(bucketMeta).Put(keyAcked, m.encode())
 }
 
+// putAckMarkIfNewer records m unless raft.db holds a mark of a later term:
+// CreateSnapshot reads its mark before its commit, which a Save that
+// changed the term may overtake.
+func putAckMarkIfNewer(tx *bolt.Tx, m ackMark) error {
+	cur, err := decodeAckMark(tx.Bucket(bucketMeta).Get(keyAcked))
+	if err == nil && cur.term > m.term {
+		return nil
+	}
+	return putAckMark(tx, m)
+}
+
 // termOrVoteChanged reports whether a Save moves the HardState to another
 // term or vote: the moments raft's safety rests on what this node's log
 // held (it votes, or it starts counting acknowledgements for a new leader).

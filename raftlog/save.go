@@ -91,7 +91,7 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 			if err := commitHook("snapshot writing"); err != nil {
 				return err
 			}
-			if err := putAckMark(tx, mark); err != nil {
+			if err := putAckMarkIfNewer(tx, mark); err != nil {
 				return err
 			}
 			return putSnapshot(tx, md, data)
