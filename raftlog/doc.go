@@ -68,7 +68,9 @@ it opens it.
   - The amnesia guard: raft.db keeps an acked mark, a position of the log
     (index and term) the WAL held durably and the term and vote of the
     HardState then, written after the WAL write it describes with every
-    Save that changes the term or the vote, every snapshot and Close. Open
+    Save that changes the term or the vote (or, while a snapshot is being
+    written, by that snapshot once its commit is done, so that an election
+    never waits on it), every snapshot and Close. Open
     refuses (ErrShortLog, with ErrCorrupt) a WAL whose replay never held
     that position (a suffix raft overwrote later still counts as held) or
     whose HardState has an older term or another vote in that term. So a

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // lose truncates dir's newest segment after its first keep records (base
@@ -124,4 +125,51 @@ func TestLegitimateShorterLogsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLog(t, mustOpen(t, dir), 1, 9, hardState(2, 0, 5))
+}
+
+// TestTermChangeDoesNotWaitForASnapshotWrite: while CreateSnapshot writes
+// raft.db (held here), a Save that changes the term and vote must return
+// without waiting for it (an election must not wait seconds on a large
+// snapshot), and the snapshot records the mark once its commit is done:
+// losing that vote is then refused.
+func TestTermChangeDoesNotWaitForASnapshotWrite(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if err := s.Save(hardState(1, 1, 10), entries(1, 11, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	commitHook = func(step string) error {
+		if step == "snapshot writing" {
+			close(started)
+			<-release
+		}
+		return nil
+	}
+	t.Cleanup(func() { commitHook = func(string) error { return nil } })
+	snapped := make(chan error, 1)
+	go func() {
+		_, err := s.CreateSnapshot(5, nil, []byte("state at 5"))
+		snapped <- err
+	}()
+	<-started
+	saved := make(chan error, 1)
+	go func() { saved <- s.Save(hardState(2, 3, 10), nil, nil) }()
+	select {
+	case err := <-saved:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		<-snapped
+		t.Fatal("a Save changing the term waited for the snapshot's raft.db write")
+	}
+	close(release)
+	if err := <-snapped; err != nil {
+		t.Fatal(err)
+	}
+	crashed := copyLog(t, dir)
+	lose(t, crashed, 3) // the vote's batch
+	expectShortLog(t, crashed, "a vote lost after a snapshot recorded it")
 }

@@ -102,7 +102,17 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	}
 	s.mu.Lock()
 	s.st.snap = md // st's fields are replaced, never changed in place: readers' copies keep the old one
+	behind, mark := s.markBehind, markOf(&s.st)
+	s.markBehind = false
 	s.mu.Unlock()
+	if behind {
+		err := guard(s.path, func() error {
+			return db.Update(func(tx *bolt.Tx) error { return putAckMark(tx, mark) })
+		})
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: create snapshot: record the acked mark: %w", err)
+		}
+	}
 	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: proto.Clone(md).(*raftpb.SnapshotMetadata), Data: data}), nil
 }
 
@@ -182,13 +192,11 @@ func (s *Storage) commit(w *writer) error {
 			return err
 		}
 	}
-	if w.snap != nil || termOrVoteChanged(s.st.hs, w.st.hs) {
-		if err := s.commitDB(w, seq, off); err != nil {
-			if !w.empty() {
-				return s.wal.undo(off, err)
-			}
-			return err
+	if err := s.commitDBIfNeeded(w, seq, off); err != nil {
+		if !w.empty() {
+			return s.wal.undo(off, err)
 		}
+		return err
 	}
 	if !w.empty() {
 		w.placeEntries(seq, off)
@@ -202,6 +210,25 @@ func (s *Storage) commit(w *writer) error {
 		}
 	}
 	return nil
+}
+
+// commitDBIfNeeded commits w's snapshot, or the acked mark when w changes
+// the term or the vote. A snapshot being written (CreateSnapshot holds
+// snapMu and bbolt's write lock for as long as its data takes) does not
+// hold up an election's HardState: the mark is then left to that
+// snapshot, which records it once its own commit is done (markBehind).
+func (s *Storage) commitDBIfNeeded(w *writer, seq uint64, off int64) error {
+	switch {
+	case w.snap != nil: // the caller holds snapMu
+		return s.commitDB(w, seq, off)
+	case !termOrVoteChanged(s.st.hs, w.st.hs):
+		return nil
+	case !s.snapMu.TryLock():
+		s.markBehind = true
+		return nil
+	}
+	defer s.snapMu.Unlock()
+	return s.commitDB(w, seq, off)
 }
 
 // commitDB stores w's snapshot, if any, in raft.db and, for an

@@ -32,6 +32,10 @@ type Storage struct {
 	db     *bolt.DB     // nil once closed
 	wal    *wal
 	st     state
+	// markBehind is set when a Save changed the term or the vote while a
+	// snapshot was being written; that snapshot records the acked mark
+	// once its commit is done (commitDBIfNeeded).
+	markBehind bool
 }
 
 var _ raft.Storage = (*Storage)(nil)
