@@ -57,11 +57,30 @@ it opens it.
     never modifies them.
   - Open either returns a Storage whose every stored record has been read
     and checked, or an error. It never panics, never hangs on a damaged
-    file, and never starts empty over a log that exists: an empty, foreign,
-    truncated or damaged raft.db or WAL segment is ErrCorrupt, naming the
-    file. The one exception is the tail of the last segment, where a crash
-    mid-write leaves a torn record: from the first incomplete or damaged
-    record on it is cut off, as that write never returned.
+    file, and never starts empty or shorter over a log that exists: an
+    empty, foreign, truncated or damaged raft.db or WAL segment is
+    ErrCorrupt, naming the file (and, in a segment, the offset), and Open
+    changes no file it refuses. The one damaged record it accepts is a
+    torn write: the last record of the last segment, with nothing but the
+    preallocated zeros after it and a part of it missing (the file ends
+    inside it, or a 512-byte sector of it is all zeros: a sector the crash
+    kept from the disk). That write never returned, so it is cut off.
+  - The amnesia guard: raft.db keeps an acked mark, a position of the log
+    (index and term) the WAL held durably and the term and vote of the
+    HardState then, written after the WAL write it describes with every
+    Save that changes the term or the vote (or, while a snapshot is being
+    written, by that snapshot once its commit is done, so that an election
+    never waits on it), every snapshot and Close. Open
+    refuses (ErrShortLog, with ErrCorrupt) a WAL whose replay never held
+    that position (a suffix raft overwrote later still counts as held) or
+    whose HardState has an older term or another vote in that term. So a
+    node never comes back to vote with a log shorter than it had at its
+    last election or vote, snapshot or clean stop, nor votes twice in a
+    term. Records written after the latest mark are beyond it: a disk that
+    loses acknowledged writes in the crash that stops the node (a write
+    cache that ignores flushes) can still shorten the log unseen, since
+    raft.db, on the same disk, then holds an older mark. Plain appends do
+    not move the mark, which would cost a second fsync each.
   - A second Open of the same directory, from this or another process, fails
     with ErrLocked after about a second instead of blocking.
   - A data dir written by the format 1 code (entries inside raft.db) is
@@ -90,8 +109,17 @@ it commits, and with asynchronous storage writes the entry has usually left
 raft's own memory by then); Entries reads older records from the segment
 files (the page cache, in practice), so RSS does not grow with the log.
 
-Damage inside the last segment cannot be told from a torn write, so it cuts
-the log there, losing what followed; damage anywhere else is ErrCorrupt.
+A torn write is told from damage by its shape (above). Damage the rule
+cannot tell from one is cut off like a torn write: sectors zeroed at the
+end of the last record (exactly what a crash leaves), or damage inside
+the last record that also holds a whole sector of its own zeros. The
+acked mark then refuses the log if that record is older than the mark,
+which after a clean stop it always is. A crash
+that wrote the last record's later sectors but not its first is refused
+as damage: its header reads as the end of the records with data after it.
+bbolt's two meta pages must both be valid: bbolt would fall back to the
+other one, one transaction back, without a word; a meta page lies inside
+one sector, so no crash tears it.
 
 Snapshot data is held in raft.db and returned in full by Snapshot; it suits
 state machines of up to tens of megabytes, not more.
@@ -103,8 +131,8 @@ counting up from 1 (consecutive: a missing one is ErrCorrupt). Each is
 preallocated with zeros, preallocChunk at a time (4 MiB), so that
 fdatasync flushes data only, and is cut once the next write would take it
 past 64 MiB. Open truncates the last segment after its last good record
-(durably, before appending to it), so nothing a crash left behind can be
-read as records later. A record is framed as length (uint32
+(durably, before appending to it, and only once the whole log has passed
+every check), so nothing a crash left behind can be read as records later. A record is framed as length (uint32
 big-endian), CRC-32C (Castagnoli) of type and payload, a type byte and the
 payload (see wal_record.go); a length of 0 ends the records. A segment
 holds a base record (its seq, the log's last index and term and the
@@ -124,10 +152,13 @@ big-endian CRC-32C of the rest, written as "sealed"). Buckets:
 	    "snapmeta"   sealed raftpb.SnapshotMetadata (index, term, ConfState)
 	    "walfrom"    sealed segment seq, offset, index, term (uint64 each):
 	                 the batch whose reset starts the log
+	    "acked"      sealed index, term, HardState term, vote (uint64 each):
+	                 the amnesia guard's mark; absent in older files
 	snapshot
 	    "data"       sealed snapshot payload; absent when the snapshot has none
 
-Format 1 also had an entries bucket (8-byte big-endian index -> sealed
+In a format 2 file any other key in these buckets is ErrCorrupt: a damaged
+key must not read as a missing "acked". Format 1 also had an entries bucket (8-byte big-endian index -> sealed
 raftpb.Entry, starting with the dummy entry at the offset) and a
 "hardstate" key; migrateV1 moves them into segment 1.
 

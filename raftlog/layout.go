@@ -38,6 +38,7 @@ var (
 	keySnapMeta  = []byte("snapmeta")  // sealed raftpb.SnapshotMetadata
 	keySnapData  = []byte("data")      // sealed snapshot payload, in bucketSnapshot
 	keyWALFrom   = []byte("walfrom")   // sealed walFrom: where WAL replay starts
+	keyAcked     = []byte("acked")     // sealed ackMark: how far the log had got (guard.go)
 )
 
 // indexKey encodes a log index as an entries-bucket key. Big-endian keeps

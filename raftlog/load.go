@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ type dbState struct {
 	format uint32
 	snap   *raftpb.SnapshotMetadata
 	from   walFrom // format 2 only
+	mark   ackMark // format 2 only; zero if never written
 }
 
 // initLayout writes a fresh file's buckets, format version, identity, an
@@ -114,8 +116,32 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 	if tx.Bucket(bucketEntries) != nil {
 		return ds, errors.New("format 2 file with a format 1 entries bucket")
 	}
+	if err := onlyKnownKeys(meta, keyFormat, keyIdentity, keySnapMeta, keyWALFrom, keyAcked); err != nil {
+		return ds, err
+	}
+	if err := onlyKnownKeys(snapB, keySnapData); err != nil {
+		return ds, err
+	}
+	if ds.mark, err = decodeAckMark(meta.Get(keyAcked)); err != nil {
+		return ds, err
+	}
 	ds.from, err = decodeWALFrom(meta.Get(keyWALFrom))
 	return ds, err
+}
+
+// onlyKnownKeys fails on any key of b not in known. A damaged key would
+// otherwise read as a missing one, and the acked mark may be missing
+// legitimately (a file written before it existed): damage must not
+// switch the amnesia guard off.
+func onlyKnownKeys(b *bolt.Bucket, known ...[]byte) error {
+	return b.ForEach(func(k, _ []byte) error {
+		for _, want := range known {
+			if bytes.Equal(k, want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("unknown key %q", k)
+	})
 }
 
 // getProto reads a sealed message stored under key.

@@ -63,7 +63,7 @@ func openLocked(dir, path string, db *bolt.DB, id Identity) (*Storage, error) {
 			return nil, err
 		}
 	}
-	st, w, err := replayWAL(walDir, ds.from)
+	st, w, err := replayWAL(walDir, ds.from, ds.mark, path)
 	if err != nil {
 		return nil, err
 	}

@@ -130,22 +130,27 @@ func probeMeta(r io.ReaderAt, off, size int64, full bool) boltMeta {
 	return decodeMeta(buf[:n])
 }
 
-// chooseMeta picks the meta page bbolt will use: the one with the higher
-// transaction id if it validates, else the other.
+// chooseMeta picks the meta page bbolt will use, the one with the higher
+// transaction id, and requires both to be valid. bbolt itself falls back
+// to the other meta page when one fails its checksum, which rolls raft.db
+// back one transaction (a snapshot, an installation's walfrom, the acked
+// mark) without a word. A meta page is 80 bytes at the start of its page,
+// inside one disk sector, so a crash cannot tear it: an invalid one is
+// damage, and is refused.
 func chooseMeta(r io.ReaderAt, pageSize uint32) (boltMeta, error) {
 	m0 := readMetaAt(r, 0)
 	m1 := readMetaAt(r, int64(pageSize))
-	a, b := m0, m1
-	if m1.txid > m0.txid {
-		a, b = m1, m0
-	}
 	switch {
-	case a.valid:
-		return a, nil
-	case b.valid:
-		return b, nil
+	case !m0.valid && !m1.valid:
+		return boltMeta{}, errors.New("both bbolt meta pages are invalid")
+	case !m0.valid:
+		return boltMeta{}, errors.New("bbolt meta page 0 is invalid")
+	case !m1.valid:
+		return boltMeta{}, errors.New("bbolt meta page 1 is invalid")
+	case m1.txid > m0.txid:
+		return m1, nil
 	}
-	return boltMeta{}, errors.New("both bbolt meta pages are invalid")
+	return m0, nil
 }
 
 // readMetaAt decodes the meta page at off.

@@ -32,15 +32,20 @@ type replayer struct {
 	// is read.
 	provisional bool
 	tail        int64 // where the records of the last segment end
+	mark        markTracker
 }
 
 // replayWAL opens dir's segments and replays them from from. The segments
 // before from's are superseded and deleted. A damaged or incomplete record
-// ends the log if it lies in the last segment (a write cut short by a
-// crash) and is ErrCorrupt anywhere else. The last segment is truncated
-// after its last good record, durably, before anything is appended to it:
-// whatever a crash left after that record can never be read as records.
-func replayWAL(dir string, from walFrom) (st state, w *wal, err error) {
+// is ErrCorrupt, naming the segment and offset, unless it is a write cut
+// short by a crash (see tornWrite): the last record of the last segment,
+// with only zeros after it. The replayed log must then satisfy raft.db's
+// acked mark (guard.go; dbPath names raft.db in the error). Only once all
+// of that has passed is the last segment truncated after its last good
+// record, durably, before anything is appended to it: whatever a crash
+// left after that record can never be read as records, and a log that is
+// refused is left exactly as it was.
+func replayWAL(dir string, from walFrom, mark ackMark, dbPath string) (st state, w *wal, err error) {
 	seqs, err := listSegments(dir)
 	if err != nil {
 		return st, nil, err
@@ -66,7 +71,7 @@ func replayWAL(dir string, from walFrom) (st state, w *wal, err error) {
 	if len(w.segs) == 0 {
 		return st, w, corruptf(filepath.Join(dir, segmentName(from.seq)), "WAL segment missing")
 	}
-	r := &replayer{w: w}
+	r := &replayer{w: w, mark: markTracker{mark: mark}}
 	for i, seg := range w.segs {
 		if err := r.segment(seg, from, i == len(w.segs)-1); err != nil {
 			return st, w, err
@@ -74,6 +79,9 @@ func replayWAL(dir string, from walFrom) (st state, w *wal, err error) {
 	}
 	if r.provisional {
 		return st, w, corruptf(w.segs[0].path, "the segments before it are missing")
+	}
+	if err := r.mark.check(&r.st, dbPath, w.last().path); err != nil {
+		return st, w, err
 	}
 	last := w.last()
 	if err := last.f.Truncate(r.tail); err != nil {
@@ -103,6 +111,7 @@ func (r *replayer) segment(seg *segment, from walFrom, isLast bool) error {
 	if err != nil {
 		return corruptf(seg.path, "%v", err)
 	}
+	r.mark.observe(&r.st)
 	for {
 		t, payload, n, perr := parseRecord(buf[off:])
 		if perr == nil && n == 0 {
@@ -110,24 +119,35 @@ func (r *replayer) segment(seg *segment, from walFrom, isLast bool) error {
 				break
 			}
 			// Not the preallocated zeros: a damaged length, or a write
-			// whose first bytes never reached the disk.
-			perr = fmt.Errorf("data after the end of the records")
-		}
-		if perr == nil && t != recBatch {
-			perr = fmt.Errorf("record of type %d outside a batch", t)
-		}
-		if perr == nil && startsWithReset(payload) {
-			perr = fmt.Errorf("snapshot installation that raft.db never recorded")
+			// whose first sector never reached the disk. The two cannot be
+			// told apart, so it is damage.
+			return corruptf(seg.path, "offset %d: data after the end of the records", off)
 		}
 		if perr != nil {
-			if isLast {
-				break // a write cut short by a crash: the log ends here
+			if !isLast {
+				return corruptf(seg.path, "offset %d: %v", off, perr)
 			}
-			return corruptf(seg.path, "offset %d: %v", off, perr)
+			if why := tornWrite(buf[off:], off); why != nil {
+				return corruptf(seg.path, "offset %d: %v, and not a write cut short by a crash: %v", off, perr, why)
+			}
+			break // a write cut short by a crash: it never returned, the log ends here
+		}
+		if t != recBatch {
+			return corruptf(seg.path, "offset %d: record of type %d outside a batch", off, t)
+		}
+		if startsWithReset(payload) {
+			// A snapshot installation whose raft.db commit never happened
+			// (a crash between the two): it ends the log, but only as the
+			// last thing written.
+			if !isLast || !allZero(buf[off+int64(n):]) {
+				return corruptf(seg.path, "offset %d: snapshot installation that raft.db never recorded, followed by more records", off)
+			}
+			break
 		}
 		if err := r.batch(payload, off+batchHeaderSize); err != nil {
 			return corruptf(seg.path, "offset %d: %v", off, err)
 		}
+		r.mark.observe(&r.st)
 		off += int64(n)
 	}
 	r.tail = off

@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,17 +14,23 @@ import (
 )
 
 // TestTornTailAtEveryByteReopensToThePreviousPrefix cuts the last write of
-// a log short at every byte (a crash mid-write), both as a short file and
-// with garbage where the rest of the write should be. Open must return the
-// log as it was before that write, entries and HardState alike: never the
-// write's entries without its HardState.
+// a log short the ways a crash can: the file ending at every byte of it,
+// and each sector of it, or every sector from one on, left unwritten (the
+// preallocated zeros). Open must return the log as it was before that
+// write, entries and HardState alike: never the write's entries without
+// its HardState. raft.db is as it was before that write, as after a crash
+// (the write never returned, so nothing recorded it).
 func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 	src := t.TempDir()
 	s := mustOpen(t, src)
 	if err := s.Save(hardState(1, 1, 5), entries(1, 6, 1), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(hardState(2, 1, 8), entries(6, 9, 2), nil); err != nil {
+	dbBefore, err := os.ReadFile(filepath.Join(src, fileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(hardState(2, 1, 60), entries(6, 61, 2), nil); err != nil {
 		t.Fatal(err)
 	}
 	segPath := s.wal.last().path
@@ -39,41 +46,93 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 		t.Fatalf("segment has records at %v, want base, reset and two batches", offs)
 	}
 	lastStart, lastEnd := offs[3], offs[4]
+	if lastEnd-lastStart < 3*sectorSize {
+		t.Fatalf("the last write is %d bytes; the test needs it to span several sectors", lastEnd-lastStart)
+	}
+	torn := map[string][]byte{}
+	// Every byte of the header and of the first inner record, then a
+	// sample (each Open costs several fsyncs), and around sector ends.
 	for cut := lastStart; cut < lastEnd; cut++ {
-		short := seg[:cut]
-		garbage := append([]byte(nil), seg...)
-		for i := cut; i < lastEnd; i++ {
-			garbage[i] ^= 0xa5
-		}
-		for name, img := range map[string][]byte{"short": short, "garbage": garbage} {
-			dir := copyLog(t, src)
-			if err := os.WriteFile(filepath.Join(dir, walDirName, filepath.Base(segPath)), img, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			s, err := Open(dir, testID)
-			if err != nil {
-				t.Fatalf("cut at %d (%s): Open: %v", cut, name, err)
-			}
-			checkLog(t, s, 1, 5, hardState(1, 1, 5))
-			// The log goes on from there, and keeps what it is given, also once
-			// the torn segment is no longer the last (this Save cuts a new one).
-			limit := segmentSizeLimit
-			segmentSizeLimit = 1
-			err = s.Save(hardState(3, 1, 7), entries(6, 8, 3), nil)
-			segmentSizeLimit = limit
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := len(s.wal.segs); n != 2 {
-				t.Fatalf("%d segments after a Save past the size limit, want 2", n)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			checkLog(t, mustOpen(t, dir), 1, 7, hardState(3, 1, 7))
+		if cut-lastStart < 64 || cut%sectorSize < 2 || cut%sectorSize > sectorSize-2 || cut%29 == 0 {
+			torn[fmt.Sprintf("file ends at %d", cut)] = seg[:cut]
 		}
 	}
-	checkLog(t, mustOpen(t, src), 1, 8, hardState(2, 1, 8))
+	firstSector := lastStart / sectorSize * sectorSize
+	var headerLost []byte
+	for sec := firstSector; sec < lastEnd; sec += sectorSize {
+		from, to := max(sec, lastStart), min(sec+sectorSize, lastEnd)
+		one := bytes.Clone(seg)
+		clear(one[from:to])
+		rest := bytes.Clone(seg)
+		clear(rest[from:lastEnd])
+		torn[fmt.Sprintf("sectors from %d unwritten", sec)] = rest
+		if sec == firstSector {
+			headerLost = one
+			continue
+		}
+		torn[fmt.Sprintf("sector at %d unwritten", sec)] = one
+	}
+	for name, img := range torn {
+		dir := withSegment(t, src, dbBefore, segPath, img)
+		s, err := Open(dir, testID)
+		if err != nil {
+			t.Fatalf("%s: Open: %v", name, err)
+		}
+		checkLog(t, s, 1, 5, hardState(1, 1, 5))
+		// The log goes on from there, and keeps what it is given, also once
+		// the torn segment is no longer the last (this Save cuts a new one).
+		limit := segmentSizeLimit
+		segmentSizeLimit = 1
+		err = s.Save(hardState(3, 1, 7), entries(6, 8, 3), nil)
+		segmentSizeLimit = limit
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(s.wal.segs); n != 2 {
+			t.Fatalf("%d segments after a Save past the size limit, want 2", n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		checkLog(t, mustOpen(t, dir), 1, 7, hardState(3, 1, 7))
+	}
+	// A write whose first sector never reached the disk but whose later ones
+	// did cannot be told from a damaged length: refused, never shortened.
+	dir := withSegment(t, src, dbBefore, segPath, headerLost)
+	expectCorrupt(t, dir, filepath.Join(dir, walDirName, filepath.Base(segPath)), "header sector unwritten")
+	checkLog(t, mustOpen(t, src), 1, 60, hardState(2, 1, 60))
+}
+
+// withSegment copies the log in src, with raft.db's bytes db and the
+// segment at segPath replaced by img, into a new directory.
+func withSegment(t *testing.T, src string, db []byte, segPath string, img []byte) string {
+	t.Helper()
+	dir := copyLog(t, src)
+	if err := os.WriteFile(filepath.Join(dir, fileName), db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, walDirName, filepath.Base(segPath)), img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// expectCorrupt opens dir and expects ErrCorrupt naming path, with every
+// file left as it was.
+func expectCorrupt(t *testing.T, dir, path, what string) {
+	t.Helper()
+	before := readLogFiles(t, dir)
+	s, err := Open(dir, testID)
+	if err == nil {
+		_ = s.Close()
+		t.Fatalf("%s: Open succeeded; want ErrCorrupt naming %s", what, path)
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("%s: Open: %v; want ErrCorrupt naming %s", what, err, path)
+	}
+	if after := readLogFiles(t, dir); !equalFiles(before, after) {
+		t.Fatalf("%s: Open changed the files it refused", what)
+	}
 }
 
 // TestDamageBeforeTheLastSegmentIsCorrupt flips one bit at a time in the

@@ -108,11 +108,11 @@ func localMeta(cfg Config) *wirepb.GossipMeta {
 func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
 	id, joined, err := identify(cfg, g)
 	if err != nil {
-		return nil, err
+		return nil, withDataRunbook(err)
 	}
 	storage, err := raftlog.Open(cfg.DataDir, id)
 	if err != nil {
-		return nil, err
+		return nil, withDataRunbook(err)
 	}
 	var seed []*leasepb.Member
 	if joined != nil {

@@ -68,6 +68,9 @@ type runConfig struct {
 	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for proc.PreviousBuild); OtherBin is that build and
 	// OtherVersion the version its nodes report.
 	Mixed, OtherBin, OtherVersion string
+	// DiskDamage adds the disk-damage nemesis (a byte flipped in a stopped node's WAL or raft.db) and its
+	// "disk" findings: LEASED_CHAOS_DISK=1 (diskdamage_test.go).
+	DiskDamage bool
 	// LogLevel, if set, is the nodes' --log-level instead of info: LEASED_CHAOS_LOG_LEVEL=debug (make
 	// chaos LOG_LEVEL=debug) puts raft's own account of elections and probes in the node logs.
 	LogLevel string
@@ -126,6 +129,8 @@ type run struct {
 
 	// shutdownFindings: a node that did not exit within stopBound of its SIGTERM (the stop nemesis).
 	shutdownFindings []string
+	// diskFindings: a damaged node that neither refused (naming the file) nor served (diskdamage_test.go).
+	diskFindings []string
 
 	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
 	floods        int
@@ -197,7 +202,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "mixed"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "disk", "mixed"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -461,6 +466,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("outcome-id", r.outcomeFindings...)
 	violate("stall", r.stallFindings...)
 	violate("shutdown", r.shutdownFindings...)
+	violate("disk", r.diskFindings...)
 	violate("mixed", r.mixedFindings...)
 	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
@@ -643,6 +649,10 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.builds != nil && rng.IntN(3) == 0 {
 			r.swapBuildNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.DiskDamage && rng.IntN(4) == 0 {
+			r.diskDamageNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.Membership && rng.IntN(4) == 0 {

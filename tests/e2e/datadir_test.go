@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,8 +86,9 @@ func TestCorruptedDataFileRefused(t *testing.T) {
 		})
 	}
 	// The WAL beside raft.db: a damaged segment header (every segment's first record) is refused too,
-	// naming the segment. (A damaged tail of the last segment is what a crash mid-write leaves: raftlog
-	// cuts it off; its own tests cover every byte.)
+	// naming the segment, and so is a byte flipped in the newest segment's last record, which is no torn
+	// write (nothing but zeros follows it, but no part of it is missing). raftlog's own tests cover every
+	// byte, and what a torn write looks like.
 	t.Run("damaged WAL segment", func(t *testing.T) {
 		if err := os.WriteFile(file, good, 0o600); err != nil {
 			t.Fatal(err)
@@ -105,11 +107,52 @@ func TestCorruptedDataFileRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectRefused(t, p, seg)
+		data[12] ^= 0xff
+		end := len(bytes.TrimRight(data, "\x00")) // where the records end
+		data[end-3] ^= 0x10
+		if err := os.WriteFile(seg, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		expectRefused(t, p, seg)
 	})
 }
 
-// expectRefused starts leased on p's data dir and expects exit code 1 with a message naming file.
-func expectRefused(t *testing.T, p *proc.Node, file string) {
+// TestLostWritesRefused cuts a cleanly stopped node's newest WAL segment short by half, as a disk that lost
+// writes it had acknowledged leaves it: the node must refuse to start (exit 1) naming raft.db (whose acked
+// mark the log falls short of) and the runbook, instead of starting with a shorter log that could vote.
+func TestLostWritesRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	r := newRetrier(c, 0)
+	for i := range 20 {
+		if _, _, err := r.acquire(fmt.Sprintf("lost/r%d", i), "holder", fmt.Sprintf("req-%d", i), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := c.stop(0); code != 0 {
+		t.Fatalf("clean stop exited %d", code)
+	}
+	p := c.Nodes[0]
+	segs, err := filepath.Glob(filepath.Join(p.DataDir, "wal", "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no WAL segments in %s (%v)", p.DataDir, err)
+	}
+	seg := segs[len(segs)-1]
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(seg, int64(len(bytes.TrimRight(data, "\x00"))/2)); err != nil {
+		t.Fatal(err)
+	}
+	out := expectRefused(t, p, filepath.Join(p.DataDir, "raft.db"))
+	if !strings.Contains(out, "shorter than this node acknowledged") {
+		t.Errorf("the message does not say the log is shorter than acknowledged:\n%s", out)
+	}
+}
+
+// expectRefused starts leased on p's data dir and expects exit code 1 with a message naming file and the
+// runbook, which it returns.
+func expectRefused(t *testing.T, p *proc.Node, file string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -125,4 +168,9 @@ func expectRefused(t *testing.T, p *proc.Node, file string) {
 	if !strings.Contains(string(out), file) {
 		t.Errorf("message does not name %s:\n%s", file, out)
 	}
+	if !strings.Contains(string(out), `docs/operations.md, "A damaged or short data dir"`) {
+		t.Errorf("message does not name the runbook:\n%s", out)
+	}
+	t.Logf("refused: %s", bytes.TrimSpace(out))
+	return string(out)
 }
