@@ -107,6 +107,13 @@ type Config struct {
 	// so that is refused unless this says the network itself is trusted; the node then logs a warning at
 	// every start.
 	InsecurePeer bool
+	// PeerCertAllowedCNs and PeerCertAllowedHostnames, when not empty, narrow which certificates chaining
+	// to the peer CA are member credentials (etcd's --peer-cert-allowed-cn and --peer-cert-allowed-hostname):
+	// the CN must be one of the first, and the certificate valid for one of the second. A peer certificate
+	// must in any case list both the serverAuth and clientAuth extended key usages and name a member
+	// (docs/security.md, "Peer threat model").
+	PeerCertAllowedCNs       []string
+	PeerCertAllowedHostnames []string
 
 	// InitialACL is the ACL a new cluster starts with (--initial-acl-file; nil: none). A leader that finds
 	// no rules ever set in the replicated state proposes it; once any rules are set (even none, by AclSet)

@@ -188,6 +188,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.streamLost,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
+			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
 			BackoffMax: max(cfg.ElectionTimeout()/2, transport.DefaultBackoffMin),

@@ -73,6 +73,13 @@ type Config struct {
 	// batches whose sender is not the certificate's member are dropped (OnRejected, "sender_mismatch").
 	// nil is plaintext.
 	TLS *tls.Config
+	// AllowedCNs and AllowedHostnames, when not empty, narrow the certificates TLS accepts from peers,
+	// both ways (etcd's --peer-cert-allowed-cn and --peer-cert-allowed-hostname): the certificate's CN
+	// must be one of AllowedCNs, and it must be valid (x509 VerifyHostname: a DNS or IP SAN) for one of
+	// AllowedHostnames. On top of them, a peer certificate must always list both the serverAuth and the
+	// clientAuth extended key usages, and name a member.
+	AllowedCNs       []string
+	AllowedHostnames []string
 	// MemberID maps a member name, as certificates carry it, to the member's raft id (ok false: not a
 	// member). Required with TLS. It is called on every handshake, from gRPC goroutines: it must be fast
 	// and safe for concurrent use. The server answers from its member table, so a member added or
