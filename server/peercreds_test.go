@@ -17,7 +17,7 @@ func TestPeerTLSRefusesClientCertificatesNamingMembers(t *testing.T) {
 	target := pc.Node(f)
 	leader := pc.Node(pc.WaitLeader()).ID()
 	for name, cert := range map[string]*testcerts.Pair{
-		"client certificate with CN n2":        ca.Issue(t, testcerts.Options{CommonName: "n2", Client: true}),
+		"client certificate with CN n2":       ca.Issue(t, testcerts.Options{CommonName: "n2", Client: true}),
 		"alice's certificate with DNS SAN n1": ca.Issue(t, testcerts.Options{CommonName: "alice", DNSNames: []string{"n1"}, Client: true}),
 	} {
 		cfg := testcerts.MutualConfig(cert, ca)
@@ -35,4 +35,3 @@ func TestPeerTLSRefusesClientCertificatesNamingMembers(t *testing.T) {
 	}
 	pc.healthy(t)
 }
-
