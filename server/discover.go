@@ -40,7 +40,9 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.joinTimeout())
 	defer cancel()
-	req := &wirepb.JoinRequest{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr)}
+	// No client address: the member announces it to the leader once it runs (announceLoop), where it
+	// can prove that it is the member it names.
+	req := &wirepb.JoinRequest{Name: cfg.Name}
 	var last error
 	for {
 		addrs := initial

@@ -55,8 +55,9 @@ type Config struct {
 	// Forward serves the Raft.Forward RPC. Nil answers Unimplemented. Requests whose cluster id is not
 	// ClusterID are rejected before Forward is called.
 	Forward ForwardFunc
-	// Join serves the Raft.Join RPC. Nil answers Unimplemented. It carries no cluster id (a new member
-	// asks before it knows it), so it is not checked.
+	// Join serves the Raft.Join RPC. Nil answers Unimplemented. A new member asks before it knows the
+	// cluster id, so none is checked here; with TLS the caller must hold a member certificate, and
+	// Caller(ctx) tells Join (and Forward) which member it is.
 	Join JoinFunc
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
