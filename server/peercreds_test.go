@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 	"github.com/leased/leased/server/servertest/testcerts"
 )
@@ -184,4 +185,30 @@ func TestForwardedIdentityOnlyFromAuthenticatedMember(t *testing.T) {
 			t.Fatalf("a member's own forwarded write: %v", err)
 		}
 	})
+}
+
+// With client certificates required but a plaintext peer port, a follower forwards no identity: it
+// answers a write with Unavailable and the leader's hint, and the leader serves the write itself.
+func TestPlaintextPeersForwardNoIdentity(t *testing.T) {
+	ca := servertest.NewCA(t)
+	c := servertest.StartWithACL(t, 3, ca, "ops", aclTestRules, func(cfg *server.Config) { cfg.PeerTLS = nil })
+	li, f := c.WaitLeader(), c.Follower()
+	req := &leasepb.AcquireRequest{Resource: "plain/a", Holder: "h", TtlMs: 60_000}
+	_, err := c.Leases(f).Acquire(ctxT(t), req)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("acquire on a follower: %v, want Unavailable", err)
+	}
+	var hint *leasepb.LeaderHint
+	for _, d := range status.Convert(err).Details() {
+		if h, ok := d.(*leasepb.LeaderHint); ok {
+			hint = h
+		}
+	}
+	if hint.GetLeaderId() != c.Node(li).ID() {
+		t.Fatalf("leader hint %v, want leader %x", hint, c.Node(li).ID())
+	}
+	resp, err := c.Leases(li).Acquire(ctxT(t), req)
+	if err != nil || resp.GetLease().GetIdentity() != "ops" {
+		t.Fatalf("acquire on the leader: %v, %v", resp, err)
+	}
 }
