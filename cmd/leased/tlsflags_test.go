@@ -37,6 +37,7 @@ func TestTLSFlagErrorsExitOne(t *testing.T) {
 		{[]string{"--peer-addr=0.0.0.0:7201"}, "--insecure-peer"},
 		{[]string{"--trusted-ca-file=" + caFile}, "only used with --client-cert-auth"},
 		{[]string{"--peer-cert-allowed-cn=n1"}, "--peer-cert-allowed-cn and --peer-cert-allowed-hostname need peer TLS"},
+		{[]string{"--gossip-addr=10.0.0.1:7301"}, "--insecure-gossip"},
 	} {
 		err := run(context.Background(), append(append([]string{}, base...), tc.args...), env(), &bytes.Buffer{}, &bytes.Buffer{})
 		var stderr bytes.Buffer
