@@ -2,9 +2,14 @@
 # certs.sh DIR — make a throwaway certificate authority and certificates for a local leased cluster, with
 # openssl (present on a stock Debian). NOT for production: keys are unencrypted and valid for 30 days.
 #
-#   DIR/ca.crt, ca.key              the CA (--trusted-ca-file, --peer-trusted-ca-file, leasectl --cacert)
-#   DIR/n1.crt, n1.key ... n3       node certificates: CN and DNS SAN = the member name, plus localhost and
-#                                   127.0.0.1, for server and client use (client, peer and admin ports)
+#   DIR/ca.crt, ca.key              the client CA (--trusted-ca-file, leasectl --cacert)
+#   DIR/n1.crt, n1.key ... n3       node certificates for the client and admin ports (--cert-file): CN and
+#                                   DNS SAN = the member name, plus localhost and 127.0.0.1; serverAuth only
+#   DIR/peer-ca.crt, peer-ca.key    the peer CA, a separate one (--peer-trusted-ca-file): a certificate made
+#                                   for a client can never be made into a member's
+#   DIR/peer/n1.crt, n1.key ... n3  peer certificates (--peer-cert-file): CN and DNS SAN = the member name,
+#                                   plus localhost and 127.0.0.1; serverAuth and clientAuth, as the peer
+#                                   port requires
 #   DIR/alice, bob, ops .crt/.key   client certificates; the identity is the CN (leasectl --cert/--key)
 #   DIR/expired.crt, expired.key    a client certificate that expired yesterday
 #   DIR/stranger.crt, stranger.key  a client certificate from another CA (DIR/other-ca.crt)
@@ -63,12 +68,18 @@ keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth'
 
 [[ -f ca.crt && -f ca.key ]] || ca ca
+[[ -f peer-ca.crt && -f peer-ca.key ]] || ca peer-ca
 [[ -f other-ca.crt && -f other-ca.key ]] || ca other-ca
+mkdir -p peer
 for n in n1 n2 n3; do
 	issue ca "$n" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth,clientAuth
+extendedKeyUsage=serverAuth
 subjectAltName=DNS:$n,DNS:localhost,IP:127.0.0.1"
+	(cd peer && issue ../peer-ca "$n" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth,clientAuth
+subjectAltName=DNS:$n,DNS:localhost,IP:127.0.0.1")
 done
 for c in alice bob ops; do
 	issue ca "$c" "$client_ext"
@@ -77,5 +88,5 @@ issue other-ca stranger "$client_ext"
 past_from=$(date -u -d '-3 days' +%Y%m%d%H%M%SZ)
 past_to=$(date -u -d '-1 day' +%Y%m%d%H%M%SZ)
 issue ca expired "$client_ext" "$past_from" "$past_to"
-chmod 600 ./*.key
-echo "certificates in $dir: ca.crt, n1..n3, alice, bob, ops, expired (client), stranger (other CA)"
+chmod 600 ./*.key peer/*.key
+echo "certificates in $dir: ca.crt, n1..n3, alice, bob, ops, expired (client), stranger (other CA); peer-ca.crt, peer/n1..n3"

@@ -18,8 +18,8 @@
 #
 # Extra arguments are passed to every node, e.g. `scripts/cluster.sh --log-level=debug`.
 #
-# --tls (first argument) turns on TLS on the client and peer ports, with client certificates required:
-# certificates are made by scripts/certs.sh in ./data/certs (once; delete the directory for new ones, or
+# --tls (first argument) turns on TLS on the client and peer ports, with client certificates required and
+# a separate CA for peers: certificates are made by scripts/certs.sh in ./data/certs (once; delete the directory for new ones, or
 # re-run certs.sh there to rotate them while the cluster runs), and the ACL of scripts/acl.example.yaml
 # (alice: leases under jobs/; bob: read only; ops: admin). Talk to it with
 #   leasectl --cacert data/certs/ca.crt --cert data/certs/alice.crt --key data/certs/alice.key acquire jobs/a --ttl 30s
@@ -31,11 +31,12 @@ tls_args() { :; }
 if [[ ${1:-} == --tls ]]; then
 	shift
 	CERTS=data/certs
-	[[ -f $CERTS/ca.crt ]] || scripts/certs.sh "$CERTS"
-	tls_args() { # tls_args NAME: the certificate flags of node NAME
+	[[ -f $CERTS/ca.crt && -f $CERTS/peer-ca.crt ]] || scripts/certs.sh "$CERTS"
+	tls_args() { # tls_args NAME: the certificate flags of node NAME (peers have a CA of their own)
 		printf '%s\n' --cert-file "$CERTS/$1.crt" --key-file "$CERTS/$1.key" --trusted-ca-file "$CERTS/ca.crt" \
-			--client-cert-auth --peer-cert-file "$CERTS/$1.crt" --peer-key-file "$CERTS/$1.key" \
-			--peer-trusted-ca-file "$CERTS/ca.crt" --initial-acl-file scripts/acl.example.yaml
+			--client-cert-auth --peer-cert-file "$CERTS/peer/$1.crt" --peer-key-file "$CERTS/peer/$1.key" \
+			--peer-trusted-ca-file "$CERTS/peer-ca.crt" --peer-cert-allowed-cn n1,n2,n3 \
+			--initial-acl-file scripts/acl.example.yaml
 	}
 fi
 

@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
@@ -24,13 +23,14 @@ var aclTestRules = []*leasepb.AclRule{
 
 // TestForwardedIdentityIsTheLeadersToEnforce: a write forwarded over the peer port carries the identity
 // the follower decided, and the leader enforces ownership and ACLs for it. A leader that requires client
-// certificates refuses a forwarded write without identity (a member started without the flag).
+// certificates refuses a forwarded write without identity (a member started without the flag). The
+// writes are forwarded as the follower, with its peer certificate.
 func TestForwardedIdentityIsTheLeadersToEnforce(t *testing.T) {
 	ca := servertest.NewCA(t)
 	c := servertest.StartWithACL(t, 3, ca, "ops", aclTestRules, nil)
 	ctx := ctxT(t)
 	li, fi := c.WaitLeader(), c.Follower()
-	conn, err := grpc.NewClient(c.Node(li).PeerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Node(li).PeerAddr(), grpc.WithTransportCredentials(credentials.NewTLS(c.Config(fi).PeerTLS)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,15 @@ type Config struct {
 	AdvertiseGossipAddr string
 	Join                []string
 	GossipKey           []byte
+	// InsecureGossip allows unencrypted gossip (no GossipKey) on an address other than loopback. Anyone
+	// who reaches such a gossip port can join the pool and gossip made-up metadata, so that is refused
+	// unless this says the network itself is trusted; the node then logs a warning at every start.
+	InsecureGossip bool
+	// InitialClusterToken names the cluster (etcd's --initial-cluster-token). A founding node derives the
+	// cluster id from it (instead of from InitialCluster), so the id records it; a joining node accepts
+	// only a cluster whose id its own token gives, whoever answers (a rogue gossip member included).
+	// Joining through unencrypted gossip needs it. Only a node's first start reads it.
+	InitialClusterToken string
 	// JoinTimeout bounds how long a joining node's first start waits for a member to answer. 0: 1 minute.
 	JoinTimeout time.Duration
 
@@ -107,6 +116,13 @@ type Config struct {
 	// so that is refused unless this says the network itself is trusted; the node then logs a warning at
 	// every start.
 	InsecurePeer bool
+	// PeerCertAllowedCNs and PeerCertAllowedHostnames, when not empty, narrow which certificates chaining
+	// to the peer CA are member credentials (etcd's --peer-cert-allowed-cn and --peer-cert-allowed-hostname):
+	// the CN must be one of the first, and the certificate valid for one of the second. A peer certificate
+	// must in any case list both the serverAuth and clientAuth extended key usages and name a member
+	// (docs/security.md, "Peer threat model").
+	PeerCertAllowedCNs       []string
+	PeerCertAllowedHostnames []string
 
 	// InitialACL is the ACL a new cluster starts with (--initial-acl-file; nil: none). A leader that finds
 	// no rules ever set in the replicated state proposes it; once any rules are set (even none, by AclSet)
@@ -343,6 +359,12 @@ func (c Config) Validate() error {
 	}
 	check(len(c.GossipKey) == 0 || len(c.GossipKey) == 16 || len(c.GossipKey) == 24 || len(c.GossipKey) == 32,
 		"gossip key is %d bytes; it must be 16, 24 or 32", len(c.GossipKey))
+	check(c.GossipAddr == "" || len(c.GossipKey) > 0 || c.InsecureGossip || isLoopback(c.GossipAddr), "gossip address %s is not loopback "+
+		"and gossip is not encrypted: anyone who reaches it could join the pool and gossip false addresses; give --gossip-key-file, "+
+		"or --insecure-gossip on a network you trust", c.GossipAddr)
+	check(c.InitialClusterState != ClusterStateExisting || len(c.Join) == 0 || len(c.GossipKey) > 0 || c.InitialClusterToken != "",
+		"joining through unencrypted gossip needs --initial-cluster-token (the cluster's), so that a gossip member cannot hand this "+
+			"node another cluster; or give --gossip-key-file")
 	for _, a := range []string{c.AdvertiseClientAddr, c.AdvertisePeerAddr, c.AdvertiseGossipAddr} {
 		check(a == "" || validAdvertise(a), "advertise address %q must be host:port with a host that is not 0.0.0.0 or [::]", a)
 	}

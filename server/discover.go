@@ -40,7 +40,9 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.joinTimeout())
 	defer cancel()
-	req := &wirepb.JoinRequest{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr)}
+	// No client address: the member announces it to the leader once it runs (announceLoop), where it
+	// can prove that it is the member it names.
+	req := &wirepb.JoinRequest{Name: cfg.Name}
 	var last error
 	for {
 		addrs := initial
@@ -55,7 +57,14 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 		for _, addr := range addrs {
 			resp, err := askJoin(ctx, addr, creds, req)
 			if err == nil {
-				return checkJoinAnswer(cfg, resp)
+				if err = checkToken(cfg, resp); err == nil {
+					return checkJoinAnswer(cfg, resp)
+				}
+				// Not the cluster this node was told to join (a rogue, or another cluster's member): ask
+				// the others, and never record its answer.
+				last = fmt.Errorf("%s: %w", addr, err)
+				cfg.Logger.Warn("refusing the cluster a member answered for", "addr", addr, "err", err)
+				continue
 			}
 			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument {
 				return nil, fmt.Errorf("join via %s: %s", addr, status.Convert(err).Message())
@@ -80,6 +89,19 @@ func askJoin(ctx context.Context, addr string, creds credentials.TransportCreden
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return wirepb.NewRaftClient(conn).Join(actx, req)
+}
+
+// checkToken refuses an answer from a cluster other than the one --initial-cluster-token names (none
+// given: any cluster).
+func checkToken(cfg Config, resp *wirepb.JoinResponse) error {
+	if cfg.InitialClusterToken == "" {
+		return nil
+	}
+	if want := tokenClusterID(cfg.InitialClusterToken); resp.GetClusterId() != want {
+		return fmt.Errorf("the answer is for cluster %s, but --initial-cluster-token %q names cluster %s",
+			leasepb.FormatID(resp.GetClusterId()), cfg.InitialClusterToken, leasepb.FormatID(want))
+	}
+	return nil
 }
 
 func checkJoinAnswer(cfg Config, resp *wirepb.JoinResponse) (*wirepb.JoinResponse, error) {

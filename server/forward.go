@@ -35,6 +35,10 @@ func (n *node) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.F
 // serveForward serves a write a follower forwarded. It never forwards again: a node that is not the
 // leader answers Unavailable with its leader hint, and the follower's client retries.
 func (n *node) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	if err := n.forwardCaller(ctx, req); err != nil {
+		n.metrics.refused()
+		return nil, err
+	}
 	return n.serveWrite(ctx, req, false)
 }
 
@@ -52,8 +56,8 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 		return nil, n.status(unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
 	}
 	if !n.isLeader() {
-		if !mayForward {
-			n.metrics.refused()
+		if !mayForward || !n.forwardsIdentity(req.GetIdentity()) {
+			n.metrics.refused() // the client retries at the leader its hint names
 			return nil, n.status(n.notLeaderErr())
 		}
 		return n.forwardFollowing(ctx, req)

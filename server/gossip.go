@@ -23,9 +23,11 @@ import (
 
 // Gossip (hashicorp/memberlist on Config.GossipAddr) discovers nodes and their metadata — name, raft and
 // cluster id, advertised client, peer and gossip addresses, version, and whether they know a leader — so
-// that a new member can find the cluster from any node's gossip address (--join), and a node can hint
-// clients to a member whose client address the table does not have yet. Gossip never adds or removes a
-// voter, and never changes the member table: raft does (decision 7).
+// that a new member can find the cluster from any node's gossip address (--join). What gossip says is a
+// hint: a joining node checks the cluster it reaches against --initial-cluster-token (discover.go), and
+// clients are sent only to addresses in the member table. Gossip never adds or removes a voter, and never
+// changes the member table: raft does (decision 7). Without --gossip-key-file it is unencrypted and
+// unauthenticated, so it stays on loopback unless --insecure-gossip says the network is trusted.
 
 // gossip is a node's memberlist and the metadata it gossips about itself.
 type gossip struct {
@@ -161,16 +163,6 @@ func (g *gossip) peerAddrs(cluster uint64) []string {
 		}
 	}
 	return out
-}
-
-// clientAddr is the client address a live member with raft id id gossips ("" if none).
-func (g *gossip) clientAddr(id uint64) string {
-	for _, m := range g.others() {
-		if m.GetId() == id {
-			return m.GetClientAddr()
-		}
-	}
-	return ""
 }
 
 // close leaves the gossip pool (so the others forget this node at once) and stops memberlist.

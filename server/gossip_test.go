@@ -41,6 +41,18 @@ func TestConfigRefusesUnreachableAddresses(t *testing.T) {
 		{"peer on :7201", func(c *Config) { c.PeerAddr = ":7201" }, "advertise peer address"},
 		{"advertise 0.0.0.0", func(c *Config) { c.AdvertisePeerAddr = "0.0.0.0:7201" }, "must be host:port"},
 		{"gossip on 0.0.0.0", func(c *Config) { c.GossipAddr = "0.0.0.0:7301" }, "advertise gossip address"},
+		{"gossip without a key on an address", func(c *Config) { c.GossipAddr = "10.0.0.1:7301" }, "--insecure-gossip"},
+		{"gossip without a key on every interface", func(c *Config) { c.GossipAddr, c.AdvertiseGossipAddr = ":7301", "n1:7301" }, "--insecure-gossip"},
+		{"insecure gossip allowed", func(c *Config) { c.GossipAddr, c.InsecureGossip = "10.0.0.1:7301", true }, ""},
+		{"gossip with a key on an address", func(c *Config) { c.GossipAddr, c.GossipKey = "10.0.0.1:7301", make([]byte, 16) }, ""},
+		{"gossip on loopback", func(c *Config) { c.GossipAddr = "127.0.0.1:7301" }, ""},
+		{"join through plain gossip without a token", func(c *Config) {
+			c.GossipAddr, c.Join, c.InitialClusterState = "127.0.0.1:7301", []string{"127.0.0.1:7302"}, ClusterStateExisting
+		}, "--initial-cluster-token"},
+		{"join through plain gossip with a token", func(c *Config) {
+			c.GossipAddr, c.Join, c.InitialClusterState = "127.0.0.1:7301", []string{"127.0.0.1:7302"}, ClusterStateExisting
+			c.InitialClusterToken = "t"
+		}, ""},
 		{"join without gossip", func(c *Config) { c.Join = []string{"n2:7301"} }, "needs a gossip address"},
 		{"short gossip key", func(c *Config) { c.GossipAddr, c.GossipKey = "127.0.0.1:7301", []byte("short") }, "16, 24 or 32"},
 		{"bad cluster state", func(c *Config) { c.InitialClusterState = "maybe" }, "initial cluster state"},

@@ -7,9 +7,23 @@ import (
 	"strings"
 )
 
-// Identity: a cluster's id is a hash of its founding members (names and peer addresses), so every founding
-// node computes the same id from the same --initial-cluster; a node's raft id is a hash of its name within
-// that cluster. Neither is ever zero (raft reserves 0 for "none").
+// Identity: a cluster's id is a hash of its --initial-cluster-token when it has one, else of its founding
+// members (names and peer addresses), so every founding node computes the same id from the same flags,
+// and a joining node with the token can tell the cluster it reaches is that one (discover.go); a node's
+// raft id is a hash of its name within that cluster. Neither is ever zero (raft reserves 0 for "none").
+
+// clusterIDOf is the id of the cluster cfg founds.
+func clusterIDOf(cfg Config) uint64 {
+	if cfg.InitialClusterToken != "" {
+		return tokenClusterID(cfg.InitialClusterToken)
+	}
+	return clusterID(cfg.InitialCluster)
+}
+
+// tokenClusterID is the id of the cluster founded with token.
+func tokenClusterID(token string) uint64 {
+	return hashID("cluster-token:" + token)
+}
 
 func clusterID(initial map[string]string) uint64 {
 	names := make([]string, 0, len(initial))

@@ -20,7 +20,9 @@ import (
 //   - a new member's first start (--initial-cluster-state existing): it learns the cluster id, its raft id
 //     and the current members' peer addresses (New, discover.go);
 //   - a running member whose advertised client address is not the one in the member table (every founding
-//     member, at first: --initial-cluster carries only peer addresses) announces it (announceLoop);
+//     member, at first: --initial-cluster carries only peer addresses; a new member, once added) announces
+//     it to the leader directly (announceLoop), which records it only if the asker proves it is that
+//     member (peercaller.go);
 //   - a member that has seen no leader for a while asks whether it was removed (removalLoop): a removed
 //     node rarely applies its own removal, since the leader stops sending to it once it applies it.
 
@@ -32,9 +34,17 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
 		return nil, n.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
+	if req.GetConfirm() {
+		return n.confirmSelf(req)
+	}
 	if !n.isLeader() {
 		return n.relayJoin(ctx, req)
 	}
+	return n.answerJoin(ctx, req, false)
+}
+
+// answerJoin is the leader's answer to a Join; local says this node asks about itself (no proof needed).
+func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
 	id := memberID(n.clusterID, req.GetName())
 	var m *leasepb.Member
 	var removed bool
@@ -47,6 +57,11 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID), req.GetName()))
 	}
 	if a := req.GetClientAddr(); a != "" && a != m.GetClientAddr() {
+		if !local {
+			if err := n.mayAnnounce(ctx, req, m, a); err != nil {
+				return nil, err
+			}
+		}
 		if err := n.updateClientAddr(ctx, m, a); err != nil {
 			return nil, n.status(err)
 		}
@@ -65,19 +80,21 @@ func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if !ok {
 		return nil, n.status(ErrNoLeader)
 	}
-	relayed := &wirepb.JoinRequest{Name: req.GetName(), ClientAddr: req.GetClientAddr(), Relayed: true}
+	// A relay cannot vouch for the asker, so it asks about the member and changes nothing (the member
+	// announces its address to the leader itself: announceLoop).
+	relayed := &wirepb.JoinRequest{Name: req.GetName(), Relayed: true}
 	return client.Join(ctx, relayed)
 }
 
 // askLeader sends this node's own Join to the leader (or answers it here when this node leads).
 func (n *node) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr, ClusterId: n.clusterID}
 	leader := n.leader.Load()
 	switch {
 	case leader == raft.None:
 		return nil, ErrNoLeader
 	case leader == n.id:
-		return n.serveJoin(ctx, req)
+		return n.answerJoin(ctx, req, true)
 	}
 	client, ok := n.transport.PeerClient(leader)
 	if !ok {
@@ -151,7 +168,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 // askPeersRemoved asks every peer in the member table (each relays to its leader) whether this node was
 // removed, and reports whether one answered that it was.
 func (n *node) askPeersRemoved(ctx context.Context) bool {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClusterId: n.clusterID}
 	for _, m := range n.memberTable() {
 		if m.GetId() == n.id {
 			continue

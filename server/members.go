@@ -31,14 +31,13 @@ func (n *node) memberTable() []*leasepb.Member {
 	leader := n.knownLeader()
 	for _, m := range ms {
 		m.IsLeader = m.GetId() == leader
-		if m.GetClientAddr() == "" && n.gossip != nil { // not announced yet: gossip may know it
-			m.ClientAddr = n.gossip.clientAddr(m.GetId())
-		}
 	}
 	return ms
 }
 
-// clientAddrOf is a member's advertised client address, for leader hints ("" if unknown).
+// clientAddrOf is a member's advertised client address, for leader hints ("" if unknown). It comes from
+// the member table alone: an address gossip carries is a hint anyone in the gossip pool can make up, so
+// no client is sent there until the member announced it through raft (announceLoop).
 func (n *node) clientAddrOf(id uint64) string {
 	switch id {
 	case raft.None:
@@ -47,14 +46,9 @@ func (n *node) clientAddrOf(id uint64) string {
 		return n.clientAddr
 	}
 	if p := n.clientAddrs.Load(); p != nil {
-		if a := (*p)[id]; a != "" || n.gossip == nil {
-			return a
-		}
+		return (*p)[id]
 	}
-	if n.gossip == nil {
-		return ""
-	}
-	return n.gossip.clientAddr(id)
+	return ""
 }
 
 // applyConfChange applies a conf-change entry: to raft, then to the member table, then to the transport.

@@ -158,7 +158,7 @@ func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, er
 	if len(cfg.InitialCluster) == 0 {
 		return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
 	}
-	cid := clusterID(cfg.InitialCluster)
+	cid := clusterIDOf(cfg)
 	return raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}, nil, nil
 }
 
@@ -188,6 +188,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.streamLost,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
+			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
 			BackoffMax: max(cfg.ElectionTimeout()/2, transport.DefaultBackoffMin),
@@ -482,6 +483,10 @@ func (s *Server) Start() {
 	if s.cfg.PeerTLS == nil && !isLoopback(s.cfg.PeerAddr) {
 		s.log.Warn("peer port is plaintext on a non-loopback address (--insecure-peer): anyone who reaches it can "+
 			"forge raft messages; use peer TLS (docs/security.md)", "peer_addr", s.cfg.PeerAddr)
+	}
+	if s.gossip != nil && len(s.cfg.GossipKey) == 0 && !isLoopback(s.cfg.GossipAddr) {
+		s.log.Warn("gossip is unencrypted on a non-loopback address (--insecure-gossip): anyone who reaches it can join "+
+			"the pool; use --gossip-key-file (docs/security.md)", "gossip_addr", s.cfg.GossipAddr)
 	}
 	s.log.Info("node started", "id", leasepb.FormatID(s.node.id), "cluster", leasepb.FormatID(s.node.clusterID),
 		"client_addr", s.node.clientAddr, "peer_addr", s.node.peerAddr, "http_addr", s.cfg.HTTPAddr)

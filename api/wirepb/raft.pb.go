@@ -148,8 +148,9 @@ type ForwardRequest struct {
 	//	*ForwardRequest_Proclaim
 	Request isForwardRequest_Request `protobuf_oneof:"request"`
 	// identity is the authenticated identity of the client that sent the request, decided by the node it
-	// reached (empty without client-cert-auth). Peers are trusted members: the leader enforces ownership
-	// and ACLs for this identity.
+	// reached (empty without client-cert-auth). The leader enforces ownership and ACLs for it, and accepts
+	// it only from the member whose peer certificate secured the call (from); over a plaintext peer port a
+	// forwarded write carries no identity.
 	Identity      string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -429,11 +430,20 @@ type JoinRequest struct {
 	// name of the asking member, as given to MemberAdd (or in --initial-cluster for a founding member).
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// client_addr is the member's advertised client address; when it differs from the member table's, the
-	// leader records it (a ConfChangeUpdateNode entry). Empty changes nothing.
+	// leader records it (a ConfChangeUpdateNode entry) if the asker is that member: its certificate's
+	// member with peer TLS; without, a member that gives the cluster id and confirms the address when the
+	// leader asks it back (confirm). Empty changes nothing.
 	ClientAddr string `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
 	// relayed is set by a follower that relays the request to the leader; a relayed request is never
-	// relayed again.
-	Relayed       bool `protobuf:"varint,3,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	// relayed again, and never changes an address (the relaying member cannot vouch for the asker).
+	Relayed bool `protobuf:"varint,3,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	// cluster_id is the asker's cluster (0 for a new member that does not know it yet). Without peer TLS
+	// it is part of the proof that the asker is the member it names: a client_addr change needs it.
+	ClusterId uint64 `protobuf:"varint,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// confirm: the leader asks the named member itself (at its peer address in the member table) for its
+	// advertised client address, before it records one that a plaintext Join announced. The member answers
+	// with its own record (JoinResponse.member) and changes nothing.
+	Confirm       bool `protobuf:"varint,5,opt,name=confirm,proto3" json:"confirm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -485,6 +495,20 @@ func (x *JoinRequest) GetClientAddr() string {
 func (x *JoinRequest) GetRelayed() bool {
 	if x != nil {
 		return x.Relayed
+	}
+	return false
+}
+
+func (x *JoinRequest) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
 	}
 	return false
 }
@@ -698,12 +722,15 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAlive\x129\n" +
 	"\bproclaim\x18< \x01(\v2\x1b.leased.v1.ProclaimResponseH\x00R\bproclaimB\n" +
 	"\n" +
-	"\bresponse\"\\\n" +
+	"\bresponse\"\x95\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vclient_addr\x18\x02 \x01(\tR\n" +
 	"clientAddr\x12\x18\n" +
-	"\arelayed\x18\x03 \x01(\bR\arelayed\"\x9f\x01\n" +
+	"\arelayed\x18\x03 \x01(\bR\arelayed\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\x04R\tclusterId\x12\x18\n" +
+	"\aconfirm\x18\x05 \x01(\bR\aconfirm\"\x9f\x01\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12)\n" +

@@ -59,7 +59,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--log-level=debug", "--log-format=json",
 		"--advertise-client-addr=a:1", "--advertise-peer-addr=a:2", "--gossip-addr=h:4", "--advertise-gossip-addr=a:4",
 		"--join=g1:4, g2:4", "--initial-cluster-state=existing", "--join-timeout=28s", "--gossip-key-file=/k",
-		"--gc-min-heap-bytes=40",
+		"--gc-min-heap-bytes=40", "--insecure-gossip", "--initial-cluster-token=prod-1",
 	}
 	o, err := parse(t, args, nil)
 	if err != nil {
@@ -75,6 +75,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want.WatchHistoryBytes = 38
 	want.AdvertiseClientAddr, want.AdvertisePeerAddr, want.GossipAddr, want.AdvertiseGossipAddr = "a:1", "a:2", "h:4", "a:4"
 	want.Join, want.InitialClusterState, want.JoinTimeout = []string{"g1:4", "g2:4"}, server.ClusterStateExisting, 28*time.Second
+	want.InsecureGossip, want.InitialClusterToken = true, "prod-1"
 	want.Limits = server.Limits{
 		MaxResourceBytes: 17, MaxHolderBytes: 18, MaxValueBytes: 19,
 		MaxRequestIDBytes: want.Limits.MaxRequestIDBytes,

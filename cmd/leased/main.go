@@ -95,6 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	o.cfg.ClientTLS, o.cfg.ClientCertAuth, o.cfg.PeerTLS = certs.client, o.tls.clientCertAuth, certs.peer
 	o.cfg.InsecurePeer = o.tls.insecurePeer
+	o.cfg.PeerCertAllowedCNs, o.cfg.PeerCertAllowedHostnames = o.tls.peerAllowedCNs, o.tls.peerAllowedHosts
 
 	// Bind the admin listener first: a port in use is reported before the data dir is opened.
 	admin, err := listenAdmin(o.adminAddr, log, reg, certs.admin, o.tls.enablePprof)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/leased/leased/server/tlsfiles"
 )
@@ -17,6 +20,7 @@ type tlsOptions struct {
 	clientCertAuth                    bool
 	peerCertFile, peerKeyFile, peerCA string
 	insecurePeer                      bool
+	peerAllowedCNs, peerAllowedHosts  []string
 	adminCertFile, adminKeyFile       string
 	enablePprof                       bool
 }
@@ -29,6 +33,8 @@ func addTLSFlags(fs *flag.FlagSet, o *tlsOptions) {
 	fs.StringVar(&o.peerCertFile, "peer-cert-file", "", "`file` with this node's peer certificate (PEM); its CN or a DNS SAN must be --name. Peer TLS is always mutual")
 	fs.StringVar(&o.peerKeyFile, "peer-key-file", "", "`file` with the key of --peer-cert-file (PEM)")
 	fs.StringVar(&o.peerCA, "peer-trusted-ca-file", "", "`file` of CA certificates (PEM) that peer certificates must chain to")
+	fs.Var(namesFlag{&o.peerAllowedCNs}, "peer-cert-allowed-cn", "`names`,... a peer certificate's CN must be one of (default: any CN that names a member)")
+	fs.Var(namesFlag{&o.peerAllowedHosts}, "peer-cert-allowed-hostname", "`names`,... a peer certificate must be valid for one of (a DNS or IP SAN; default: no such check)")
 	fs.BoolVar(&o.insecurePeer, "insecure-peer", false, "allow a plaintext peer port on a non-loopback address (anyone who reaches it can forge raft traffic; a warning is logged at every start)")
 	fs.StringVar(&o.adminCertFile, "admin-cert-file", "", "`file` with the admin HTTP port's TLS certificate (PEM); with --admin-key-file the admin port serves HTTPS")
 	fs.StringVar(&o.adminKeyFile, "admin-key-file", "", "`file` with the key of --admin-cert-file (PEM)")
@@ -80,6 +86,14 @@ func buildTLS(o tlsOptions, log *slog.Logger) (tlsConfigs, error) {
 	} else if o.peerCA != "" {
 		errs = append(errs, errors.New("--peer-trusted-ca-file needs --peer-cert-file and --peer-key-file"))
 	}
+	if out.peer == nil && len(o.peerAllowedCNs)+len(o.peerAllowedHosts) > 0 {
+		errs = append(errs, errors.New("--peer-cert-allowed-cn and --peer-cert-allowed-hostname need peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file)"))
+	}
+	if o.peerCA != "" && sameFile(o.peerCA, o.caFile) {
+		log.Warn("--peer-trusted-ca-file and --trusted-ca-file are the same file: give peers a CA of their own, "+
+			"so that a certificate made for a client can never be made into a member's (docs/security.md, \"Peer threat model\")",
+			"file", o.peerCA)
+	}
 	if pair(o.adminCertFile, o.adminKeyFile, "admin-cert-file", "admin-key-file") {
 		src, err := tlsfiles.New(tlsfiles.Files{CertFile: o.adminCertFile, KeyFile: o.adminKeyFile}, log.With("tls", "admin"))
 		if err != nil {
@@ -89,4 +103,42 @@ func buildTLS(o tlsOptions, log *slog.Logger) (tlsConfigs, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// sameFile reports whether a and b name one file, or two files with the same content.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	if os.SameFile(fa, fb) {
+		return true
+	}
+	ra, errA := os.ReadFile(a)
+	rb, errB := os.ReadFile(b)
+	return errA == nil && errB == nil && bytes.Equal(ra, rb)
+}
+
+// namesFlag parses a comma-separated list of names; given again, it adds to the list.
+type namesFlag struct{ p *[]string }
+
+func (f namesFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f namesFlag) Set(s string) error {
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			return fmt.Errorf("empty name in %q", s)
+		}
+		*f.p = append(*f.p, name)
+	}
+	return nil
 }

@@ -66,12 +66,16 @@ func (ca *CA) ClientFiles(dir, identity string) (caFile, certFile, keyFile strin
 }
 
 // StartWithACL starts a cluster whose client ports require certificates from ca (ClientCertAuth) and
-// which is founded with rules (Config.InitialACL). The cluster's own connections (Conn, Leases, and the
-// wait for a settled leader) present a certificate naming admin, which rules must give read on "".
+// which is founded with rules (Config.InitialACL). Its peers talk mutual TLS with certificates from a CA
+// of their own, so that followers forward client identities to the leader. The cluster's own connections
+// (Conn, Leases, and the wait for a settled leader) present a certificate naming admin, which rules must
+// give read on "".
 func StartWithACL(t testing.TB, size int, ca *CA, admin string, rules []*leasepb.AclRule, mutate func(*server.Config)) *Cluster {
 	t.Helper()
+	peerCA := testcerts.NewCA(t, "leased test peer CA")
 	return start(t, size, credentials.NewTLS(ca.ClientTLS(admin)), func(cfg *server.Config) {
 		cfg.ClientTLS, cfg.ClientCertAuth, cfg.InitialACL = ca.ServerTLS(), true, rules
+		cfg.PeerTLS = testcerts.MutualConfig(peerCA.Node(t, cfg.Name), peerCA)
 		if mutate != nil {
 			mutate(cfg)
 		}

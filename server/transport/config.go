@@ -55,8 +55,9 @@ type Config struct {
 	// Forward serves the Raft.Forward RPC. Nil answers Unimplemented. Requests whose cluster id is not
 	// ClusterID are rejected before Forward is called.
 	Forward ForwardFunc
-	// Join serves the Raft.Join RPC. Nil answers Unimplemented. It carries no cluster id (a new member
-	// asks before it knows it), so it is not checked.
+	// Join serves the Raft.Join RPC. Nil answers Unimplemented. A new member asks before it knows the
+	// cluster id, so none is checked here; with TLS the caller must hold a member certificate, and
+	// Caller(ctx) tells Join (and Forward) which member it is.
 	Join JoinFunc
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
@@ -73,6 +74,13 @@ type Config struct {
 	// batches whose sender is not the certificate's member are dropped (OnRejected, "sender_mismatch").
 	// nil is plaintext.
 	TLS *tls.Config
+	// AllowedCNs and AllowedHostnames, when not empty, narrow the certificates TLS accepts from peers,
+	// both ways (etcd's --peer-cert-allowed-cn and --peer-cert-allowed-hostname): the certificate's CN
+	// must be one of AllowedCNs, and it must be valid (x509 VerifyHostname: a DNS or IP SAN) for one of
+	// AllowedHostnames. On top of them, a peer certificate must always list both the serverAuth and the
+	// clientAuth extended key usages, and name a member.
+	AllowedCNs       []string
+	AllowedHostnames []string
 	// MemberID maps a member name, as certificates carry it, to the member's raft id (ok false: not a
 	// member). Required with TLS. It is called on every handshake, from gRPC goroutines: it must be fast
 	// and safe for concurrent use. The server answers from its member table, so a member added or

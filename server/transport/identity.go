@@ -17,16 +17,22 @@ import (
 )
 
 // Peer identity with Config.TLS: a node's certificate names its member, by its CN or one of its DNS
-// SANs (other SANs, such as localhost, name no member and are ignored). The handshake is refused, both
-// ways, when the certificate names no member or more than one; a dial also checks that the member is the
-// peer it meant to reach. Inbound streams then carry the member's raft id, against which every batch's
-// sender is checked (service.deliver).
+// SANs (other SANs, such as localhost, name no member and are ignored). It is a member credential only if
+// it is meant for peers: it lists both the serverAuth and the clientAuth extended key usages (a client
+// certificate, clientAuth alone, never speaks for a member even if its CN or a SAN is a member name), and
+// passes Config.AllowedCNs and Config.AllowedHostnames. The handshake is refused, both ways, when the
+// certificate is not a member credential, names no member or more than one; a dial also checks that the
+// member is the peer it meant to reach. Inbound streams then carry the member's raft id, against which
+// every batch's sender is checked (service.deliver).
 
 // RejectSenderMismatch is the OnRejected reason for a batch whose sender is not its certificate's member.
 const RejectSenderMismatch = "sender_mismatch"
 
-// memberOf is the raft id of the member cert names.
+// memberOf is the raft id of the member cert names, if cert is a member credential (peerCredential).
 func (t *Transport) memberOf(cert *x509.Certificate) (uint64, error) {
+	if err := t.peerCredential(cert); err != nil {
+		return 0, err
+	}
 	names := append([]string{cert.Subject.CommonName}, cert.DNSNames...)
 	var ids []uint64
 	var named []string
@@ -46,6 +52,24 @@ func (t *Transport) memberOf(cert *x509.Certificate) (uint64, error) {
 	default:
 		return 0, fmt.Errorf("certificate names several members (%q): a node certificate must name exactly one", named)
 	}
+}
+
+// peerCredential refuses a certificate not meant for peers: one without both the serverAuth and the
+// clientAuth extended key usages (listed explicitly; a certificate with no such extension, which Go
+// would accept for any use, is refused too), or one outside the allowed CNs and host names.
+func (t *Transport) peerCredential(cert *x509.Certificate) error {
+	if !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return fmt.Errorf("certificate (CN %q) is not a peer certificate: a member's certificate must list both the serverAuth and "+
+			"the clientAuth extended key usages (a client certificate cannot open a peer link)", cert.Subject.CommonName)
+	}
+	if cns := t.cfg.AllowedCNs; len(cns) > 0 && !slices.Contains(cns, cert.Subject.CommonName) {
+		return fmt.Errorf("certificate CN %q is not among the allowed peer CNs %q", cert.Subject.CommonName, cns)
+	}
+	if hosts := t.cfg.AllowedHostnames; len(hosts) > 0 && !slices.ContainsFunc(hosts, func(h string) bool { return cert.VerifyHostname(h) == nil }) {
+		return fmt.Errorf("certificate (CN %q, DNS names %q) is valid for none of the allowed peer host names %q",
+			cert.Subject.CommonName, cert.DNSNames, hosts)
+	}
+	return nil
 }
 
 // checkMember is a VerifyConnection step that refuses a verified certificate naming no member (want 0)

@@ -195,12 +195,14 @@ func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uin
 }
 
 // Forward checks the caller (a member, with TLS) and the cluster id, and hands the request to
-// Config.Forward.
+// Config.Forward, with the caller's member in ctx (Caller).
 func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	t := s.t
-	if _, err := t.streamMember(ctx); err != nil {
+	member, err := t.streamMember(ctx)
+	if err != nil {
 		return nil, err
 	}
+	ctx = context.WithValue(ctx, callerKey{}, member)
 	if req.GetClusterId() != t.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"cluster id mismatch: request is for cluster %016x, this node (raft id %016x) is in cluster %016x",
@@ -212,10 +214,24 @@ func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wir
 	return t.cfg.Forward(ctx, req)
 }
 
-// Join hands the request to Config.Join.
+// Join hands the request to Config.Join, with the caller's member in ctx (Caller).
 func (s *service) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if s.t.cfg.Join == nil {
 		return nil, status.Error(codes.Unimplemented, "this node does not answer joining members")
 	}
-	return s.t.cfg.Join(ctx, req)
+	member, err := s.t.streamMember(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.t.cfg.Join(context.WithValue(ctx, callerKey{}, member), req)
+}
+
+type callerKey struct{}
+
+// Caller is the raft id of the member whose certificate secured the inbound Forward or Join call that
+// ctx belongs to: what the call may speak for. 0 without TLS (a plaintext caller has no credential), and
+// outside such a call.
+func Caller(ctx context.Context) uint64 {
+	id, _ := ctx.Value(callerKey{}).(uint64)
+	return id
 }

@@ -126,6 +126,64 @@ func TestTLSRefusesNonMembers(t *testing.T) {
 	}
 }
 
+// A certificate chaining to the peer CA is a member credential only if it is meant for peers: both the
+// serverAuth and clientAuth extended key usages, and within the allowed CNs and host names. A client
+// certificate whose CN is a member name, or one with an extra DNS SAN naming a member, opens no link.
+func TestTLSRefusesNonPeerCertificates(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	for _, tc := range []struct {
+		name  string
+		cert  *testcerts.Pair
+		allow func(*Config)
+	}{
+		{"client certificate with a member's CN", ca.Issue(t, testcerts.Options{CommonName: "n1", Client: true}), nil},
+		{"client certificate with a member's DNS SAN", ca.Issue(t, testcerts.Options{CommonName: "alice", DNSNames: []string{"n1"}, Client: true}), nil},
+		{"server-only certificate", ca.Issue(t, testcerts.Options{CommonName: "n1", DNSNames: []string{"n1"}, Server: true}), nil},
+		{"no extended key usage", ca.Issue(t, testcerts.Options{CommonName: "n1", DNSNames: []string{"n1"}}), nil},
+		{"CN not allowed", ca.Node(t, "n1"), func(c *Config) { c.AllowedCNs = []string{"n2", "n3"} }},
+		{"host name not allowed", ca.Node(t, "n1"), func(c *Config) { c.AllowedHostnames = []string{"peers.example"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startNode(t, 2, func(c *Config) {
+				c.TLS, c.MemberID = testcerts.MutualConfig(ca.Node(t, "n2"), ca), members
+				if tc.allow != nil {
+					tc.allow(c)
+				}
+			})
+			s, err := openStream(t, b.addr, testcerts.MutualConfig(tc.cert, ca))
+			if err == nil {
+				_ = s.Send(batchOf(t, 1, 2, msg(raftpb.MsgHeartbeat, 1, 2, 1)))
+				_, err = s.CloseAndRecv()
+			}
+			if err == nil {
+				t.Fatal("the stream was accepted")
+			}
+			if got := b.raft.count(); got != 0 {
+				t.Fatalf("raft processed %d messages", got)
+			}
+		})
+	}
+}
+
+// The allowed CNs and host names let the certificates they name through, both ways.
+func TestTLSAllowedNamesAdmitMembers(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	allow := func(c *Config) {
+		c.AllowedCNs, c.AllowedHostnames = []string{"n1", "n2"}, []string{"localhost"}
+	}
+	start := func(id uint64, name string) *node {
+		return startNode(t, id, func(c *Config) {
+			c.TLS, c.MemberID = testcerts.MutualConfig(ca.Node(t, name), ca), members
+			allow(c)
+		})
+	}
+	a, b := start(1, "n1"), start(2, "n2")
+	connect(a, b)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 5)})
+	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 6)})
+	waitFor(t, "both heartbeats", func() bool { return len(b.raft.from(1)) == 1 && len(a.raft.from(2)) == 1 })
+}
+
 // A member's certificate speaking for another member: its batches are dropped and counted, the stream
 // stays, and what it says as itself is delivered.
 func TestTLSDropsSenderMismatch(t *testing.T) {

@@ -15,17 +15,18 @@ import (
 
 // chaosTLS is a run with TLS on (LEASED_CHAOS_TLS=1, make chaos TLS=1): every node serves TLS on its
 // client and peer ports from certificate files, requires client certificates, and talks mutual TLS to
-// its peers; the workload, the legacy holders and the harness's own Status calls present a client
+// its peers with certificates from a CA of their own (serverAuth and clientAuth, as the peer port requires); the workload, the legacy holders and the harness's own Status calls present a client
 // certificate. The fault proxies between peers (HTTP CONNECT tunnels) and the client-side fault layer
 // (a dialer) only move bytes, so the TLS sessions pass through them end to end.
 type chaosTLS struct {
 	t           testing.TB
-	ca          *testcerts.CA
+	ca, peerCA  *testcerts.CA
 	dir         string
 	caFile, acl string
+	peerCAFile  string
 	client      *tls.Config
 	mu          sync.Mutex
-	certs       map[string][2]string // node name -> certificate and key files
+	certs       map[string][4]string // node name -> certificate and key files, client port then peer port
 }
 
 func tlsFromEnv() bool { return os.Getenv("LEASED_CHAOS_TLS") == "1" }
@@ -45,10 +46,12 @@ func newChaosTLS(t testing.TB, dir string) *chaosTLS {
 	if err := os.WriteFile(aclFile, []byte(acl), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	peerCA := testcerts.NewCA(t, "chaos-peer-ca")
 	return &chaosTLS{
 		t: t, ca: ca, dir: dir, caFile: ca.WriteCA(t, dir, "ca.crt"), acl: aclFile,
+		peerCA: peerCA, peerCAFile: peerCA.WriteCA(t, dir, "peer-ca.crt"),
 		client: testcerts.ClientConfig(ca.Client(t, "chaos"), ca.Pool()),
-		certs:  map[string][2]string{},
+		certs:  map[string][4]string{},
 	}
 }
 
@@ -59,13 +62,13 @@ func (c *chaosTLS) nodeArgs(name string) []string {
 	files, ok := c.certs[name]
 	if !ok {
 		cert, key := c.ca.Node(c.t, name).Write(c.t, c.dir, name)
-		files = [2]string{cert, key}
+		peerCert, peerKey := c.peerCA.Node(c.t, name).Write(c.t, c.dir, name+"-peer")
+		files = [4]string{cert, key, peerCert, peerKey}
 		c.certs[name] = files
 	}
 	c.mu.Unlock()
-	cert, key := files[0], files[1]
-	return []string{"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + c.caFile, "--client-cert-auth",
-		"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + c.caFile,
+	return []string{"--cert-file=" + files[0], "--key-file=" + files[1], "--trusted-ca-file=" + c.caFile, "--client-cert-auth",
+		"--peer-cert-file=" + files[2], "--peer-key-file=" + files[3], "--peer-trusted-ca-file=" + c.peerCAFile,
 		"--initial-acl-file=" + c.acl}
 }
 

@@ -315,8 +315,11 @@ func TestUnspecifiedAddressNeedsAdvertise(t *testing.T) {
 // --initial-cluster-state existing and --join <n1's gossip address>: it finds the members' peer addresses
 // through gossip, joins, and is promoted within 30 s. Gossip alone never makes it a member: started
 // before member add, it is refused.
+//
+// Gossip is unencrypted here (loopback), so every node, n4 too, has the cluster's --initial-cluster-token.
 func TestJoinThroughGossip(t *testing.T) {
-	c := newClusterWith(t, proc.Config{Size: 3, Gossip: true})
+	const token = "--initial-cluster-token=e2e-gossip"
+	c := newClusterWith(t, proc.Config{Size: 3, Gossip: true, Args: []string{token}})
 	i := c.AddNode("n4")
 	n := c.Nodes[i]
 	n.NoInitialCluster = true
