@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -32,27 +33,39 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
 		return nil, n.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
+	if req.GetProbe() {
+		return n.answerProbe(req)
+	}
 	if !n.isLeader() {
 		return n.relayJoin(ctx, req)
 	}
-	id := memberID(n.clusterID, req.GetName())
 	var m *leasepb.Member
 	var removed bool
-	n.readFSM(func(sm *fsm.FSM) { m, removed = sm.Member(id), sm.WasRemoved(id) })
+	n.readFSM(func(sm *fsm.FSM) {
+		m = sm.MemberByName(req.GetName())
+		if id := req.GetId(); id != 0 {
+			removed = sm.WasRemoved(id)
+		} else {
+			removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
+		}
+	})
 	switch {
-	case removed:
+	case removed && !req.GetRejoin():
 		return &wirepb.JoinResponse{ClusterId: n.clusterID, Removed: true}, nil
+	case req.GetRejoin():
+		return n.serveRejoin(ctx, req, m)
 	case m == nil:
 		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
 			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID), req.GetName()))
 	}
+	started := n.memberStarted(m)
 	if a := req.GetClientAddr(); a != "" && a != m.GetClientAddr() {
 		if err := n.updateClientAddr(ctx, m, a); err != nil {
 			return nil, n.status(err)
 		}
-		m = n.member(id)
+		m = n.member(m.GetId())
 	}
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
+	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable(), Started: started}, nil
 }
 
 // relayJoin hands a Join to the leader, once.
@@ -65,13 +78,14 @@ func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if !ok {
 		return nil, n.status(ErrNoLeader)
 	}
-	relayed := &wirepb.JoinRequest{Name: req.GetName(), ClientAddr: req.GetClientAddr(), Relayed: true}
+	relayed := proto.Clone(req).(*wirepb.JoinRequest)
+	relayed.Relayed = true
 	return client.Join(ctx, relayed)
 }
 
 // askLeader sends this node's own Join to the leader (or answers it here when this node leads).
 func (n *node) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr, Id: n.id}
 	leader := n.leader.Load()
 	switch {
 	case leader == raft.None:
@@ -151,7 +165,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 // askPeersRemoved asks every peer in the member table (each relays to its leader) whether this node was
 // removed, and reports whether one answered that it was.
 func (n *node) askPeersRemoved(ctx context.Context) bool {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, Id: n.id}
 	for _, m := range n.memberTable() {
 		if m.GetId() == n.id {
 			continue

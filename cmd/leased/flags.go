@@ -75,6 +75,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.Var(listFlag{&c.Join}, "join", "gossip `addresses` host:port,... of members to join; with --initial-cluster-state existing, a new member finds the cluster through them (no --initial-cluster needed)")
 	fs.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file holding the base64 of a 16, 24 or 32 byte key that encrypts gossip (the same on every node)")
 	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout, "how long a joining node's first start waits for a member to answer")
+	fs.BoolVar(&c.AutoRejoin, "auto-rejoin", false, "on an empty data dir whose cluster knows this member as one that has run (a lost volume), "+
+		"ask to be added again as a learner under a new raft id instead of refusing to start (for StatefulSets)")
 	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 	fs.Var(&aclFileFlag{rules: &c.InitialACL}, "initial-acl-file", "YAML `file` of the ACL rules a new cluster starts with (docs/security.md); used only while the cluster has no rules, ignored once any are set")
 

@@ -212,10 +212,21 @@ func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wir
 	return t.cfg.Forward(ctx, req)
 }
 
-// Join hands the request to Config.Join.
+// Join hands the request to Config.Join. A rejoin retires a member's raft id, so with TLS its first hop
+// must come from that member's own certificate (a relayed one comes from a member, as every connection
+// does).
 func (s *service) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if s.t.cfg.Join == nil {
 		return nil, status.Error(codes.Unimplemented, "this node does not answer joining members")
+	}
+	if req.GetRejoin() && !req.GetRelayed() && s.t.cfg.TLS != nil {
+		id, err := s.t.streamMember(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if want, ok := s.t.cfg.MemberID(req.GetName()); !ok || id != want {
+			return nil, status.Errorf(codes.PermissionDenied, "a rejoin of member %q must come with that member's certificate", req.GetName())
+		}
 	}
 	return s.t.cfg.Join(ctx, req)
 }

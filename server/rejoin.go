@@ -1,0 +1,124 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/fsm"
+)
+
+// A member whose data dir was wiped and that starts again with the flags it was founded (or joined) with
+// would come back with an empty log under the raft id the cluster knows: it would vote as if it had
+// never acknowledged anything (raft's amnesia), and the leader, which remembers how far its log reached,
+// never sends it what it lost. So a node starting on an empty data dir first asks its peers whether they
+// know it as a member that has run (wirepb.JoinResponse.started). If so it refuses to start, naming the
+// runbook — or, with Config.AutoRejoin, asks the leader to retire its old raft id and add its name back
+// as a learner under a new one (serveRejoin); it then catches up like any new member and the leader
+// promotes it once it has.
+
+// ErrWipedMember is the refusal of a node that starts on an empty data dir while its cluster knows it as
+// a member that has run: its data dir was lost.
+var ErrWipedMember = errors.New("this member's data dir was lost")
+
+// wipedErr is the refusal of a wiped member started without Config.AutoRejoin.
+func wipedErr(cfg Config, resp *wirepb.JoinResponse) error {
+	why := fmt.Sprintf("member %q (raft id %s) of cluster %s has run before", cfg.Name,
+		leasepb.FormatID(resp.GetMember().GetId()), leasepb.FormatID(resp.GetClusterId()))
+	if resp.GetRemoved() {
+		why = fmt.Sprintf("member %q was removed from cluster %s", cfg.Name, leasepb.FormatID(resp.GetClusterId()))
+	}
+	return fmt.Errorf("%w: data dir %s is empty, but %s: an empty log must not take its place. "+
+		"Follow the runbook \"Replace a failed node\" in docs/operations.md (remove it, add it again, start it "+
+		"with --initial-cluster-state existing), or start it with --auto-rejoin to have it re-added under a new raft id",
+		ErrWipedMember, cfg.DataDir, why)
+}
+
+// memberStarted reports whether member m has run before, so that its log cannot be empty: as a voter it
+// announced its client address (a founding member's record has none until it runs), or this node, if it
+// leads, has seen m's log reach some index.
+func (n *node) memberStarted(m *leasepb.Member) bool {
+	if !m.GetIsLearner() && m.GetClientAddr() != "" {
+		return true
+	}
+	match, _, ok := n.learnerProgress(m.GetId())
+	return ok && match > 0
+}
+
+// serveRejoin answers, on the leader, a member that lost its data dir: it retires the member's current
+// raft id (a removal, with the usual quorum check) and adds the name back as a learner under its next
+// id. Every step is idempotent, so the asker retries until it has an answer. A member that has not run
+// yet (a retry after the add) is answered as it is.
+func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member) (*wirepb.JoinResponse, error) {
+	peerAddr := cmp.Or(req.GetPeerAddr(), m.GetPeerAddr())
+	if err := validMemberAddrs(req.GetName(), peerAddr, req.GetClientAddr()); err != nil {
+		return nil, n.status(err)
+	}
+	if m != nil && !n.memberStarted(m) {
+		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
+	}
+	if m != nil {
+		if err := n.checkRetire(m); err != nil {
+			return nil, n.status(err)
+		}
+		n.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
+			"name", m.GetName(), "old_id", leasepb.FormatID(m.GetId()))
+		if err := n.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
+			return nil, n.status(err)
+		}
+	}
+	added, err := n.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
+	if err != nil {
+		return nil, n.status(err)
+	}
+	n.log.Info("member added again as a learner", "name", added.GetName(), "id", leasepb.FormatID(added.GetId()))
+	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.member(added.GetId()), Members: n.memberTable()}, nil
+}
+
+// checkRetire refuses to retire a member that is evidently running: this node, or one the leader heard
+// from within the last election timeout (raft's RecentActive, reset every election timeout). A wiped
+// member's old process is gone, so the asker's retries get through once the leader has noticed.
+func (n *node) checkRetire(m *leasepb.Member) error {
+	if m.GetId() == n.id {
+		return fmt.Errorf("%w: member %q is this leader, which runs", ErrMembershipRefused, m.GetName())
+	}
+	st := n.raft.Status()
+	if pr, ok := st.Progress[m.GetId()]; ok && pr.RecentActive && st.RaftState == raft.StateLeader {
+		return fmt.Errorf("%w: member %q (%s) answered the leader within the last election timeout: it still runs "+
+			"somewhere; retrying", ErrMembershipRefused, m.GetName(), leasepb.FormatID(m.GetId()))
+	}
+	return nil
+}
+
+// answerProbe tells a node about to found a cluster on an empty data dir what this node's member table
+// says of it, without a leader.
+func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	var m *leasepb.Member
+	var removed, empty bool
+	n.readFSM(func(sm *fsm.FSM) {
+		m, empty = sm.MemberByName(req.GetName()), len(sm.Members()) == 0
+		removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
+	})
+	switch {
+	case empty:
+		return nil, status.Error(codes.Unavailable, "this node has no member table yet")
+	case m == nil && !removed:
+		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID)))
+	}
+	resp := &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Removed: removed, Members: n.memberTable()}
+	resp.Started = m != nil && n.memberStarted(m)
+	return resp, nil
+}
+
+// rejoinRefused reports whether a Join error ends a rejoin for good (the others are retried).
+func rejoinRefused(err error) bool {
+	c := status.Code(err)
+	return c == codes.InvalidArgument || c == codes.PermissionDenied
+}
