@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc/codes"
@@ -65,7 +66,7 @@ func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leas
 		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
 	}
 	if m != nil {
-		if err := n.checkRetire(m); err != nil {
+		if err := n.checkRetire(ctx, m); err != nil {
 			return nil, n.status(err)
 		}
 		n.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
@@ -82,19 +83,37 @@ func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leas
 	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.member(added.GetId()), Members: n.memberTable()}, nil
 }
 
-// checkRetire refuses to retire a member that is evidently running: this node, or one the leader heard
-// from within the last election timeout (raft's RecentActive, reset every election timeout). A wiped
-// member's old process is gone, so the asker's retries get through once the leader has noticed.
-func (n *node) checkRetire(m *leasepb.Member) error {
+// checkRetire refuses to retire a member that is evidently running: this node, or one the leader hears
+// from. raft's RecentActive is cleared at every quorum check (once an election timeout) and set again by
+// the member's next answer, so it is sampled every tick for an election timeout: a running member sets it
+// within a heartbeat, while a wiped member's old process is gone and never does.
+func (n *node) checkRetire(ctx context.Context, m *leasepb.Member) error {
 	if m.GetId() == n.id {
 		return fmt.Errorf("%w: member %q is this leader, which runs", ErrMembershipRefused, m.GetName())
 	}
-	st := n.raft.Status()
-	if pr, ok := st.Progress[m.GetId()]; ok && pr.RecentActive && st.RaftState == raft.StateLeader {
-		return fmt.Errorf("%w: member %q (%s) answered the leader within the last election timeout: it still runs "+
-			"somewhere; retrying", ErrMembershipRefused, m.GetName(), leasepb.FormatID(m.GetId()))
+	deadline := time.Now().Add(n.cfg.ElectionTimeout() + n.cfg.TickInterval)
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	for {
+		st := n.raft.Status()
+		if st.RaftState != raft.StateLeader {
+			return n.notLeaderErr()
+		}
+		if pr, ok := st.Progress[m.GetId()]; ok && pr.RecentActive {
+			return fmt.Errorf("%w: member %q (%s) answers the leader: it still runs somewhere; retrying",
+				ErrMembershipRefused, m.GetName(), leasepb.FormatID(m.GetId()))
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.done:
+			return n.stoppedErr()
+		case <-tick.C:
+		}
 	}
-	return nil
 }
 
 // answerProbe tells a node about to found a cluster on an empty data dir what this node's member table
