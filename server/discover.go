@@ -62,7 +62,7 @@ func discover(cfg Config, g *gossip, rejoin bool) (*wirepb.JoinResponse, error) 
 			if err == nil {
 				return checkJoinAnswer(cfg, resp)
 			}
-			if c := status.Code(err); (c == codes.NotFound && !rejoin) || c == codes.InvalidArgument || (rejoin && rejoinRefused(err)) {
+			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument || (rejoin && rejoinRefused(err)) {
 				return nil, fmt.Errorf("join via %s: %s", addr, status.Convert(err).Message())
 			}
 			last = fmt.Errorf("%s: %w", addr, err)

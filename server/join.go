@@ -52,7 +52,7 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	switch {
 	case removed && !req.GetRejoin():
 		return &wirepb.JoinResponse{ClusterId: n.clusterID, Removed: true}, nil
-	case req.GetRejoin():
+	case req.GetRejoin() && (m != nil || removed):
 		return n.serveRejoin(ctx, req, m)
 	case m == nil:
 		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+

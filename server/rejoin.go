@@ -53,9 +53,9 @@ func (n *node) memberStarted(m *leasepb.Member) bool {
 	return ok && match > 0
 }
 
-// serveRejoin answers, on the leader, a member that lost its data dir: it retires the member's current
-// raft id (a removal, with the usual quorum check) and adds the name back as a learner under its next
-// id. Every step is idempotent, so the asker retries until it has an answer. A member that has not run
+// serveRejoin answers, on the leader, a member that lost its data dir (m, or nil for a removed name; a
+// name never added is NotFound): it retires the member's current raft id (a removal, with the usual
+// quorum check) and adds the name back as a learner under its next id. Every step is idempotent, so the asker retries until it has an answer. A member that has not run
 // yet (a retry after the add) is answered as it is.
 func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member) (*wirepb.JoinResponse, error) {
 	peerAddr := cmp.Or(req.GetPeerAddr(), m.GetPeerAddr())
@@ -136,8 +136,6 @@ func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error
 	return resp, nil
 }
 
-// rejoinRefused reports whether a Join error ends a rejoin for good (the others are retried).
-func rejoinRefused(err error) bool {
-	c := status.Code(err)
-	return c == codes.InvalidArgument || c == codes.PermissionDenied
-}
+// rejoinRefused reports whether a Join error ends a rejoin for good (others, such as a removal refused
+// while the leader still hears from the old id, are retried).
+func rejoinRefused(err error) bool { return status.Code(err) == codes.PermissionDenied }
