@@ -42,6 +42,24 @@ func wipedErr(cfg Config, resp *wirepb.JoinResponse) error {
 		ErrWipedMember, cfg.DataDir, why)
 }
 
+// rejoinOrRefuse answers a first start whose cluster knows this member as one that has run (or removed):
+// the refusal, or with Config.AutoRejoin the leader's answer to a rejoin.
+func rejoinOrRefuse(cfg Config, g *gossip, known *wirepb.JoinResponse) (*wirepb.JoinResponse, error) {
+	if !cfg.AutoRejoin {
+		return nil, wipedErr(cfg, known)
+	}
+	cfg.Logger.Warn("the cluster knows this member, but its data dir is empty: asking to be added again under a new raft id (--auto-rejoin)",
+		"cluster", leasepb.FormatID(known.GetClusterId()), "old_id", leasepb.FormatID(known.GetMember().GetId()), "removed", known.GetRemoved())
+	resp, err := discover(cfg, g, true)
+	if err == nil && resp.GetMember() == nil {
+		err = errors.New("the leader's answer names no member")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rejoin the cluster: %w", err)
+	}
+	return resp, nil
+}
+
 // memberStarted reports whether member m has run before, so that its log cannot be empty: as a voter it
 // announced its client address (a founding member's record has none until it runs), or this node, if it
 // leads, has seen m's log reach some index.

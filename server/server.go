@@ -163,31 +163,40 @@ func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, er
 			return raftlog.Identity{}, nil, fmt.Errorf("join the cluster: %w", err)
 		}
 	} else {
-		if len(cfg.InitialCluster) == 0 {
-			return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
-		}
-		cid := clusterID(cfg.InitialCluster)
-		founder := raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}
-		if resp, err = probePeers(cfg); err != nil {
-			return raftlog.Identity{}, nil, fmt.Errorf("found the cluster: %w", err)
-		}
-		if resp == nil || (!resp.GetStarted() && !resp.GetRemoved() && resp.GetClusterId() == cid && resp.GetMember().GetId() == founder.NodeID) {
-			return founder, nil, nil // a new cluster, or a founding member's first start after the others'
+		var founder raftlog.Identity
+		if founder, resp, err = foundingPeersSay(cfg); err != nil || resp == nil {
+			return founder, nil, err
 		}
 	}
 	if resp.GetStarted() || resp.GetRemoved() {
-		if !cfg.AutoRejoin {
-			return raftlog.Identity{}, nil, wipedErr(cfg, resp)
-		}
-		cfg.Logger.Warn("the cluster knows this member, but its data dir is empty: asking to be added again under a new raft id (--auto-rejoin)",
-			"cluster", leasepb.FormatID(resp.GetClusterId()), "old_id", leasepb.FormatID(resp.GetMember().GetId()), "removed", resp.GetRemoved())
-		if resp, err = discover(cfg, g, true); err != nil {
-			return raftlog.Identity{}, nil, fmt.Errorf("rejoin the cluster: %w", err)
-		}
-	} else if resp, err = checkJoinAnswer(cfg, resp); err != nil {
+		resp, err = rejoinOrRefuse(cfg, g, resp)
+	} else {
+		resp, err = checkJoinAnswer(cfg, resp)
+	}
+	if err != nil {
 		return raftlog.Identity{}, nil, err
 	}
 	return raftlog.Identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetMember().GetId()}, resp, nil
+}
+
+// foundingPeersSay is a founding member's identity from InitialCluster, and what its peers know of it
+// (probePeers): nil when they know of no cluster that has run with it yet, so that it founds as usual.
+func foundingPeersSay(cfg Config) (raftlog.Identity, *wirepb.JoinResponse, error) {
+	if len(cfg.InitialCluster) == 0 {
+		return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
+	}
+	cid := clusterID(cfg.InitialCluster)
+	founder := raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}
+	resp, err := probePeers(cfg)
+	switch {
+	case err != nil:
+		return raftlog.Identity{}, nil, fmt.Errorf("found the cluster: %w", err)
+	case resp == nil:
+		return founder, nil, nil // a new cluster: the others are not up yet
+	case !resp.GetStarted() && !resp.GetRemoved() && resp.GetClusterId() == cid && resp.GetMember().GetId() == founder.NodeID:
+		return founder, nil, nil // a founding member's first start after the others'
+	}
+	return founder, resp, nil // a member that has run, or one added again under a new id
 }
 
 // logEmpty reports whether a raft log holds nothing yet (no entry, no snapshot).
