@@ -148,3 +148,29 @@ func TestRemovedNameAddedAgain(t *testing.T) {
 		t.Fatal("n3 stopped")
 	}
 }
+
+// TestWipedJoinedMember: n4, added with member add and started with --initial-cluster-state existing,
+// loses its data dir and is started again with those flags: refused, naming the runbook; with
+// --auto-rejoin, a voter again under a new raft id.
+func TestWipedJoinedMember(t *testing.T) {
+	c := newCluster(t, 3)
+	i := c.join("n4", "n1", "n2", "n3")
+	old := memberList(t, c.running())["n4"]
+	c.Kill(i)
+	if err := os.RemoveAll(c.Nodes[i].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(i)
+	if !c.waitExit(i, 20*time.Second) {
+		t.Fatal("the wiped n4 started with its join flags")
+	}
+	if !logHas(t, c.Nodes[i].LogPath, `data dir was lost`) || !logHas(t, c.Nodes[i].LogPath, `"Replace a failed node" in docs/operations.md`) {
+		t.Errorf("n4's refusal:\n%s", tail(c.Nodes[i].LogPath, 5))
+	}
+	c.Nodes[i].Args = append(c.Nodes[i].Args, "--auto-rejoin")
+	c.Start(i)
+	c.eventually(promoteWithin, "n4 a voter under a new raft id", func() bool {
+		r := memberList(t, c.running())["n4"]
+		return r.Name == "n4" && r.ID != old.ID && !r.IsLearner
+	})
+}
