@@ -62,6 +62,11 @@ type Config struct {
 	InitialClusterToken string
 	// JoinTimeout bounds how long a joining node's first start waits for a member to answer. 0: 1 minute.
 	JoinTimeout time.Duration
+	// AutoRejoin: a node starting on an empty data dir whose cluster knows it as a member that has run (its
+	// data dir was lost) asks to be added again as a learner under a new raft id, its old id retired,
+	// instead of refusing to start with ErrWipedMember (server/rejoin.go). For StatefulSets and other
+	// supervisors that restart a node with its founding flags after its volume is lost.
+	AutoRejoin bool
 
 	// TickInterval is the raft tick; ElectionTicks and HeartbeatTicks are counted in ticks.
 	TickInterval   time.Duration

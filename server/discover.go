@@ -22,7 +22,9 @@ import (
 // ports' Join RPC), until one answers, and returns the leader's answer: the cluster id, this member's
 // record and the member table. A member that was never added, or was removed, is refused at once with the
 // reason; unreachable members are retried until Config.JoinTimeout.
-func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
+//
+// With rejoin, the request asks the leader to add this member back under a new raft id (rejoin.go).
+func discover(cfg Config, g *gossip, rejoin bool) (*wirepb.JoinResponse, error) {
 	var initial []string
 	for name, addr := range cfg.InitialCluster {
 		if name != cfg.Name {
@@ -43,6 +45,9 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 	// No client address: the member announces it to the leader once it runs (announceLoop), where it
 	// can prove that it is the member it names.
 	req := &wirepb.JoinRequest{Name: cfg.Name}
+	if rejoin {
+		req.Rejoin, req.PeerAddr = true, advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr)
+	}
 	var last error
 	for {
 		addrs := initial
@@ -55,7 +60,7 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 			addrs = append(slices.Clone(initial), g.peerAddrs(0)...)
 		}
 		for _, addr := range addrs {
-			resp, err := askJoin(ctx, addr, creds, req)
+			resp, err := askJoin(ctx, addr, creds, req, cfg.joinCallTimeout())
 			if err == nil {
 				if err = checkToken(cfg, resp); err == nil {
 					return checkJoinAnswer(cfg, resp)
@@ -66,7 +71,7 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 				cfg.Logger.Warn("refusing the cluster a member answered for", "addr", addr, "err", err)
 				continue
 			}
-			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument {
+			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument || (rejoin && rejoinRefused(err)) {
 				return nil, fmt.Errorf("join via %s: %s", addr, status.Convert(err).Message())
 			}
 			last = fmt.Errorf("%s: %w", addr, err)
@@ -80,13 +85,13 @@ func discover(cfg Config, g *gossip) (*wirepb.JoinResponse, error) {
 	}
 }
 
-func askJoin(ctx context.Context, addr string, creds credentials.TransportCredentials, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+func askJoin(ctx context.Context, addr string, creds credentials.TransportCredentials, req *wirepb.JoinRequest, timeout time.Duration) (*wirepb.JoinResponse, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return wirepb.NewRaftClient(conn).Join(actx, req)
 }
@@ -105,13 +110,61 @@ func checkToken(cfg Config, resp *wirepb.JoinResponse) error {
 }
 
 func checkJoinAnswer(cfg Config, resp *wirepb.JoinResponse) (*wirepb.JoinResponse, error) {
-	if resp.GetRemoved() {
+	switch {
+	case resp.GetRemoved() && !cfg.AutoRejoin:
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, "the cluster says so")
+	case resp.GetRemoved():
+		return resp, nil // identify adds it again
 	}
-	want := memberID(resp.GetClusterId(), cfg.Name)
-	if resp.GetClusterId() == 0 || resp.GetMember().GetId() != want {
-		return nil, fmt.Errorf("join answer for %q names member %s in cluster %s; expected %s",
-			cfg.Name, leasepb.FormatID(resp.GetMember().GetId()), leasepb.FormatID(resp.GetClusterId()), leasepb.FormatID(want))
+	id := resp.GetMember().GetId()
+	if resp.GetClusterId() == 0 || resp.GetMember().GetName() != cfg.Name || !isIncarnation(resp.GetClusterId(), cfg.Name, id) {
+		return nil, fmt.Errorf("join answer for %q names member %q (%s) in cluster %s, which is not one of that name's raft ids",
+			cfg.Name, resp.GetMember().GetName(), leasepb.FormatID(id), leasepb.FormatID(resp.GetClusterId()))
 	}
 	return resp, nil
+}
+
+// joinCallTimeout bounds one Join call: a rejoin makes two membership changes on the leader.
+func (c Config) joinCallTimeout() time.Duration { return max(5*time.Second, 3*c.ProposalTimeout) }
+
+// probePeers asks the peers of InitialCluster, before a founding start on an empty data dir, what they
+// know of this member, each answering from its own member table (no leader needed: a founding member's
+// record gets its client address only once it runs). It returns nil when no peer answered within two
+// election timeouts — a new cluster's first start, when the others are not up yet — and an error when a
+// peer's cluster has no member of this name.
+func probePeers(cfg Config) (*wirepb.JoinResponse, error) {
+	var peers []string
+	for name, addr := range cfg.InitialCluster {
+		if name != cfg.Name {
+			peers = append(peers, addr)
+		}
+	}
+	slices.Sort(peers)
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	creds := insecure.NewCredentials()
+	if cfg.PeerTLS != nil {
+		creds = credentials.NewTLS(cfg.PeerTLS)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.ElectionTimeout())
+	defer cancel()
+	req := &wirepb.JoinRequest{Name: cfg.Name, Probe: true}
+	for {
+		for _, addr := range peers {
+			resp, err := askJoin(ctx, addr, creds, req, cfg.ElectionTimeout())
+			switch {
+			case err == nil:
+				return resp, nil
+			case status.Code(err) == codes.NotFound:
+				return nil, fmt.Errorf("peer %s of --initial-cluster: %s (does --initial-cluster name another cluster's members?)",
+					addr, status.Convert(err).Message())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(cfg.ElectionTimeout() / 4):
+		}
+	}
 }

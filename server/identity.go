@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -38,10 +39,34 @@ func clusterID(initial map[string]string) uint64 {
 	return hashID("cluster:" + b.String())
 }
 
-func memberID(cluster uint64, name string) uint64 {
+func memberID(cluster uint64, name string) uint64 { return incarnationID(cluster, name, 0) }
+
+// A name keeps its raft id for life, unless its member loses its data dir or is removed: the name may
+// then be added again (leasectl member add, --auto-rejoin), under its next incarnation's id, and the old
+// id stays retired for good (raft messages from it are refused). Incarnation 0 is the founding id.
+
+// maxIncarnations bounds how many raft ids one name can have over a cluster's life (docs/design.md,
+// "Limits"); it keeps the search of incarnationOf short.
+const maxIncarnations = 1024
+
+// incarnationID is the raft id of the k-th incarnation of the member called name.
+func incarnationID(cluster uint64, name string, k int) uint64 {
 	var buf [8]byte
 	binary.BigEndian.PutUint64(buf[:], cluster)
-	return hashID("member:" + string(buf[:]) + name)
+	if k == 0 {
+		return hashID("member:" + string(buf[:]) + name)
+	}
+	return hashID("member:" + string(buf[:]) + name + "#" + strconv.Itoa(k))
+}
+
+// isIncarnation reports whether id is one of name's raft ids in cluster.
+func isIncarnation(cluster uint64, name string, id uint64) bool {
+	for k := range maxIncarnations {
+		if incarnationID(cluster, name, k) == id {
+			return true
+		}
+	}
+	return false
 }
 
 func hashID(s string) uint64 {

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -34,7 +35,10 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
 		return nil, n.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
-	if req.GetConfirm() {
+	switch {
+	case req.GetProbe():
+		return n.answerProbe(req)
+	case req.GetConfirm():
 		return n.confirmSelf(req)
 	}
 	if !n.isLeader() {
@@ -45,17 +49,26 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 
 // answerJoin is the leader's answer to a Join; local says this node asks about itself (no proof needed).
 func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
-	id := memberID(n.clusterID, req.GetName())
 	var m *leasepb.Member
 	var removed bool
-	n.readFSM(func(sm *fsm.FSM) { m, removed = sm.Member(id), sm.WasRemoved(id) })
+	n.readFSM(func(sm *fsm.FSM) {
+		m = sm.MemberByName(req.GetName())
+		if id := req.GetId(); id != 0 {
+			removed = sm.WasRemoved(id)
+		} else {
+			removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
+		}
+	})
 	switch {
-	case removed:
+	case removed && !req.GetRejoin():
 		return &wirepb.JoinResponse{ClusterId: n.clusterID, Removed: true}, nil
+	case req.GetRejoin() && (m != nil || removed):
+		return n.serveRejoin(ctx, req, m)
 	case m == nil:
 		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
 			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID), req.GetName()))
 	}
+	started := n.memberStarted(m)
 	if a := req.GetClientAddr(); a != "" && a != m.GetClientAddr() {
 		if !local {
 			if err := n.mayAnnounce(ctx, req, m, a); err != nil {
@@ -65,9 +78,9 @@ func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bo
 		if err := n.updateClientAddr(ctx, m, a); err != nil {
 			return nil, n.status(err)
 		}
-		m = n.member(id)
+		m = n.member(m.GetId())
 	}
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
+	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable(), Started: started}, nil
 }
 
 // relayJoin hands a Join to the leader, once.
@@ -80,15 +93,16 @@ func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 	if !ok {
 		return nil, n.status(ErrNoLeader)
 	}
-	// A relay cannot vouch for the asker, so it asks about the member and changes nothing (the member
-	// announces its address to the leader itself: announceLoop).
-	relayed := &wirepb.JoinRequest{Name: req.GetName(), Relayed: true}
+	// A relay cannot vouch for the asker's client address, so it relays the request without one (the member
+	// announces its address to the leader itself: announceLoop); a rejoin or a removal check goes on as asked.
+	relayed := proto.CloneOf(req)
+	relayed.Relayed, relayed.ClientAddr = true, ""
 	return client.Join(ctx, relayed)
 }
 
 // askLeader sends this node's own Join to the leader (or answers it here when this node leads).
 func (n *node) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr, ClusterId: n.clusterID}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr, ClusterId: n.clusterID, Id: n.id}
 	leader := n.leader.Load()
 	switch {
 	case leader == raft.None:
@@ -168,7 +182,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 // askPeersRemoved asks every peer in the member table (each relays to its leader) whether this node was
 // removed, and reports whether one answered that it was.
 func (n *node) askPeersRemoved(ctx context.Context) bool {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClusterId: n.clusterID}
+	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClusterId: n.clusterID, Id: n.id}
 	for _, m := range n.memberTable() {
 		if m.GetId() == n.id {
 			continue

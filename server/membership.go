@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,9 +152,16 @@ func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string)
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
 	}
-	m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
+	m := &leasepb.Member{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
+	n.readFSM(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, n.clusterID, name) })
 	check := func() (refusal error) {
-		n.readFSM(func(sm *fsm.FSM) { refusal = checkNewMember(sm, m) })
+		n.readFSM(func(sm *fsm.FSM) {
+			if id, err := nextIncarnation(sm, n.clusterID, name); err != nil || id != m.Id {
+				refusal = cmp.Or(err, fmt.Errorf("%w: %q was added or removed meanwhile; retry", ErrMembershipRefused, name))
+				return
+			}
+			refusal = checkNewMember(sm, m)
+		})
 		return refusal
 	}
 	if err := check(); err != nil { // answer at once, without waiting for the semaphore
@@ -179,11 +187,26 @@ func validMemberAddrs(name, peerAddr, clientAddr string) error {
 // maxMemberName bounds a member's name (docs/design.md, "Limits").
 const maxMemberName = 64
 
-// checkNewMember refuses a member whose name, id or addresses the cluster already has, or a removed one.
+// nextIncarnation is the raft id a member called name is added under: its first incarnation the cluster
+// has not retired. A removed name may thus be added again, under a new id (identity.go).
+func nextIncarnation(sm *fsm.FSM, cluster uint64, name string) (uint64, error) {
+	for k := range maxIncarnations {
+		if id := incarnationID(cluster, name, k); !sm.WasRemoved(id) {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q was removed %d times, the limit of raft ids one name can have", ErrMembershipRefused, name, maxIncarnations)
+}
+
+// nameRemoved reports whether a member called name was ever removed (its founding id is retired first).
+func nameRemoved(sm *fsm.FSM, cluster uint64, name string) bool {
+	return sm.WasRemoved(incarnationID(cluster, name, 0))
+}
+
+// checkNewMember refuses a member whose name, id or addresses the cluster already has.
 func checkNewMember(sm *fsm.FSM, m *leasepb.Member) error {
 	if sm.WasRemoved(m.Id) {
-		return fmt.Errorf("%w: a member named %q was removed from this cluster, and a removed member never rejoins: "+
-			"add the replacement under a new name", ErrMembershipRefused, m.Name)
+		return fmt.Errorf("%w: raft id %s was retired", ErrMembershipRefused, leasepb.FormatID(m.Id))
 	}
 	for _, o := range sm.Members() {
 		switch {

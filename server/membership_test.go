@@ -223,9 +223,19 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 			t.Errorf("n%d refuses member %x", i+1, other)
 		}
 	}
-	// A removed name never comes back.
-	if _, err := leasepb.NewClusterClient(c.Conn(c.WaitLeader())).MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: "127.0.0.1:2"}); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("re-adding removed n4: %v, want FailedPrecondition", err)
+	// A removed name may be added again, under a new raft id; the old id stays retired.
+	added, err := leasepb.NewClusterClient(c.Conn(c.WaitLeader())).MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: "127.0.0.1:2"})
+	if err != nil {
+		t.Fatalf("re-adding removed n4: %v", err)
+	}
+	if nid := added.GetMember().GetId(); nid == id || nid == 0 {
+		t.Errorf("n4 added again under raft id %x (its old id %x)", nid, id)
+	}
+	for i := range 3 {
+		eventually(t, 10*time.Second, fmt.Sprintf("n%d takes n4's new id", i+1), func() bool { return c.Node(i).AcceptsPeer(added.GetMember().GetId()) })
+		if c.Node(i).AcceptsPeer(id) {
+			t.Errorf("n%d accepts messages from n4's retired id again", i+1)
+		}
 	}
 }
 

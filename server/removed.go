@@ -11,7 +11,7 @@ import (
 
 // removedMarker is the file a node writes into its data dir when it learns that it was removed from the
 // cluster. Its presence makes New refuse the data dir: a removed node's log and votes must never count
-// again (its raft id is not reused either; a replacement joins under a new name).
+// again (its raft id is not reused either; its name may be added again, under a new raft id).
 const removedMarker = "REMOVED"
 
 // writeRemovedMarker records the removal durably (file and directory synced).
@@ -49,6 +49,6 @@ func checkNotRemoved(dir, name string) error {
 
 func removedDirErr(dir, name, why string) error {
 	return fmt.Errorf("%w (%s): member %q was removed from the cluster, and data dir %s must not serve again; "+
-		"to bring this machine back, add it as a new member under a new name (leasectl member add) and start it "+
-		"on a fresh data dir with --initial-cluster-state existing", ErrRemoved, why, name, dir)
+		"to bring this machine back, add it again (leasectl member add, under this name or another) and start it "+
+		"on an empty data dir with --initial-cluster-state existing", ErrRemoved, why, name, dir)
 }

@@ -114,12 +114,20 @@ func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
 	if err != nil {
 		return nil, withDataRunbook(err)
 	}
+	// Only a founding member under its founding id bootstraps the founding configuration; a member the
+	// cluster added (or added again under a new id) learns its configuration from the leader.
+	if joined != nil || id.NodeID != memberID(id.ClusterID, cfg.Name) {
+		cfg.InitialClusterState = ClusterStateExisting
+	}
 	var seed []*leasepb.Member
 	if joined != nil {
 		seed = joined.GetMembers()
 	} else if cfg.InitialClusterState == ClusterStateExisting && logEmpty(storage) {
 		// A joining node stopped before the leader sent it anything: ask again for its peers.
-		if joined, err = discover(cfg, g); err != nil {
+		if joined, err = discover(cfg, g, false); err == nil && joined.GetRemoved() {
+			err = removedDirErr(cfg.DataDir, cfg.Name, "the cluster says so")
+		}
+		if err != nil {
 			_ = storage.Close()
 			return nil, fmt.Errorf("join the cluster: %w", err)
 		}
@@ -136,30 +144,59 @@ func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
 
 // identify returns the node's cluster and raft id: recorded in the data dir, or, on a first start, derived
 // from InitialCluster (a new cluster) or learned from the cluster it joins (with that cluster's answer).
+// A first start whose cluster knows the member as one that has run is a wiped member (rejoin.go).
 func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
 	have, ok, err := raftlog.ReadIdentity(cfg.DataDir)
 	if err != nil {
 		return raftlog.Identity{}, nil, err
 	}
 	if ok {
-		if want := memberID(have.ClusterID, cfg.Name); want != have.NodeID {
+		if !isIncarnation(have.ClusterID, cfg.Name, have.NodeID) {
 			return raftlog.Identity{}, nil, fmt.Errorf("data dir %s belongs to %v, but a node named %q in that cluster would be %016x "+
-				"(another --name?): use the original name, or a new data dir for a new member", cfg.DataDir, have, cfg.Name, want)
+				"(another --name?): use the original name, or a new data dir for a new member", cfg.DataDir, have, cfg.Name, memberID(have.ClusterID, cfg.Name))
 		}
 		return have, nil, nil
 	}
+	var resp *wirepb.JoinResponse
 	if cfg.InitialClusterState == ClusterStateExisting {
-		resp, err := discover(cfg, g)
-		if err != nil {
+		if resp, err = discover(cfg, g, false); err != nil {
 			return raftlog.Identity{}, nil, fmt.Errorf("join the cluster: %w", err)
 		}
-		return raftlog.Identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetMember().GetId()}, resp, nil
+	} else {
+		var founder raftlog.Identity
+		if founder, resp, err = foundingPeersSay(cfg); err != nil || resp == nil {
+			return founder, nil, err
+		}
 	}
+	if resp.GetStarted() || resp.GetRemoved() {
+		resp, err = rejoinOrRefuse(cfg, g, resp)
+	} else {
+		resp, err = checkJoinAnswer(cfg, resp)
+	}
+	if err != nil {
+		return raftlog.Identity{}, nil, err
+	}
+	return raftlog.Identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetMember().GetId()}, resp, nil
+}
+
+// foundingPeersSay is a founding member's identity from InitialCluster, and what its peers know of it
+// (probePeers): nil when they know of no cluster that has run with it yet, so that it founds as usual.
+func foundingPeersSay(cfg Config) (raftlog.Identity, *wirepb.JoinResponse, error) {
 	if len(cfg.InitialCluster) == 0 {
 		return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
 	}
 	cid := clusterIDOf(cfg)
-	return raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}, nil, nil
+	founder := raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}
+	resp, err := probePeers(cfg)
+	switch {
+	case err != nil:
+		return raftlog.Identity{}, nil, fmt.Errorf("found the cluster: %w", err)
+	case resp == nil:
+		return founder, nil, nil // a new cluster: the others are not up yet
+	case !resp.GetStarted() && !resp.GetRemoved() && resp.GetClusterId() == cid && resp.GetMember().GetId() == founder.NodeID:
+		return founder, nil, nil // a founding member's first start after the others'
+	}
+	return founder, resp, nil // a member that has run, or one added again under a new id
 }
 
 // logEmpty reports whether a raft log holds nothing yet (no entry, no snapshot).

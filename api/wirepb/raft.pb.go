@@ -443,7 +443,21 @@ type JoinRequest struct {
 	// confirm: the leader asks the named member itself (at its peer address in the member table) for its
 	// advertised client address, before it records one that a plaintext Join announced. The member answers
 	// with its own record (JoinResponse.member) and changes nothing.
-	Confirm       bool `protobuf:"varint,5,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	Confirm bool `protobuf:"varint,5,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	// id is the asker's raft id when it has one (a running member asking whether it was removed): removed
+	// then answers for that id, whatever member now carries the name.
+	Id uint64 `protobuf:"varint,6,opt,name=id,proto3" json:"id,omitempty"`
+	// rejoin asks the leader, for a member that lost its data dir, to retire the member's current raft id
+	// (a removal) and add the name back as a learner under a new id at peer_addr. A member that never ran
+	// (started false) is answered as it is. Refused for a member the leader heard from within an election
+	// timeout, and with peer TLS unless the first hop's certificate names the member.
+	Rejoin bool `protobuf:"varint,7,opt,name=rejoin,proto3" json:"rejoin,omitempty"`
+	// peer_addr is the asker's advertised peer address, for rejoin.
+	PeerAddr string `protobuf:"bytes,8,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	// probe asks the receiving node itself, never relayed and without a leader, what its member table says
+	// of the named member (member, removed, started): a node about to found a cluster on an empty data dir
+	// asks its founding peers whether the cluster already runs with it.
+	Probe         bool `protobuf:"varint,9,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +527,34 @@ func (x *JoinRequest) GetConfirm() bool {
 	return false
 }
 
+func (x *JoinRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetRejoin() bool {
+	if x != nil {
+		return x.Rejoin
+	}
+	return false
+}
+
+func (x *JoinRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
 // JoinResponse describes the cluster to the asking member.
 type JoinResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -521,8 +563,13 @@ type JoinResponse struct {
 	Member *leasepb.Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
 	// members is the whole member table, for the asker's first peer addresses.
 	Members []*leasepb.Member `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
-	// removed: a member of this name was removed from the cluster; its data dir must not serve again.
-	Removed       bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	// removed: a member of this name (or, when the request carries an id, that id) was removed from the
+	// cluster; its data dir must not serve again.
+	Removed bool `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	// started: the member has run before, so its log cannot be empty: it announced its client address as a
+	// voter, or the leader has seen it acknowledge entries. A node with an empty data dir must not take
+	// its place under the same raft id.
+	Started       bool `protobuf:"varint,5,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,6 +628,13 @@ func (x *JoinResponse) GetMembers() []*leasepb.Member {
 func (x *JoinResponse) GetRemoved() bool {
 	if x != nil {
 		return x.Removed
+	}
+	return false
+}
+
+func (x *JoinResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
 	}
 	return false
 }
@@ -722,7 +776,7 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"keep_alive\x18\x04 \x01(\v2\x1c.leased.v1.KeepAliveResponseH\x00R\tkeepAlive\x129\n" +
 	"\bproclaim\x18< \x01(\v2\x1b.leased.v1.ProclaimResponseH\x00R\bproclaimB\n" +
 	"\n" +
-	"\bresponse\"\x95\x01\n" +
+	"\bresponse\"\xf0\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vclient_addr\x18\x02 \x01(\tR\n" +
@@ -730,13 +784,18 @@ const file_leased_internal_v1_raft_proto_rawDesc = "" +
 	"\arelayed\x18\x03 \x01(\bR\arelayed\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\x04R\tclusterId\x12\x18\n" +
-	"\aconfirm\x18\x05 \x01(\bR\aconfirm\"\x9f\x01\n" +
+	"\aconfirm\x18\x05 \x01(\bR\aconfirm\x12\x0e\n" +
+	"\x02id\x18\x06 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06rejoin\x18\a \x01(\bR\x06rejoin\x12\x1b\n" +
+	"\tpeer_addr\x18\b \x01(\tR\bpeerAddr\x12\x14\n" +
+	"\x05probe\x18\t \x01(\bR\x05probe\"\xb9\x01\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12)\n" +
 	"\x06member\x18\x02 \x01(\v2\x11.leased.v1.MemberR\x06member\x12+\n" +
 	"\amembers\x18\x03 \x03(\v2\x11.leased.v1.MemberR\amembers\x12\x18\n" +
-	"\aremoved\x18\x04 \x01(\bR\aremoved\"\xe7\x01\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\x12\x18\n" +
+	"\astarted\x18\x05 \x01(\bR\astarted\"\xe7\x01\n" +
 	"\n" +
 	"GossipMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +

@@ -77,6 +77,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.BoolVar(&c.InsecureGossip, "insecure-gossip", false, "allow unencrypted gossip (no --gossip-key-file) on a non-loopback address (anyone who reaches it can join the pool and gossip false addresses; a warning is logged at every start)")
 	fs.StringVar(&c.InitialClusterToken, "initial-cluster-token", "", "`token` naming the cluster, the same on every node: a founding node derives the cluster id from it, a joining node accepts only the cluster it names (needed to join through unencrypted gossip). First start only")
 	fs.DurationVar(&c.JoinTimeout, "join-timeout", c.JoinTimeout, "how long a joining node's first start waits for a member to answer")
+	fs.BoolVar(&c.AutoRejoin, "auto-rejoin", false, "on an empty data dir whose cluster knows this member as one that has run (a lost volume), "+
+		"ask to be added again as a learner under a new raft id instead of refusing to start (for StatefulSets)")
 	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 	fs.Var(&aclFileFlag{rules: &c.InitialACL}, "initial-acl-file", "YAML `file` of the ACL rules a new cluster starts with (docs/security.md); used only while the cluster has no rules, ignored once any are set")
 

@@ -214,7 +214,9 @@ func (s *service) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wir
 	return t.cfg.Forward(ctx, req)
 }
 
-// Join hands the request to Config.Join, with the caller's member in ctx (Caller).
+// Join hands the request to Config.Join, with the caller's member in ctx (Caller). A rejoin retires a
+// member's raft id, so with TLS its first hop must come from that member's own certificate (a relayed one
+// comes from a member, as every connection does).
 func (s *service) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if s.t.cfg.Join == nil {
 		return nil, status.Error(codes.Unimplemented, "this node does not answer joining members")
@@ -222,6 +224,11 @@ func (s *service) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.Jo
 	member, err := s.t.streamMember(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if req.GetRejoin() && !req.GetRelayed() && s.t.cfg.TLS != nil {
+		if want, ok := s.t.cfg.MemberID(req.GetName()); !ok || member != want {
+			return nil, status.Errorf(codes.PermissionDenied, "a rejoin of member %q must come with that member's certificate", req.GetName())
+		}
 	}
 	return s.t.cfg.Join(context.WithValue(ctx, callerKey{}, member), req)
 }

@@ -58,6 +58,8 @@ type runConfig struct {
 	// Membership adds the membership nemesis (replace a follower: remove, wipe, add fresh, promote) to the
 	// schedule: LEASED_CHAOS_MEMBERSHIP=1 (membership_test.go).
 	Membership bool
+	// Wipe adds the wipe nemesis (a lost volume, restarted with --auto-rejoin): LEASED_CHAOS_WIPE=1 (wipe_test.go).
+	Wipe bool
 	// BatchGroups are groups of workers that share one client and write at the same instants, so that
 	// the SDK batches their writes (batch_test.go).
 	BatchGroups int
@@ -653,6 +655,10 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.cfg.DiskDamage && rng.IntN(4) == 0 {
 			r.diskDamageNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.Wipe && rng.IntN(4) == 0 {
+			r.wipeNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.Membership && rng.IntN(4) == 0 {

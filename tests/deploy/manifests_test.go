@@ -281,6 +281,11 @@ func TestKubernetesManifests(t *testing.T) {
 	if got := env["LEASED_INITIAL_CLUSTER"]; got != strings.Join(want, ",") {
 		t.Errorf("LEASED_INITIAL_CLUSTER = %q, want %q", got, strings.Join(want, ","))
 	}
+	// A pod whose volume is lost comes back with its founding flags on an empty data dir: it must rejoin
+	// under a new raft id rather than refuse to start (docs/operations.md, "Replace a failed node").
+	if env["LEASED_AUTO_REJOIN"] != "true" {
+		t.Errorf("LEASED_AUTO_REJOIN = %q, want \"true\"", env["LEASED_AUTO_REJOIN"])
+	}
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m.Name
