@@ -1,0 +1,53 @@
+package server
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// diskStatsPeriod is how often refreshDiskStats measures the raft log and the data dir's free space
+// between writes: the free space falls with what other processes write to the volume too.
+const diskStatsPeriod = 5 * time.Second
+
+// diskStats are the raft log's size and the free space on the data dir's filesystem, as /metrics and
+// Status report them. They are measured off the request path — after each raft log write, by the goroutine
+// that wrote, and every diskStatsPeriod by run — and read from memory. raftlog holds its lock across a
+// write and its fsync, so a scrape or a Status call that asked it directly would hang for as long as a
+// stalled disk does, and the stall metrics would never be seen.
+type diskStats struct {
+	logBytes  atomic.Int64
+	freeBytes atomic.Int64 // -1: unknown (no statfs on this platform, or it failed)
+}
+
+func newDiskStats(store logStore, dir string) *diskStats {
+	d := &diskStats{}
+	d.freeBytes.Store(-1)
+	d.measure(store, dir)
+	return d
+}
+
+// written records the log's size after a raft log write.
+func (d *diskStats) written(store logStore) { d.logBytes.Store(store.Size()) }
+
+// measure records the log's size and the filesystem's free space; it may block while a write holds the
+// log, which is why only the writers and run call it.
+func (d *diskStats) measure(store logStore, dir string) {
+	d.logBytes.Store(store.Size())
+	if free, ok := freeBytes(dir); ok {
+		d.freeBytes.Store(free)
+	}
+}
+
+// run measures every diskStatsPeriod until stop closes.
+func (d *diskStats) run(stop <-chan struct{}, store logStore, dir string) {
+	ticker := time.NewTicker(diskStatsPeriod)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ticker.C:
+			d.measure(store, dir)
+		}
+	}
+}
