@@ -35,7 +35,6 @@ func (n *node) watchedWrite(slot *writeSlot, op string, write func() error) erro
 	n.faults.beforeWrite(n.stopped)
 	err := write()
 	slot.start.Store(0)
-	n.disk.written(n.storage)
 	if p := n.fatalErr.Load(); err == nil && p != nil {
 		err = fmt.Errorf("%w: %v", ErrStopped, *p)
 	}
