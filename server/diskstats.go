@@ -6,7 +6,7 @@ import (
 )
 
 // diskStatsPeriod is how often diskStats.run measures the raft log and the data dir's free space. A scrape
-// comes every 15 s or so; measuring after every raft log write instead cost the Ready loop a bbolt read
+// comes every 15 s or so; measuring after every raft log write would cost the Ready loop a bbolt read
 // transaction and a stat of every WAL segment per save, and the free space falls with what other
 // processes write to the volume too.
 const diskStatsPeriod = time.Second
