@@ -5,6 +5,7 @@
 //
 //	c, err := client.New(client.Config{Endpoints: []string{"127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"}})
 //	lease, err := c.Acquire(ctx, "db/primary", client.WithTTL(10*time.Second))
+//	err = store.Claim(ctx, "db/primary", lease.Token()) // before the first write: older holders are refused from now on
 //	err = lease.Fenced(ctx, func(ctx context.Context, token uint64) error {
 //		return store.Write(ctx, "db/primary", token, ...) // a client/fence adapter checks the token
 //	})
@@ -34,5 +35,7 @@
 //
 // Done closing is a promise about this process's *knowledge*, not about its actions: a process can pause
 // between checking and writing. Writes to shared storage must carry the token and be checked by the storage
-// (client/fence). Release is best effort; the TTL is the real clean-up.
+// (client/fence). Claim the token at the storage as soon as Acquire returns: until the new holder's token
+// reaches the storage, the storage cannot refuse an older holder's late write. Release is best effort; the
+// TTL is the real clean-up.
 package client

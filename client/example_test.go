@@ -16,8 +16,8 @@ import (
 	"github.com/leased/leased/server"
 )
 
-// Hold a lease and write through a fence: the store itself rejects a write that carries a stale token, so a
-// holder that paused past its lease cannot overwrite the next holder's work.
+// Hold a lease, claim its token at the store, and write through a fence: the store itself rejects a write
+// that carries a stale token, so a holder that paused past its lease cannot overwrite the next holder's work.
 func ExampleClient_Acquire() {
 	endpoints, stop := exampleCluster()
 	defer stop()
@@ -33,6 +33,10 @@ func ExampleClient_Acquire() {
 
 	lease, err := c.Acquire(ctx, "reports/daily", client.WithTTL(10*time.Second))
 	if err != nil {
+		log.Fatal(err)
+	}
+	// Claim the token first: from now on the store refuses an older holder's write, even before ours.
+	if err := store.Claim(ctx, "reports/daily", lease.Token()); err != nil {
 		log.Fatal(err)
 	}
 	err = lease.Fenced(ctx, func(ctx context.Context, token uint64) error {

@@ -29,6 +29,7 @@ import (
 type fencedStore struct {
 	name  string
 	write func(ctx context.Context, token uint64, value string) error
+	claim func(ctx context.Context, token uint64) error
 	read  func(ctx context.Context) (string, error)
 }
 
@@ -39,7 +40,8 @@ func memStore() fencedStore {
 		write: func(ctx context.Context, tok uint64, v string) error {
 			return s.Write(ctx, "orders", tok, func(tx *memfence.Tx) error { tx.Put("orders/total", []byte(v)); return nil })
 		},
-		read: func(context.Context) (string, error) { v, _ := s.Get("orders/total"); return string(v), nil },
+		claim: func(ctx context.Context, tok uint64) error { return s.Claim(ctx, "orders", tok) },
+		read:  func(context.Context) (string, error) { v, _ := s.Get("orders/total"); return string(v), nil },
 	}
 }
 
@@ -61,6 +63,7 @@ func boltStore(t *testing.T) fencedStore {
 				return b.Put([]byte("total"), []byte(v))
 			})
 		},
+		claim: func(ctx context.Context, tok uint64) error { return f.Claim(ctx, "orders", tok) },
 		read: func(context.Context) (v string, err error) {
 			err = db.View(func(tx *bbolt.Tx) error {
 				if b := tx.Bucket([]byte("orders")); b != nil {
@@ -100,6 +103,7 @@ func pgStore(t *testing.T, ctx context.Context) fencedStore {
 				return err
 			})
 		},
+		claim: func(ctx context.Context, tok uint64) error { return f.Claim(ctx, "orders", tok) },
 		read: func(ctx context.Context) (v string, err error) {
 			err = pool.QueryRow(ctx, fmt.Sprintf("SELECT total FROM %s WHERE id = 1", table)).Scan(&v)
 			return v, err
@@ -118,7 +122,8 @@ func redisStore(t *testing.T) fencedStore {
 		write: func(ctx context.Context, tok uint64, v string) error {
 			return f.Write(ctx, "orders", tok, redisfence.Set(key, v))
 		},
-		read: func(ctx context.Context) (string, error) { return rdb.Get(ctx, key).Result() },
+		claim: func(ctx context.Context, tok uint64) error { return f.Claim(ctx, "orders", tok) },
+		read:  func(ctx context.Context) (string, error) { return rdb.Get(ctx, key).Result() },
 	}
 }
 
@@ -178,5 +183,65 @@ func TestFrozenHolderIsFencedOffByEveryAdapter(t *testing.T) {
 	// And the SDK had told a so, had it looked.
 	if la.Err() == nil {
 		t.Error("the frozen holder's lease still claims to be valid")
+	}
+}
+
+// TestClaimFencesAFrozenHolderBeforeTheNewHolderWrites is the recipe of docs/client.md ("Claim before the
+// first write"): the second holder claims its token at every store as soon as it is granted, and writes
+// nothing. The first holder wakes and writes with its old token: every adapter refuses it, though the
+// store has seen no write of the second holder. Without the claim the store would accept it (its highest
+// token is still the first holder's).
+func TestClaimFencesAFrozenHolderBeforeTheNewHolderWrites(t *testing.T) {
+	cl := servertest.Start(t, 3, nil)
+	ctx := ctxT(t)
+	stores := []fencedStore{memStore(), boltStore(t), pgStore(t, ctx), redisStore(t)}
+
+	frozen := &cutDialer{}
+	a := newClient(t, cl.Endpoints(), func(cfg *client.Config) {
+		cfg.Holder = "a"
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(frozen.dial)}
+	})
+	b := newClient(t, cl.Endpoints(), func(cfg *client.Config) { cfg.Holder = "b" })
+
+	la, err := a.Acquire(ctx, "orders", client.WithTTL(800*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := la.Token()
+	for _, s := range stores {
+		if err := s.claim(ctx, t1); err != nil {
+			t.Fatalf("%s: the first holder's claim: %v", s.name, err)
+		}
+		if err := s.write(ctx, t1, "a: 100"); err != nil {
+			t.Fatalf("%s: first write by the holder: %v", s.name, err)
+		}
+	}
+	frozen.cutOff()
+
+	lb, err := b.Acquire(ctx, "orders", client.WithTTL(5*time.Second), client.WithWait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := lb.Token()
+	for _, s := range stores {
+		if err := s.claim(ctx, t2); err != nil {
+			t.Fatalf("%s: the new holder's claim: %v", s.name, err)
+		}
+	}
+
+	for _, s := range stores {
+		err := s.write(ctx, t1, "a: 120 (stale)")
+		var stale *fence.StaleTokenError
+		if !errors.Is(err, fence.ErrStaleToken) || !errors.As(err, &stale) || stale.Highest != t2 {
+			t.Errorf("%s: the frozen holder's write after the new holder's claim returned %v, want a StaleTokenError naming %d",
+				s.name, err, t2)
+		}
+		if v, err := s.read(ctx); err != nil || v != "a: 100" {
+			t.Errorf("%s: stored %q (%v), want the first holder's last accepted write", s.name, v, err)
+		}
+		// The claimer claims again (a retry): equal tokens pass.
+		if err := s.claim(ctx, t2); err != nil {
+			t.Errorf("%s: claiming the same token again: %v", s.name, err)
+		}
 	}
 }

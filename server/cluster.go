@@ -28,7 +28,7 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		LeaderId:      n.knownLeader(),
 		CommitIndex:   n.commit.Load(),
 		AppliedIndex:  n.applied.Load(),
-		DbSizeBytes:   n.storage.Size(),
+		DbSizeBytes:   n.disk.logBytes.Load(),
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
 		PeerAddr:      n.peerAddr,

@@ -70,10 +70,12 @@ type StorageFault struct {
 	held        chan struct{}
 	holdSaves   atomic.Pointer[chan struct{}]
 	compactions atomic.Int64
+	// mu is held by a held save, as raftlog holds its lock across a write and its fsync: Size waits.
+	mu sync.RWMutex
 }
 
 // HoldSaves makes the next raft log saves wait until release is called, like a disk that stopped
-// answering: the node's Ready loop blocks in the first.
+// answering: the node's Ready loop blocks in the first, and Size waits for it as raftlog's would.
 func (f *StorageFault) HoldSaves() (release func()) {
 	hold := make(chan struct{})
 	f.holdSaves.Store(&hold)
@@ -108,9 +110,18 @@ func (f *StorageFault) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 		return *p
 	}
 	if hold := f.holdSaves.Load(); hold != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		<-*hold
 	}
 	return f.logStore.Save(hs, ents, snap)
+}
+
+// Size waits for a held save, as raftlog's does for a write in flight.
+func (f *StorageFault) Size() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.logStore.Size()
 }
 
 func (f *StorageFault) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {

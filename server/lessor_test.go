@@ -711,3 +711,68 @@ func TestLostExpiryIsReproposedAndLagCountsFromTheDeadline(t *testing.T) {
 		t.Fatalf("expiry lag reported %v, want [%v]: from the deadline", lags, want)
 	}
 }
+
+// TestQuorumOutageCountsInFull states the bound on a dead holder's lease across a quorum outage
+// (docs/design.md, "Leader changes"): time the cluster spends without a leader counts in full. Renewals
+// live in the leader's memory, so the leader after the outage cannot tell how long ago a lease was last
+// renewed: a lease not yet marked idle in the log when the outage began gets a full TTL from the takeover,
+// and an idle one its remainder from when the new leader applied the mark (or restarted). So a dead
+// holder's lease ends within max(last renewal + TTL + interval, end of the outage + TTL) + the election
+// gap. With an 8 s TTL and a 40 s outage 2 s after the grant, that is about 51 s after the grant, not the
+// 14 s that TTL + interval + election gives without an outage; a lease whose idle mark was in the log
+// before the outage ends with the takeover.
+func TestQuorumOutageCountsInFull(t *testing.T) {
+	const (
+		ttl      = 8 * time.Second
+		interval = 5 * time.Second
+		outage   = 40 * time.Second
+		tick     = 100 * time.Millisecond
+	)
+	cfg := TestConfig()
+	cfg.CheckpointInterval = interval
+	cfg.TickInterval, cfg.ElectionTicks = tick, 10
+	election := cfg.ElectionTimeout()
+	for _, restarted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("new leader restarted %v", restarted), func(t *testing.T) {
+			s := newLessorSim(t, 3, cfg)
+			s.elect(0)
+			markedTok := s.apply(acquireCmd("marked", ttl)).Lease.Token // early enough for its idle mark to be in the log
+			s.step(interval, tick)
+			granted := s.clock.Now()
+			freshTok := s.apply(acquireCmd("fresh", ttl)).Lease.Token // its idle mark is not yet due when the outage begins
+			s.step(2*time.Second, tick)
+			if marked, fresh := s.lessors[1].current("marked", markedTok), s.lessors[1].current("fresh", freshTok); !marked.idle || fresh.idle {
+				t.Fatalf("setup: idle in the log before the outage: marked %v, fresh %v; want true, false", marked.idle, fresh.idle)
+			}
+
+			// Quorum lost: the leader steps down (CheckQuorum) and no entry commits for the outage.
+			s.lessors[s.leader].demote()
+			s.leader = -1
+			s.clock.Advance(outage)
+			if restarted { // the node that leads next was restarted during the outage: it rebuilds its lessor
+				s.lessors[1].reset(s.sm, s.clock.Now())
+			}
+			quorumBack := s.clock.Now()
+			s.step(election, tick)
+			s.elect(1)
+			s.step(ttl+interval+election, tick)
+
+			for _, r := range []string{"marked", "fresh"} {
+				if _, ok := s.expired[r]; !ok {
+					t.Fatalf("%q was never expired after the outage", r)
+				}
+			}
+			bound := quorumBack.Add(ttl + election + tick)
+			if at := s.expired["fresh"]; at.After(bound) {
+				t.Errorf("the lease granted before the outage expired at %v after quorum returned, bound TTL + election gap = %v",
+					at.Sub(quorumBack), ttl+election)
+			} else {
+				t.Logf("the lease granted %v before the outage began expired %v after its grant (%v without the outage)",
+					2*time.Second, s.expired["fresh"].Sub(granted), ttl+interval+election)
+			}
+			if at, takeover := s.expired["marked"], quorumBack.Add(election); at.After(bound) || (!restarted && at.After(takeover.Add(2*tick))) {
+				t.Errorf("the lease marked idle before the outage expired %v after quorum returned", at.Sub(quorumBack))
+			}
+		})
+	}
+}

@@ -51,7 +51,7 @@ leased_is_leader 1
 
 // contractSeries are the node series of the metrics contract (docs/operations.md, "Metrics").
 var contractSeries = []string{
-	"leased_build_info", "leased_has_leader", "leased_loop_stalled_seconds", "leased_is_leader", "leased_leader_changes_total", "leased_term",
+	"leased_build_info", "leased_has_leader", "leased_loop_stalled_seconds", "leased_ready", "leased_disk_free_bytes", "leased_is_leader", "leased_leader_changes_total", "leased_term",
 	"leased_proposals_total", "leased_disk_fsync_duration_seconds", "leased_apply_duration_seconds",
 	"leased_raft_log_entries", "leased_db_size_bytes", "leased_snapshot_size_bytes", "leased_snapshot_duration_seconds",
 	"leased_live_leases", "leased_waiters", "leased_watchers", "leased_open_streams", "leased_keepalive_batch_size",
@@ -236,7 +236,7 @@ func TestMetricsContract(t *testing.T) {
 				t.Errorf("%s: no series for peer %s", name, peer)
 			}
 		}
-		for _, g := range []string{"leased_term", "leased_commit_index", "leased_applied_index", "leased_db_size_bytes", "leased_raft_log_entries", "leased_snapshot_size_bytes"} {
+		for _, g := range []string{"leased_term", "leased_commit_index", "leased_applied_index", "leased_db_size_bytes", "leased_disk_free_bytes", "leased_raft_log_entries", "leased_snapshot_size_bytes"} {
 			if v := s.value(g); v <= 0 && i != li {
 				t.Errorf("%s: %s = %v, want > 0", name, g, v)
 			}
@@ -249,8 +249,8 @@ func TestMetricsContract(t *testing.T) {
 		if i == li {
 			continue // stopped
 		}
-		if s.value("leased_has_leader") != 1 {
-			t.Errorf("%s: has_leader = %v after the new election", name, s.value("leased_has_leader"))
+		if s.value("leased_has_leader") != 1 || s.value("leased_ready") != 1 {
+			t.Errorf("%s: has_leader = %v, ready = %v after the new election", name, s.value("leased_has_leader"), s.value("leased_ready"))
 		}
 		if want := boolValue(i == nli); s.value("leased_is_leader") != want {
 			t.Errorf("%s: is_leader = %v, want %v", name, s.value("leased_is_leader"), want)

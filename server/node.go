@@ -140,6 +140,7 @@ type node struct {
 	epoch     time.Time
 	loopWrite writeSlot
 	snapWrite writeSlot
+	disk      *diskStats    // the log's size and the volume's free space, for readers that must not wait (diskstats.go)
 	logPath   string        // raft.db: where snapshots are written
 	walPath   func() string // the WAL segment Save and Compact write; nil: logPath
 	faults    diskFaults    // injected stalls; empty unless built with -tags faultinject

@@ -355,6 +355,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.applied.Store(snapIndex)
 	n.audit = newAuditTrail(n.log, snapIndex)
 	n.logIndex = storage
+	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
@@ -498,6 +499,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
 	s.spawn(func() { s.node.snapshotLoop(s.stop) })
 	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.notify(s.stop) })

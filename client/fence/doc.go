@@ -26,6 +26,13 @@
 // fails, the whole step is undone: the recorded token is unchanged and
 // nothing is written.
 //
+// Every adapter also has Claim(ctx, resource, token): the same check and
+// record of the token with no data written. A new holder claims its token as
+// soon as it is granted, before its first write; from then on the store
+// refuses the writes of every older holder, even one that paused before the
+// new holder had anything to write (see "Claim before the first write" in
+// the SDK guide).
+//
 // The consequence (invariant I5 of the design): an adapter never accepts a
 // token lower than one it accepted for the same resource, under concurrent
 // writers and across restarts of the store.

@@ -21,7 +21,9 @@ import (
 // adminServer is the node's small HTTP server for operators and orchestrators:
 //
 //	/healthz  200 while the process runs
-//	/readyz   200 when the node knows a leader (it can serve requests), 503 otherwise and while stopping;
+//	/readyz   200 when the node is ready: it knows a leader and its raft loop runs (it can serve requests);
+//	          503 with the reason otherwise (no leader, "raft loop stalled for 1.2s: ..." while a disk write
+//	          blocks it, stopped) and while stopping. It never waits for the raft loop or the disk;
 //	          a second line "alarm: NOSPACE ..." while the state is at --quota-bytes (still 200: renewals,
 //	          releases and reads are served, and a probe must not take every node out of service at once)
 //	/metrics  Prometheus metrics (leased_*, plus the Go runtime's and the process's)
@@ -47,6 +49,23 @@ type adminServer struct {
 // leaderKnower is what the admin server asks of the node.
 type leaderKnower interface {
 	Leader() uint64
+}
+
+// readier is a node that says whether it can serve and, if not, why (server.Server does); a node that
+// is not one is ready while it knows a leader.
+type readier interface {
+	Ready() error
+}
+
+// notReady is why node cannot serve (nil: it can), by the rule of readier.
+func notReady(node leaderKnower, leader uint64) error {
+	if r, ok := node.(readier); ok {
+		return r.Ready()
+	}
+	if leader == 0 {
+		return errors.New("no leader")
+	}
+	return nil
 }
 
 // quotaReporter is a node that reports its state size against its quota (server.Server does).
@@ -85,11 +104,12 @@ func (a *adminServer) handler(node leaderKnower) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch leader := node.Leader(); {
+		leader := node.Leader()
+		switch err := notReady(node, leader); {
 		case a.stopping.Load():
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		case leader == 0:
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		default:
 			fmt.Fprintf(w, "ok: leader %s\n", leasepb.FormatID(leader))
 			if q, ok := node.(quotaReporter); ok {

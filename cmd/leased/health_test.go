@@ -3,16 +3,50 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/leased/leased/server"
 )
 
 type fakeLeader struct{ id atomic.Uint64 }
 
 func (f *fakeLeader) Leader() uint64 { return f.id.Load() }
+
+// readyNode is a node that says whether it is ready, as server.Server does.
+type readyNode struct {
+	fakeLeader
+	err atomic.Pointer[error]
+}
+
+func (f *readyNode) Ready() error {
+	if p := f.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// TestHealthFailsOnAStalledNode: a node that knows a leader but whose raft loop is stalled (its disk
+// blocks a write) is not ready: /readyz answers 503 with the reason and `leased health` exits 1.
+func TestHealthFailsOnAStalledNode(t *testing.T) {
+	node := &readyNode{}
+	node.id.Store(7)
+	srv := httptest.NewServer((&adminServer{}).handler(node))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if code, out := healthExit(t, env(), "--admin-addr", addr); code != 0 || !strings.Contains(out, "/readyz: ok: leader") {
+		t.Fatalf("ready: exit %d, %q", code, out)
+	}
+	stalled := fmt.Errorf("%w for 1.5s: raft log save in flight for 1.5s", server.ErrLoopStalled)
+	node.err.Store(&stalled)
+	if code, out := healthExit(t, env(), "--admin-addr", addr); code != 1 || !strings.Contains(out, "raft loop stalled for 1.5s") {
+		t.Fatalf("stalled, leader known: exit %d, %q", code, out)
+	}
+}
 
 // healthExit runs `leased health args...` in-process and returns its exit code and output.
 func healthExit(t *testing.T, getenv func(string) string, args ...string) (int, string) {

@@ -200,7 +200,10 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-var _ leaderKnower = (*server.Server)(nil)
+var (
+	_ leaderKnower = (*server.Server)(nil)
+	_ readier      = (*server.Server)(nil)
+)
 
 // freeAddrs returns n distinct loopback addresses for a leased binary to listen on
 // (servertest.FreeAddrs: drawn below the ephemeral range, where an outgoing connection of another test

@@ -23,6 +23,8 @@ var nodeMetrics = map[string]kind{
 	"leased_has_leader":                  gauge,
 	"leased_is_leader":                   gauge,
 	"leased_loop_stalled_seconds":        gauge,
+	"leased_ready":                       gauge,
+	"leased_disk_free_bytes":             gauge,
 	"leased_leader_changes_total":        counter,
 	"leased_leader_stream_lost_total":    counter,
 	"leased_term":                        gauge,

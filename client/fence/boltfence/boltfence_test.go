@@ -96,6 +96,12 @@ func (h *harness) AppendThenFail(ctx context.Context, resource string, token uin
 	})
 }
 
+func (h *harness) Claim(ctx context.Context, resource string, token uint64) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return boltfence.New(h.db).Claim(ctx, resource, token)
+}
+
 func (h *harness) History(_ context.Context, resource string) ([]string, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

@@ -34,7 +34,12 @@ var cases = []testCase{
 	{"ResourceNames", false, testResourceNames},
 	{"ConcurrentWriters", false, testConcurrentWriters},
 	{"ManyResources", false, testManyResources},
+	{"ClaimInvalidInput", false, testClaimInvalidInput},
+	{"ClaimRecordsToken", false, testClaimRecordsToken},
+	{"ClaimFencesPausedHolder", false, testClaimFencesPausedHolder},
+	{"ConcurrentClaims", false, testConcurrentClaims},
 	{"Reopen", true, testReopen},
+	{"ClaimReopen", true, testClaimReopen},
 	{"ReopenDuringConcurrentWriters", true, testReopenDuringWriters},
 }
 

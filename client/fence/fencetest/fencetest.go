@@ -11,7 +11,8 @@
 // The suite checks the contract of package fence: a write is accepted iff its
 // token is >= every token accepted for the resource, atomically with the
 // write; a rejected write returns a *fence.StaleTokenError and leaves no
-// trace; a failing caller write leaves the token and the data unchanged;
+// trace; a claim records a token under the same rule without writing data,
+// and refuses every later write with a lower token; a failing caller write leaves the token and the data unchanged;
 // and invariant I5 (accepted tokens never decrease) holds under concurrent
 // writers and, for durable stores, across reopens.
 //
@@ -49,6 +50,10 @@ type Harness interface {
 	// caller part may instead be one the adapter rejects before writing
 	// anything; the harness then joins failure to the adapter's error.
 	AppendThenFail(ctx context.Context, resource string, token uint64, value string, failure error) error
+
+	// Claim records token for resource through the adapter's Claim, which
+	// checks and records it as a fenced write does but writes no data.
+	Claim(ctx context.Context, resource string, token uint64) error
 
 	// History returns the values appended to resource, oldest first; none
 	// for an unknown resource.

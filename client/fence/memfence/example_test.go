@@ -39,3 +39,34 @@ func ExampleStore_Write() {
 	// token 17 rejected, highest is 42
 	// written by holder 42
 }
+
+// A new holder claims its token as soon as it is granted. An old holder that
+// paused, and wakes before the new holder has written anything, is refused
+// all the same.
+func ExampleStore_Claim() {
+	ctx := context.Background()
+	store := memfence.New()
+
+	// The old holder (token 17) wrote, then paused past its lease.
+	_ = store.Write(ctx, "report-job", 17, func(tx *memfence.Tx) error {
+		tx.Put("report", []byte("draft by holder 17"))
+		return nil
+	})
+
+	// The new holder is granted token 42 and claims it before any write.
+	fmt.Println("claim 42:", store.Claim(ctx, "report-job", 42))
+
+	// The old holder wakes and writes: refused, though 42 has written nothing.
+	err := store.Write(ctx, "report-job", 17, func(tx *memfence.Tx) error {
+		tx.Put("report", []byte("late write by holder 17"))
+		return nil
+	})
+	fmt.Println("late write refused:", errors.Is(err, fence.ErrStaleToken))
+
+	report, _ := store.Get("report")
+	fmt.Println(string(report))
+	// Output:
+	// claim 42: <nil>
+	// late write refused: true
+	// draft by holder 17
+}

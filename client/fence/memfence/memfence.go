@@ -64,6 +64,15 @@ func (s *Store) Write(ctx context.Context, resource string, token uint64, write 
 	return nil
 }
 
+// Claim records token as the highest token of resource without writing any
+// data, under the same rule as Write: a token lower than one already accepted
+// is refused with a *fence.StaleTokenError; an equal one is accepted. A new
+// holder claims its token before its first write so that an older holder's
+// late write is refused from then on.
+func (s *Store) Claim(ctx context.Context, resource string, token uint64) error {
+	return s.Write(ctx, resource, token, func(*Tx) error { return nil })
+}
+
 func (s *Store) commit(tx *Tx) {
 	for k := range tx.deleted {
 		delete(s.data, k)

@@ -45,6 +45,10 @@ func (h harness) AppendThenFail(ctx context.Context, resource string, token uint
 	})
 }
 
+func (h harness) Claim(ctx context.Context, resource string, token uint64) error {
+	return h.s.Claim(ctx, resource, token)
+}
+
 func (h harness) History(_ context.Context, resource string) ([]string, error) {
 	v, _ := h.s.Get(historyKey(resource))
 	lines := strings.Split(string(v), "\n")

@@ -141,6 +141,12 @@ func (h *harness) AppendThenFail(ctx context.Context, resource string, token uin
 	})
 }
 
+func (h *harness) Claim(ctx context.Context, resource string, token uint64) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.fence.Claim(ctx, resource, token)
+}
+
 func (h *harness) History(ctx context.Context, resource string) ([]string, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

@@ -187,6 +187,15 @@ func (f *Fence) Write(ctx context.Context, resource string, token uint64, cmds .
 	return decodeReply(resource, token, reply)
 }
 
+// Claim records token as the highest token of resource without writing any
+// data (Write with no commands): a token lower than one already accepted is
+// refused with a *fence.StaleTokenError; an equal one is accepted. A new
+// holder claims its token before its first write so that an older holder's
+// late write is refused from then on.
+func (f *Fence) Claim(ctx context.Context, resource string, token uint64) error {
+	return f.Write(ctx, resource, token)
+}
+
 // Highest returns the highest token accepted for resource, or 0 if none.
 func (f *Fence) Highest(ctx context.Context, resource string) (uint64, error) {
 	if err := f.checkResource(resource); err != nil {

@@ -146,6 +146,15 @@ func (f *Fence) Write(ctx context.Context, resource string, token uint64, write 
 	return nil
 }
 
+// Claim records token as the highest token of resource without writing any
+// data, in one transaction under the same rule as Write: a token lower than
+// one already accepted is refused with a *fence.StaleTokenError; an equal one
+// is accepted. A new holder claims its token before its first write so that
+// an older holder's late write is refused from then on.
+func (f *Fence) Claim(ctx context.Context, resource string, token uint64) error {
+	return f.Write(ctx, resource, token, func(context.Context, *sql.Tx) error { return nil })
+}
+
 // Check is the building block of Write for callers that manage their own
 // transaction: it records token for resource unless a greater one is
 // recorded, and reads the row back to decide, in tx. If it returns an error
