@@ -69,9 +69,14 @@ func checkPeerMessage(m *raftpb.Message, v peerView) string {
 	case m.GetTerm() >= maxPeerTerm || m.GetLogTerm() >= maxPeerTerm || m.GetIndex() >= maxPeerTerm ||
 		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm || !v.acceptTerm(m.GetTerm()):
 		return dropTerm
-	case m.GetTerm() == 0 && m.GetType() != raftpb.MsgReadIndex:
+	case (m.GetTerm() == 0) != (m.GetType() == raftpb.MsgReadIndex):
 		// raft takes a term of 0 for a local message and skips every term check; only a follower's
-		// forwarded MsgReadIndex travels without one.
+		// forwarded MsgReadIndex travels without one, and always without (a follower forwarding one with
+		// a term to its leader panics).
+		return dropMalformed
+	case (m.GetType() == raftpb.MsgHeartbeat || m.GetType() == raftpb.MsgHeartbeatResp) && len(m.GetContext()) != 0 && len(m.GetContext()) != 8:
+		// A heartbeat's context is a leader's read-index round (8 bytes), echoed back; the leader reads
+		// 8 bytes from any non-empty one.
 		return dropMalformed
 	}
 	switch m.GetType() {

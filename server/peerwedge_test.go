@@ -119,7 +119,8 @@ func TestForgedHeartbeatAtAnyTermLeavesALeader(t *testing.T) {
 }
 
 // Forged snapshots to a follower: garbage data, and well-formed states (an extra lease) that a member
-// other than the leader sends, that disagree with their metadata, or that claim a term nobody reached.
+// other than the leader sends, that disagree with their metadata, or that claim a term nobody reached; and
+// a heartbeat in the current term from a member that is not its leader.
 // Each is dropped as malformed; no node stops, the follower's state is what it was, also after a restart.
 func TestForgedSnapshotsAreDropped(t *testing.T) {
 	pc := startPeerCluster(t, nil)
@@ -140,6 +141,7 @@ func TestForgedSnapshotsAreDropped(t *testing.T) {
 		from uint64
 		m    *raftpb.Message
 	}{
+		{"a heartbeat from a member that is not the leader", stranger, heartbeat(term, 0)},
 		{"garbage data from the leader", leader, snapshotMsg(term, at, voters, []byte("not a snapshot"))},
 		{"no data from the leader", leader, snapshotMsg(term, at, voters, nil)},
 		{"a well-formed state from a member that is not the leader", stranger, snapshotMsg(term, at, voters, forged)},

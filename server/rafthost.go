@@ -191,11 +191,11 @@ func (h *raftHost) intake(acceptProposals bool) {
 }
 
 // stepMessage steps a peer's message. Raft's refusals (a response from a peer it no longer tracks, a
-// local message type from the network) drop the message, as raft.Node dropped them. A snapshot that is
-// not from the leader this node follows is dropped here, against raft's view as it would step it
-// (peersnap.go).
+// local message type from the network) drop the message, as raft.Node dropped them. The peer checks
+// that need raft's own view are made here, as it would step the message (fitsRaftState): a leader's
+// message from a member that is not the leader, say.
 func (h *raftHost) stepMessage(m *raftpb.Message) {
-	if m.GetType() == raftpb.MsgSnap && !snapshotFromLeader(h.rn.BasicStatus(), m) {
+	if needsRaftState(m.GetType()) && !fitsRaftState(h.rn.BasicStatus(), m) {
 		if h.dropped != nil {
 			h.dropped(dropMalformed, 1)
 		}
