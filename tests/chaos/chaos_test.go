@@ -45,7 +45,7 @@ func TestChaos(t *testing.T) {
 		L1Holders: 4, Semaphore: 3, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
 		Plants: plantsFromEnv(), TLS: tlsFromEnv(), Membership: os.Getenv("LEASED_CHAOS_MEMBERSHIP") == "1",
 		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1", LogLevel: os.Getenv("LEASED_CHAOS_LOG_LEVEL"),
-		Mixed: mixedFromEnv(),
+		Mixed: mixedFromEnv(), PeerForge: os.Getenv("LEASED_CHAOS_PEERFORGE") == "1",
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
