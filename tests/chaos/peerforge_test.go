@@ -30,6 +30,9 @@ import (
 // promise: a leader within 15 s).
 const peerForgeBound = 15 * time.Second
 
+// peerForgeWatch is how long after a burst the node must keep running.
+const peerForgeWatch = 5 * time.Second
+
 // peerForgeNemesis sends one burst of forged messages to a random node and checks what follows.
 func (r *run) peerForgeNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	if r.cfg.TLS || ld < 0 {
@@ -56,14 +59,22 @@ func (r *run) peerForgeNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	if err != nil {
 		r.t.Logf("peer-forge: %v", err) // the node refused the link: nothing reached raft
 	}
-	sleepCtx(ctx, time.Second)
 	_, _, werr := r.c.WaitLeader(peerForgeBound)
-	running := r.c.Running(target)
+	// A node that took something it cannot use stops after the leader is back, and takes a few seconds
+	// to exit (it drains its clients first): it must still run and answer a while after the burst.
+	running := true
+	for end := time.Now().Add(peerForgeWatch); running && time.Now().Before(end) && ctx.Err() == nil; {
+		sleepCtx(ctx, 200*time.Millisecond)
+		running = r.c.Running(target)
+	}
+	if _, err := r.c.Status(ctx, target); err != nil && ctx.Err() == nil {
+		running = false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at := time.Duration(r.hist.now())
 	if !running {
-		r.peerForgeFindings = append(r.peerForgeFindings, fmt.Sprintf("%s stopped after forged peer messages at %v", r.c.Nodes[target].Name, at))
+		r.peerForgeFindings = append(r.peerForgeFindings, fmt.Sprintf("%s stopped or stopped answering after forged peer messages at %v", r.c.Nodes[target].Name, at))
 	}
 	if werr != nil {
 		r.peerForgeFindings = append(r.peerForgeFindings, fmt.Sprintf("no leader within %v of forged peer messages to %s at %v: %v", peerForgeBound, r.c.Nodes[target].Name, at, werr))
