@@ -24,7 +24,8 @@ import (
 //     allowance that grows with time, not with messages: at most maxTermJump above its current term plus
 //     maxTermJump for every second it has held that term, and at most maxTermJump above the term it
 //     started with plus maxTermJump for every second it has run. Reaching termCeiling then takes 2^31
-//     seconds (68 years) of forged messages, and a node that fell behind (it dropped a jump, or missed
+//     seconds (68 years) of forged messages (next terms aside, one a message, and a fresh allowance at
+//     each restart), and a node that fell behind (it dropped a jump, or missed
 //     one) is within the allowance again a few seconds after the others stop jumping: nobody is left
 //     behind for good, which a fixed relative bound would do to a node the others outran by one election.
 //
