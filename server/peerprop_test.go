@@ -153,8 +153,19 @@ func (f *forger) pastLog(last uint64) uint64 {
 	}
 }
 
+// boundTerms are the terms next to a bound: the next election's, the edges of the allowance, the
+// ceilings of old and now, the top of the range.
+func boundTerms(own uint64) []uint64 {
+	return []uint64{own + 1, own + 1<<32 - 1, own + 1<<32, own + 1<<32 + 1, 1<<62 - 1, 1 << 62, 1<<63 - 1, 1 << 63, math.MaxUint64}
+}
+
 func (f *forger) message(t *testing.T, n *server.Server) *raftpb.Message {
 	own, last := n.Term(), n.LogLastIndex()
+	if f.rng.IntN(3) == 0 {
+		// A term probe: a heartbeat that passes every other check, at a term next to a bound.
+		terms := boundTerms(own)
+		return heartbeat(terms[f.rng.IntN(len(terms))], 0)
+	}
 	term, logTerm := f.term(own), f.term(own)
 	m := &raftpb.Message{
 		Type: forgedTypes[f.rng.IntN(len(forgedTypes))].Enum(), Term: &term, LogTerm: &logTerm,
