@@ -1,10 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/fsm"
 )
 
 // Raft's asynchronous storage writes (raft.Config.AsyncStorageWrites, doc.go "Usage with Asynchronous
@@ -47,7 +50,14 @@ func lastIndexOf(m *raftpb.Message) uint64 {
 // in (raft.Ready.MustSync): false when only the commit index moved.
 func (n *node) appendLocal(m *raftpb.Message, mustSync bool) error {
 	var snap *raftpb.Snapshot
+	var sm *fsm.FSM
 	if s := m.GetSnapshot(); s != nil && !raft.IsEmptySnap(s) {
+		// Decoded before it is persisted: the peer checks refuse data that does not decode, and should
+		// one ever get through, the node stops now rather than on every restart.
+		var err error
+		if sm, err = fsm.Restore(s.GetData()); err != nil {
+			return fmt.Errorf("restore snapshot at %d: %w", s.GetMetadata().GetIndex(), err)
+		}
 		snap = s
 	}
 	err := n.persist(hardStateOf(m), m.GetEntries(), snap, mustSync)
@@ -56,7 +66,7 @@ func (n *node) appendLocal(m *raftpb.Message, mustSync bool) error {
 		return err
 	}
 	if snap != nil {
-		if err := n.restoreSnapshot(snap); err != nil {
+		if err := n.restoreSnapshot(snap, sm); err != nil {
 			return err
 		}
 	}

@@ -103,6 +103,9 @@ type node struct {
 	// have (0: none; peerView.lastIndex).
 	appending atomic.Uint64
 
+	// terms bounds the peer terms this node accepts (peerterms.go); it follows term.
+	terms *termGuard
+
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
 	// peers are the transport's peers and their addresses (Ready loop only; members.go).
@@ -276,6 +279,7 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
+		n.terms.observe(rd.HardState.GetTerm())
 		n.commit.Store(rd.HardState.GetCommit())
 	}
 	if rd.SoftState != nil {
@@ -400,12 +404,8 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 
 func (n *node) isLeader() bool { return raft.StateType(n.role.Load()) == raft.StateLeader }
 
-// restoreSnapshot replaces the state machine with a snapshot received from the leader.
-func (n *node) restoreSnapshot(snap *raftpb.Snapshot) error {
-	sm, err := fsm.Restore(snap.GetData())
-	if err != nil {
-		return fmt.Errorf("restore snapshot at %d: %w", snap.GetMetadata().GetIndex(), err)
-	}
+// restoreSnapshot replaces the state machine with sm, decoded from a snapshot received from the leader.
+func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	sm.SetClusterID(n.clusterID)
 	n.fsmMu.Lock()
 	n.sm = sm

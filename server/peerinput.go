@@ -25,16 +25,17 @@ const (
 	dropSenderMismatch = transport.RejectSenderMismatch // the batch's sender is not its certificate's member (transport)
 	dropNotMember      = "not_member"                   // from an id that is not a member, or from ourselves
 	dropType           = "type"                         // a message type that never travels between nodes
-	dropTerm           = "term"                         // a term or index too large to be real (raft would overflow)
+	dropTerm           = "term"                         // a term far ahead of this node's, or a term or index too large to be real
 	dropCommit         = "commit"                       // a heartbeat committing past the end of this node's log
 	dropMalformed      = "malformed"                    // entries, acknowledgements or a snapshot that cannot be right
 )
 
 var peerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
 
-// maxPeerTerm bounds terms and indexes a peer may send. 2^62 leaves raft every increment it will ever
-// make (a term grows by one per election) without overflow, and no real cluster gets near it.
-const maxPeerTerm = 1 << 62
+// maxPeerTerm bounds terms and indexes a peer may send: termCeiling (peerterms.go) leaves raft every
+// increment it will ever make without overflow. A term must also be within the node's allowance
+// (termGuard): not far ahead of its own.
+const maxPeerTerm = termCeiling
 
 // peerTypes are the raft messages that travel between nodes. The others are local (MsgHup, MsgBeat, the
 // storage messages, ...) or unused here (MsgProp: proposal forwarding is disabled).
@@ -52,6 +53,8 @@ type peerView struct {
 	// lastIndex is the last index in the log: the durable log, or the append in flight (whose entries a
 	// leader sends its followers while it writes them, so their acknowledgements may arrive first).
 	lastIndex func() uint64
+	// acceptTerm reports whether a message at this term may reach raft (termGuard.acceptTerm).
+	acceptTerm func(term uint64) bool
 }
 
 // checkPeerMessage returns why m must be dropped, or "" to let raft have it.
@@ -64,11 +67,16 @@ func checkPeerMessage(m *raftpb.Message, v peerView) string {
 	case !peerTypes[m.GetType()]:
 		return dropType
 	case m.GetTerm() >= maxPeerTerm || m.GetLogTerm() >= maxPeerTerm || m.GetIndex() >= maxPeerTerm ||
-		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm:
+		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm || !v.acceptTerm(m.GetTerm()):
 		return dropTerm
-	case m.GetTerm() == 0 && m.GetType() != raftpb.MsgReadIndex:
+	case (m.GetTerm() == 0) != (m.GetType() == raftpb.MsgReadIndex):
 		// raft takes a term of 0 for a local message and skips every term check; only a follower's
-		// forwarded MsgReadIndex travels without one.
+		// forwarded MsgReadIndex travels without one, and always without (a follower forwarding one with
+		// a term to its leader panics).
+		return dropMalformed
+	case (m.GetType() == raftpb.MsgHeartbeat || m.GetType() == raftpb.MsgHeartbeatResp) && len(m.GetContext()) != 0 && len(m.GetContext()) != 8:
+		// A heartbeat's context is a leader's read-index round (8 bytes), echoed back; the leader reads
+		// 8 bytes from any non-empty one.
 		return dropMalformed
 	}
 	switch m.GetType() {
@@ -90,7 +98,7 @@ func checkPeerMessage(m *raftpb.Message, v peerView) string {
 			return dropMalformed
 		}
 	case raftpb.MsgSnap:
-		if !validSnapshot(m) {
+		if !validSnapshot(m, v.self) {
 			return dropMalformed
 		}
 	}
@@ -119,8 +127,10 @@ func consistentEntries(m *raftpb.Message) bool {
 }
 
 // validSnapshot reports whether a MsgSnap carries a snapshot raft can restore: an index and term, a term
-// no newer than the sender's, and a configuration raft accepts (it panics on one it cannot restore).
-func validSnapshot(m *raftpb.Message) bool {
+// no newer than the sender's, a configuration raft accepts (it panics on one it cannot restore), and data
+// this node can restore that agrees with them (checkSnapshotData). Raft persists a snapshot it accepts
+// before the node reads its data: data that does not decode would stop the node on every restart.
+func validSnapshot(m *raftpb.Message, self uint64) bool {
 	md := m.GetSnapshot().GetMetadata()
 	if md == nil || md.GetIndex() == 0 || md.GetIndex() >= maxPeerTerm || md.GetTerm() == 0 || md.GetTerm() > m.GetTerm() {
 		return false
@@ -137,7 +147,10 @@ func validSnapshot(m *raftpb.Message) bool {
 	}
 	pt := tracker.MakeProgressTracker(1, 0)
 	pt.Config, pt.Progress = cfg, prs
-	return cs.Equivalent(pt.ConfState()) == nil
+	if cs.Equivalent(pt.ConfState()) != nil {
+		return false
+	}
+	return checkSnapshotData(m.GetSnapshot(), self, m.GetFrom()) == nil
 }
 
 // errPeerMessageDropped: a peer message failed checkPeerMessage.
@@ -165,6 +178,7 @@ func (n *node) peerView() peerView {
 			}
 			return max(last, appending)
 		},
+		acceptTerm: n.terms.acceptTerm,
 	}
 }
 

@@ -8,6 +8,9 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 )
 
 // FuzzPeerMessage hands authenticated-but-garbage messages — every field of a raftpb.Message chosen by
@@ -51,11 +54,13 @@ func FuzzPeerMessage(f *testing.F) {
 					cs.Learners = append(cs.Learners, id)
 				}
 			}
-			m.Snapshot = &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: &snapIndex, Term: &snapTerm, ConfState: cs}}
+			m.Snapshot = &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: &snapIndex, Term: &snapTerm, ConfState: cs},
+				Data: fuzzSnapshotData(t, snapIndex, cs)}
 		}
 		view := peerView{
-			self:     1,
-			isMember: func(id uint64) bool { return id >= 1 && id <= 3 },
+			self:       1,
+			acceptTerm: newTermGuard(NewManualClock(), rn.Status().GetTerm()).acceptTerm,
+			isMember:   func(id uint64) bool { return id >= 1 && id <= 3 },
 			lastIndex: func() uint64 {
 				last, _ := storage.LastIndex()
 				return last
@@ -147,4 +152,26 @@ func drainRaft(t *testing.T, rn *raft.RawNode, storage *raft.MemoryStorage) {
 		}
 		rn.Advance(rd)
 	}
+}
+
+// fuzzSnapshotData is the state a snapshot at index with configuration cs carries: its members, so that
+// the data checks pass and raft's side of the snapshot is what the fuzzer explores.
+func fuzzSnapshotData(t *testing.T, index uint64, cs *raftpb.ConfState) []byte {
+	t.Helper()
+	var members []*leasepb.Member
+	for _, id := range cs.GetVoters() {
+		members = append(members, &leasepb.Member{Id: id, Name: fmt.Sprint(id)})
+	}
+	for _, id := range cs.GetLearners() {
+		members = append(members, &leasepb.Member{Id: id, Name: fmt.Sprint(id), IsLearner: true})
+	}
+	sm := fsm.New()
+	if err := sm.Rebase(index, members); err != nil {
+		t.Fatal(err)
+	}
+	data, err := sm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

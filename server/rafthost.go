@@ -63,6 +63,8 @@ type raftHost struct {
 	stopped <-chan struct{}
 	// refused tells a proposer that raft dropped its proposal (called on the loop).
 	refused func(id uint64, err error)
+	// dropped counts a peer message refused on the loop (leased_peer_messages_dropped_total); may be nil.
+	dropped func(reason string, count int)
 }
 
 func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused func(uint64, error)) *raftHost {
@@ -189,8 +191,16 @@ func (h *raftHost) intake(acceptProposals bool) {
 }
 
 // stepMessage steps a peer's message. Raft's refusals (a response from a peer it no longer tracks, a
-// local message type from the network) drop the message, as raft.Node dropped them.
+// local message type from the network) drop the message, as raft.Node dropped them. The peer checks
+// that need raft's own view are made here, as it would step the message (fitsRaftState): a leader's
+// message from a member that is not the leader, say.
 func (h *raftHost) stepMessage(m *raftpb.Message) {
+	if needsRaftState(m.GetType()) && !fitsRaftState(h.rn.BasicStatus(), m) {
+		if h.dropped != nil {
+			h.dropped(dropMalformed, 1)
+		}
+		return
+	}
 	_ = h.rn.Step(m)
 }
 

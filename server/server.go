@@ -380,6 +380,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.host = newRaftHost(rn, n.id, n.done, func(id uint64, err error) {
 		n.proposals.deliver(id, proposalOutcome{err: err, refused: true})
 	})
+	n.host.dropped = n.metrics.peerRejected
 	n.raft = n.host
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
@@ -482,6 +483,9 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 	if err != nil {
 		return nil, fmt.Errorf("read initial state: %w", err)
 	}
+	// The persisted term, until raft's first Ready changes it: peer terms are judged against it.
+	n.term.Store(hs.GetTerm())
+	n.terms = newTermGuard(n.clock, hs.GetTerm())
 	rn, err := raft.NewRawNode(c)
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)

@@ -46,7 +46,7 @@ func TestChaos(t *testing.T) {
 		Plants: plantsFromEnv(), TLS: tlsFromEnv(), Membership: os.Getenv("LEASED_CHAOS_MEMBERSHIP") == "1",
 		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1", LogLevel: os.Getenv("LEASED_CHAOS_LOG_LEVEL"),
 		Mixed: mixedFromEnv(), DiskDamage: os.Getenv("LEASED_CHAOS_DISK") == "1",
-		Wipe: os.Getenv("LEASED_CHAOS_WIPE") == "1",
+		Wipe: os.Getenv("LEASED_CHAOS_WIPE") == "1", PeerForge: os.Getenv("LEASED_CHAOS_PEERFORGE") == "1",
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)

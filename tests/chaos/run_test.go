@@ -66,6 +66,8 @@ type runConfig struct {
 	// Flood adds the flood nemesis (a hostile client past the per-connection and per-resource limits) and
 	// its "limits" checker: LEASED_CHAOS_FLOOD=1 (flood_test.go).
 	Flood bool
+	// PeerForge adds the peer-forge nemesis (forged raft messages to a peer port): LEASED_CHAOS_PEERFORGE=1.
+	PeerForge bool
 	// Mixed, if set, is the git revision whose build runs beside the build under test (mixed_test.go;
 	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for proc.PreviousBuild); OtherBin is that build and
 	// OtherVersion the version its nodes report.
@@ -137,6 +139,8 @@ type run struct {
 	// the flood nemesis: floods begun (nemesis goroutine only), and what the limits checker found
 	floods        int
 	floodFindings []string
+	// peerForgeFindings: what the peer-forge checker found (peerforge_test.go).
+	peerForgeFindings []string
 
 	// outcomeFindings: Acquire calls whose unknown outcome did not name their request id (checkOutcomeID).
 	outcomeFindings []string
@@ -204,7 +208,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "disk", "mixed"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "disk", "mixed", "peer-forge"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -465,6 +469,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	// disk-stalled leader kept naming itself the leader.
 	r.mu.Lock()
 	violate("limits", r.floodFindings...)
+	violate("peer-forge", r.peerForgeFindings...)
 	violate("outcome-id", r.outcomeFindings...)
 	violate("stall", r.stallFindings...)
 	violate("shutdown", r.shutdownFindings...)
@@ -647,6 +652,10 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.cfg.Flood && rng.IntN(6) == 0 {
 			r.floodNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.PeerForge && rng.IntN(4) == 0 {
+			r.peerForgeNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.builds != nil && rng.IntN(3) == 0 {
