@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -143,7 +144,7 @@ type Limits struct {
 	// below the floor is a configuration error.
 	MinTTL, MaxTTL     time.Duration
 	MaxLockDelay       time.Duration
-	MaxLeasesPerHolder int
+	MaxLeasesPerHolder int // with client authentication, per holder label within one identity
 	// MaxRequestBytes is the largest gRPC message a client may send.
 	MaxRequestBytes int
 	// MaxKeepAliveLeases is the most leases one KeepAlive message may renew.
@@ -166,6 +167,14 @@ type Limits struct {
 	// MaxLeases is the most live leases in the cluster: past it, grants of free resources are refused
 	// (the per-holder limit alone is bypassed by inventing holder names).
 	MaxLeases int
+
+	// With client authentication, what one identity may hold, so that it cannot starve the others
+	// (identitylimits.go): live leases in the cluster (decided by the state machine, like the per-holder
+	// limit), Watch streams on a node, blocking acquires queued on the leader. 0 means a quarter of
+	// MaxLeases, MaxWatchers and MaxWaiters respectively. Without client authentication they do not apply.
+	MaxLeasesPerIdentity   int
+	MaxWatchersPerIdentity int
+	MaxWaitersPerIdentity  int
 	// QuotaBytes is the state size (quota.go: live leases and lock-delays, in bytes) at or past which
 	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
 	QuotaBytes int64
@@ -307,6 +316,9 @@ func (c Config) minTTL() time.Duration {
 func (c Config) limits() Limits {
 	l := c.Limits
 	l.MinTTL = c.minTTL()
+	l.MaxLeasesPerIdentity = orFraction(l.MaxLeasesPerIdentity, l.MaxLeases)
+	l.MaxWatchersPerIdentity = orFraction(l.MaxWatchersPerIdentity, l.MaxWatchers)
+	l.MaxWaitersPerIdentity = orFraction(l.MaxWaitersPerIdentity, l.MaxWaiters)
 	floor := c.TTLFloor()
 	switch {
 	case l.MinTTL == floor:
@@ -317,6 +329,19 @@ func (c Config) limits() Limits {
 		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %v", floor)
 	}
 	return l
+}
+
+// identityShare is the share of a node or cluster limit one identity may use by default: a quarter, so
+// that it takes four identities at their limits to fill the whole, and one at its limit leaves the rest
+// three quarters.
+const identityShare = 4
+
+// orFraction is v, or when v is 0 the identity's default share of total (at least 1).
+func orFraction(v, total int) int {
+	if v != 0 {
+		return v
+	}
+	return max(1, total/identityShare)
 }
 
 // Validate reports every problem with the configuration at once.
@@ -381,6 +406,9 @@ func (c Config) Validate() error {
 		l.MaxTTL, l.MaxLockDelay, maxStoredDuration)
 	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
 		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
+	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0,
+		"per-identity limits must not be negative (0: the default)")
+	check(l.MaxLeasesPerIdentity <= math.MaxUint32 && l.MaxLeasesPerHolder <= math.MaxUint32, "lease count limits must fit in 32 bits")
 	if err := acl.Validate(c.InitialACL); err != nil {
 		errs = append(errs, fmt.Errorf("initial ACL: %w", err))
 	}

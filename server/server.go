@@ -285,7 +285,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource),
+		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,

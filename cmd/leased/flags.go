@@ -97,7 +97,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest lease TTL a client may ask for; 0 is the TTL floor, 8 × the election timeout (a lease must outlast a leader failover); a value below the floor is refused")
 	fs.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&l.MaxLockDelay, "max-lock-delay", l.MaxLockDelay, "longest lock-delay a client may ask for")
-	fs.IntVar(&l.MaxLeasesPerHolder, "max-leases-per-holder", l.MaxLeasesPerHolder, "most leases one holder may hold")
+	fs.IntVar(&l.MaxLeasesPerHolder, "max-leases-per-holder", l.MaxLeasesPerHolder, "most leases one holder may hold (with --client-cert-auth, within one identity)")
 	fs.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest gRPC message a client may send")
 	fs.IntVar(&l.MaxKeepAliveLeases, "max-keepalive-leases", l.MaxKeepAliveLeases, "most leases one KeepAlive message may renew")
 	fs.IntVar(&l.MaxListLimit, "max-list-limit", l.MaxListLimit, "largest List page")
@@ -107,6 +107,9 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&l.MaxWaitersPerResource, "max-waiters-per-resource", l.MaxWaitersPerResource, "most blocking acquires queued for one resource")
 	fs.IntVar(&l.MaxStreamsPerConn, "max-streams-per-conn", l.MaxStreamsPerConn, "most concurrent calls (streams and unary) on one client connection")
 	fs.IntVar(&l.MaxLeases, "max-leases", l.MaxLeases, "most live leases in the cluster; past it grants of free resources are refused")
+	fs.IntVar(&l.MaxLeasesPerIdentity, "max-leases-per-identity", l.MaxLeasesPerIdentity, "with --client-cert-auth, most live leases one identity may hold in the cluster; 0 is a quarter of --max-leases")
+	fs.IntVar(&l.MaxWatchersPerIdentity, "max-watchers-per-identity", l.MaxWatchersPerIdentity, "with --client-cert-auth, most Watch streams one identity holds on this node; 0 is a quarter of --max-watchers")
+	fs.IntVar(&l.MaxWaitersPerIdentity, "max-waiters-per-identity", l.MaxWaitersPerIdentity, "with --client-cert-auth, most blocking acquires of one identity the leader queues; 0 is a quarter of --max-waiters")
 	fs.Int64Var(&l.QuotaBytes, "quota-bytes", l.QuotaBytes, "state size (live leases and lock-delays) at which grants of free resources are refused while renewals, releases and reads go on")
 
 	addTLSFlags(fs, &o.tls)
