@@ -175,6 +175,16 @@ type Limits struct {
 	MaxLeasesPerIdentity   int
 	MaxWatchersPerIdentity int
 	MaxWaitersPerIdentity  int
+
+	// MaxConnections is the most connections the client and HTTP ports hold together (connlimit.go);
+	// one more is accepted and closed at once. 0 means sized to the descriptor limit
+	// (defaultMaxConnections). The admin and peer ports do not count, so health checks and raft go on
+	// at the limit.
+	MaxConnections int
+	// MaxConnectionIdle closes a client or HTTP connection that has had no call open for this long, and
+	// one that has not finished its TLS and HTTP/2 handshake within the same time (at most
+	// handshakeTimeout), so idle connections do not hold the slots of MaxConnections.
+	MaxConnectionIdle time.Duration
 	// QuotaBytes is the state size (quota.go: live leases and lock-delays, in bytes) at or past which
 	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
 	QuotaBytes int64
@@ -205,6 +215,7 @@ func DefaultLimits() Limits {
 		MaxStreamsPerConn:     1000,
 		MaxLeases:             1_000_000,
 		QuotaBytes:            512 << 20,
+		MaxConnectionIdle:     2 * time.Minute,
 	}
 }
 
@@ -319,6 +330,9 @@ func (c Config) limits() Limits {
 	l.MaxLeasesPerIdentity = orFraction(l.MaxLeasesPerIdentity, l.MaxLeases)
 	l.MaxWatchersPerIdentity = orFraction(l.MaxWatchersPerIdentity, l.MaxWatchers)
 	l.MaxWaitersPerIdentity = orFraction(l.MaxWaitersPerIdentity, l.MaxWaiters)
+	if l.MaxConnections == 0 {
+		l.MaxConnections = defaultMaxConnections()
+	}
 	floor := c.TTLFloor()
 	switch {
 	case l.MinTTL == floor:
@@ -406,8 +420,9 @@ func (c Config) Validate() error {
 		l.MaxTTL, l.MaxLockDelay, maxStoredDuration)
 	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
 		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
-	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0,
-		"per-identity limits must not be negative (0: the default)")
+	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0 && l.MaxConnections >= 0,
+		"per-identity and connection limits must not be negative (0: the default)")
+	check(l.MaxConnectionIdle > 0, "max connection idle must be positive")
 	check(l.MaxLeasesPerIdentity <= math.MaxUint32 && l.MaxLeasesPerHolder <= math.MaxUint32, "lease count limits must fit in 32 bits")
 	if err := acl.Validate(c.InitialACL); err != nil {
 		errs = append(errs, fmt.Errorf("initial ACL: %w", err))

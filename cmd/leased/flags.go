@@ -110,6 +110,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.IntVar(&l.MaxLeasesPerIdentity, "max-leases-per-identity", l.MaxLeasesPerIdentity, "with --client-cert-auth, most live leases one identity may hold in the cluster; 0 is a quarter of --max-leases")
 	fs.IntVar(&l.MaxWatchersPerIdentity, "max-watchers-per-identity", l.MaxWatchersPerIdentity, "with --client-cert-auth, most Watch streams one identity holds on this node; 0 is a quarter of --max-watchers")
 	fs.IntVar(&l.MaxWaitersPerIdentity, "max-waiters-per-identity", l.MaxWaitersPerIdentity, "with --client-cert-auth, most blocking acquires of one identity the leader queues; 0 is a quarter of --max-waiters")
+	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "most connections the client and HTTP ports hold together (one more is closed on accept); 0 sizes it to the descriptor limit: three quarters of RLIMIT_NOFILE less 256, at most 16384")
+	fs.DurationVar(&l.MaxConnectionIdle, "max-connection-idle", l.MaxConnectionIdle, "close a client or HTTP connection with no call open for this long (and one whose handshake takes longer, up to 10s)")
 	fs.Int64Var(&l.QuotaBytes, "quota-bytes", l.QuotaBytes, "state size (live leases and lock-delays) at which grants of free resources are refused while renewals, releases and reads go on")
 
 	addTLSFlags(fs, &o.tls)
