@@ -42,11 +42,21 @@ func (o connFloodOutcome) String() string {
 	return fmt.Sprintf("%d dialed, %d kept, %d closed on accept", o.dialed, o.kept, o.refused)
 }
 
-// floodConnections dials connFloodLimit+connFloodExcess idle connections to the client port of node ld,
-// classifies each (kept, or closed within connFloodPrompt), checks what must still answer while they are
-// held, then closes them all.
+// floodConnections floods node ld's client port (floodConns) while checking its admin port and the
+// harness's own connection to it.
 func (r *run) floodConnections(ctx context.Context, ld int) connFloodOutcome {
 	n := r.c.Nodes[ld]
+	served := func(ctx context.Context) error {
+		_, err := r.c.Status(ctx, ld)
+		return err
+	}
+	return floodConns(ctx, fmt.Sprintf("n%d", ld+1), n.ClientAddr, n.AdminAddr, served)
+}
+
+// floodConns dials connFloodLimit+connFloodExcess idle connections to addr, classifies each (kept, or
+// closed within connFloodPrompt), checks that the admin address (if any) answers /healthz and /readyz and
+// that served (a call on a connection made before) succeeds while they are held, then closes them all.
+func floodConns(ctx context.Context, node, addr, admin string, served func(context.Context) error) connFloodOutcome {
 	var o connFloodOutcome
 	var conns []net.Conn
 	defer func() {
@@ -56,7 +66,7 @@ func (r *run) floodConnections(ctx context.Context, ld int) connFloodOutcome {
 	}()
 	d := net.Dialer{Timeout: connFloodPrompt}
 	for range connFloodLimit + connFloodExcess {
-		c, err := d.DialContext(ctx, "tcp", n.ClientAddr)
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if errors.Is(err, syscall.ECONNRESET) {
 			o.dialed, o.refused = o.dialed+1, o.refused+1 // closed on accept before the dial returned
 			continue
@@ -65,14 +75,13 @@ func (r *run) floodConnections(ctx context.Context, ld int) connFloodOutcome {
 			if ctx.Err() != nil {
 				return o
 			}
-			o.findings = append(o.findings, fmt.Sprintf("connection flood: dial %d: %v", o.dialed+1, err))
+			o.findings = append(o.findings, fmt.Sprintf("connection flood on %s: dial %d: %v", node, o.dialed+1, err))
 			break
 		}
 		conns = append(conns, c)
 		o.dialed++
 	}
-	closed := closedOnAccept(conns)
-	for _, gone := range closed {
+	for _, gone := range closedOnAccept(conns) {
 		if gone {
 			o.refused++
 		} else {
@@ -80,26 +89,26 @@ func (r *run) floodConnections(ctx context.Context, ld int) connFloodOutcome {
 		}
 	}
 	if o.kept > connFloodLimit || o.refused < o.dialed-connFloodLimit {
-		o.findings = append(o.findings, fmt.Sprintf("connection flood on n%d: %v; want at most %d kept and the rest closed within %v (--max-connections)",
-			ld+1, o, connFloodLimit, connFloodPrompt))
+		o.findings = append(o.findings, fmt.Sprintf("connection flood on %s: %v; want at most %d kept and the rest closed within %v (--max-connections)",
+			node, o, connFloodLimit, connFloodPrompt))
 	}
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for _, path := range []string{"/healthz", "/readyz"} {
-		if n.AdminAddr == "" {
+		if admin == "" {
 			break
 		}
-		resp, err := hc.Get("http://" + n.AdminAddr + path)
+		resp, err := hc.Get("http://" + admin + path)
 		if err != nil {
-			o.findings = append(o.findings, fmt.Sprintf("connection flood on n%d: admin %s: %v", ld+1, path, err))
+			o.findings = append(o.findings, fmt.Sprintf("connection flood on %s: admin %s: %v", node, path, err))
 			continue
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			o.findings = append(o.findings, fmt.Sprintf("connection flood on n%d: admin %s answered %s", ld+1, path, resp.Status))
+			o.findings = append(o.findings, fmt.Sprintf("connection flood on %s: admin %s answered %s", node, path, resp.Status))
 		}
 	}
-	if _, err := r.c.Status(ctx, ld); err != nil && ctx.Err() == nil {
-		o.findings = append(o.findings, fmt.Sprintf("connection flood on n%d: a client connected before it got %v", ld+1, err))
+	if err := served(ctx); err != nil && ctx.Err() == nil {
+		o.findings = append(o.findings, fmt.Sprintf("connection flood on %s: a client connected before it got %v", node, err))
 	}
 	return o
 }
