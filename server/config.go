@@ -175,6 +175,9 @@ type Limits struct {
 	MaxLeasesPerIdentity   int
 	MaxWatchersPerIdentity int
 	MaxWaitersPerIdentity  int
+	// QuotaBytesPerIdentity is the state size one identity's leases may reach (quota.go; checked by the
+	// leader like QuotaBytes, not by the state machine); 0 means a quarter of QuotaBytes.
+	QuotaBytesPerIdentity int64
 
 	// MaxConnections is the most connections the client and HTTP ports hold together (connlimit.go);
 	// one more is accepted and closed at once. 0 means sized to the descriptor limit
@@ -330,6 +333,9 @@ func (c Config) limits() Limits {
 	l.MaxLeasesPerIdentity = orFraction(l.MaxLeasesPerIdentity, l.MaxLeases)
 	l.MaxWatchersPerIdentity = orFraction(l.MaxWatchersPerIdentity, l.MaxWatchers)
 	l.MaxWaitersPerIdentity = orFraction(l.MaxWaitersPerIdentity, l.MaxWaiters)
+	if l.QuotaBytesPerIdentity == 0 {
+		l.QuotaBytesPerIdentity = max(1, l.QuotaBytes/identityShare)
+	}
 	if l.MaxConnections == 0 {
 		l.MaxConnections = defaultMaxConnections()
 	}
@@ -420,7 +426,7 @@ func (c Config) Validate() error {
 		l.MaxTTL, l.MaxLockDelay, maxStoredDuration)
 	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
 		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
-	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0 && l.MaxConnections >= 0,
+	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0 && l.QuotaBytesPerIdentity >= 0 && l.MaxConnections >= 0,
 		"per-identity and connection limits must not be negative (0: the default)")
 	check(l.MaxConnectionIdle > 0, "max connection idle must be positive")
 	check(l.MaxLeasesPerIdentity <= math.MaxUint32 && l.MaxLeasesPerHolder <= math.MaxUint32, "lease count limits must fit in 32 bits")

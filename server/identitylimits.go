@@ -10,6 +10,7 @@ import "sync"
 //	                             like --max-leases-per-holder, which then counts within one identity
 //	--max-watchers-per-identity  leasesService.Watch (service.go), with watchHub.identities
 //	--max-waiters-per-identity   waitQueue.enqueue (waitqueue.go)
+//	--quota-bytes-per-identity   node.admitGrant, by the leader before proposing, like --quota-bytes (quota.go)
 
 // identityCounts counts what each identity holds; the zero value is ready to use.
 type identityCounts struct {

@@ -202,3 +202,43 @@ func TestMaxWaitersPerIdentity(t *testing.T) {
 		return code(err) == codes.FailedPrecondition
 	})
 }
+
+// TestQuotaBytesPerIdentity: an identity whose leases reach --quota-bytes-per-identity is refused new
+// grants with ResourceExhausted naming the flag, while another identity still acquires, and the first
+// may still renew and release; a release makes room.
+func TestQuotaBytesPerIdentity(t *testing.T) {
+	ca := servertest.NewCA(t)
+	// Each lease below counts 128 bytes of overhead, its names and a 100-byte value: about 240 bytes.
+	c := servertest.StartWithACL(t, 1, ca, "ops", identityRules, func(cfg *server.Config) { cfg.Limits.QuotaBytesPerIdentity = 1000 })
+	ctx := ctxT(t)
+	alice, bob := leasesAs(t, c, ca, 0, "alice"), leasesAs(t, c, ca, 0, "bob")
+	value := []byte(strings.Repeat("v", 100))
+	var granted []*leasepb.Lease
+	var refusal error
+	for i := 0; i < 10 && refusal == nil; i++ {
+		resp, err := bob.Acquire(ctx, &leasepb.AcquireRequest{Resource: fmt.Sprintf("b/%d", i), Holder: fmt.Sprintf("h%d", i), TtlMs: 60_000, Value: value})
+		switch {
+		case limitFlag(err) == "--quota-bytes-per-identity":
+			refusal = err
+		case err != nil:
+			t.Fatalf("bob's lease %d: %v", i, err)
+		default:
+			granted = append(granted, resp.GetLease())
+		}
+	}
+	if refusal == nil || len(granted) < 3 || len(granted) > 5 || !strings.Contains(status.Convert(refusal).Message(), `"bob"`) {
+		t.Fatalf("bob took %d leases of about 240 bytes under a quota of 1000, refusal %v; want 4 or 5 and ResourceExhausted naming the flag and bob", len(granted), refusal)
+	}
+	if _, err := alice.Acquire(ctx, &leasepb.AcquireRequest{Resource: "a/0", Holder: "h0", TtlMs: 60_000, Value: value}); err != nil {
+		t.Fatalf("alice while bob is at his quota: %v", err)
+	}
+	if _, err := bob.Renew(ctx, &leasepb.RenewRequest{Resource: granted[0].GetResource(), Token: granted[0].GetToken()}); err != nil {
+		t.Fatalf("bob's renewal at his quota: %v", err)
+	}
+	if _, err := bob.Release(ctx, &leasepb.ReleaseRequest{Resource: granted[0].GetResource(), Token: granted[0].GetToken()}); err != nil {
+		t.Fatalf("bob's release at his quota: %v", err)
+	}
+	if _, err := bob.Acquire(ctx, &leasepb.AcquireRequest{Resource: "b/again", Holder: "h0", TtlMs: 60_000, Value: value}); err != nil {
+		t.Fatalf("bob after a release made room: %v", err)
+	}
+}

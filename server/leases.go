@@ -131,7 +131,7 @@ func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if err := n.admitGrant(req.GetResource()); err != nil {
+	if err := n.admitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
 	cmd := n.acquireCmd(req, identity)
