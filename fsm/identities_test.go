@@ -2,7 +2,10 @@ package fsm
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/leased/leased/api/wirepb"
 )
@@ -110,4 +113,116 @@ func TestIdentityLimit(t *testing.T) {
 	if got := a.f.IdentityCount("bob"); got != 1 {
 		t.Fatalf("bob holds %d after a release and two expiries, want 1", got)
 	}
+}
+
+// recount counts the live leases of every identity, in all and by holder label, from the leases.
+func recount(f *FSM) map[string]*identityUse {
+	out := map[string]*identityUse{}
+	f.Ascend(func(l Lease) bool {
+		if l.Identity == "" {
+			return true
+		}
+		u := out[l.Identity]
+		if u == nil {
+			u = &identityUse{holders: map[string]int{}}
+			out[l.Identity] = u
+		}
+		u.leases++
+		u.holders[l.Holder]++
+		return true
+	})
+	return out
+}
+
+// TestPropertyIdentityCounts applies random acquires (plain and slots, with and without identities and
+// limits), releases, expiries and handoffs, with a snapshot restore somewhere in between, and checks
+// after every entry that the identity counts equal a recount from the leases, and that every grant and
+// limit refusal agrees with the counts before the entry.
+func TestPropertyIdentityCounts(t *testing.T) {
+	resources := []string{"a", "b", "c", "d"}
+	rapid.Check(t, func(t *rapid.T) {
+		f := New()
+		if _, err := f.Apply(1, setACL(false, rule("alice", "", permLease, permAdmin), rule("bob", "", permLease))); err != nil {
+			t.Fatal(err)
+		}
+		var tokens []uint64
+		n := rapid.IntRange(1, 100).Draw(t, "n")
+		restoreAt := rapid.IntRange(0, n).Draw(t, "restoreAt")
+		for i := range n {
+			index := uint64(i + 2)
+			if i == restoreAt {
+				snap, err := f.Snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				restored, err := Restore(snap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f = restored
+			}
+			a := &wirepb.AcquireCmd{
+				Resource: rapid.SampledFrom(resources).Draw(t, "resource"), Holder: rapid.SampledFrom([]string{"h1", "h2"}).Draw(t, "holder"),
+				TtlMs: 1000, Identity: rapid.SampledFrom([]string{"", "alice", "bob"}).Draw(t, "identity"),
+				Limit:                  uint32(rapid.SampledFrom([]int{0, 0, 3}).Draw(t, "limit")),
+				HolderLimit:            uint32(rapid.IntRange(0, 3).Draw(t, "holderLimit")),
+				IdentityLimit:          uint32(rapid.IntRange(0, 3).Draw(t, "identityLimit")),
+				HolderLimitPerIdentity: rapid.Bool().Draw(t, "perIdentity"),
+			}
+			var cmd *wirepb.Command
+			switch op := rapid.IntRange(0, 4).Draw(t, "op"); {
+			case op <= 1 || len(tokens) == 0:
+				cmd = acqWith(a)
+			case op == 2:
+				tok := rapid.SampledFrom(tokens).Draw(t, "token")
+				r := rel(rapid.SampledFrom(resources).Draw(t, "resource"), tok)
+				r.GetRelease().Identity = rapid.SampledFrom([]string{"", "alice"}).Draw(t, "releaser")
+				cmd = r
+			case op == 3:
+				cmd = expire(rapid.SampledFrom(resources).Draw(t, "resource"), int(rapid.SampledFrom(tokens).Draw(t, "token")))
+			default:
+				cmd = handoff(rapid.SampledFrom(resources).Draw(t, "resource"), rapid.SampledFrom(tokens).Draw(t, "token"), a)
+			}
+			before := recount(f)
+			holderAll := f.HolderCount(a.Holder)
+			res, err := f.Apply(index, cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := f.identities, recount(f); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("entry %d: identity counts %v, the leases say %v", index, dump(got), dump(want))
+			}
+			if cmd.GetAcquire() == nil {
+				continue
+			}
+			u := before[a.Identity]
+			if u == nil {
+				u = &identityUse{holders: map[string]int{}}
+			}
+			holderCount := holderAll
+			if a.HolderLimitPerIdentity && a.Identity != "" {
+				holderCount = u.holders[a.Holder]
+			}
+			overHolder := a.HolderLimit > 0 && holderCount >= int(a.HolderLimit)
+			overIdentity := a.Identity != "" && a.IdentityLimit > 0 && u.leases >= int(a.IdentityLimit)
+			granted := len(res.Events) > 0
+			switch {
+			case granted && (overHolder || overIdentity):
+				t.Fatalf("entry %d: %+v granted past a limit (holder count %d, identity count %d)", index, a, holderCount, u.leases)
+			case res.Code == HolderLimit && !overHolder, res.Code == IdentityLimit && (!overIdentity || overHolder):
+				t.Fatalf("entry %d: %+v refused %v (holder count %d, identity count %d)", index, a, res.Code, holderCount, u.leases)
+			}
+			if granted {
+				tokens = append(tokens, index)
+			}
+		}
+	})
+}
+
+func dump(m map[string]*identityUse) map[string]identityUse {
+	out := map[string]identityUse{}
+	for k, v := range m {
+		out[k] = *v
+	}
+	return out
 }
