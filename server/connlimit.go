@@ -107,7 +107,9 @@ func refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-// gatedConn gives its slot back when closed (once, however often Close is called).
+// gatedConn gives its slot back when closed (once, however often Close is called). It hides the
+// *net.TCPConn from gRPC, which then sets no TCP_USER_TIMEOUT on the socket; its keepalive
+// (KeepAliveTime + KeepAliveTimeout) still closes the connection of a client that vanished.
 type gatedConn struct {
 	net.Conn
 	gate *connGate
