@@ -131,7 +131,7 @@ func (f *FSM) rememberRefusal(c *wirepb.AcquireCmd, res Result) {
 		if c.GetWait() {
 			return // the blocking acquire keeps waiting: not an answer
 		}
-	case HolderLimit, LimitMismatch, Denied:
+	case HolderLimit, IdentityLimit, LimitMismatch, Denied:
 	default:
 		return
 	}

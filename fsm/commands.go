@@ -23,7 +23,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 	}
 	h := f.holders[c.Holder]
 	_, delayed := f.delays[c.Resource]
-	if delayed || (c.HolderLimit > 0 && h != nil && len(h.leases) >= int(c.HolderLimit)) {
+	if delayed || f.overLimit(c) != OK {
 		return f.refuse(c)
 	}
 	if h == nil {
@@ -41,6 +41,7 @@ func (f *FSM) acquire(index uint64, c *wirepb.AcquireCmd) Result {
 		return f.refuse(c)
 	}
 	h.add(l)
+	f.countIdentity(l, 1)
 	f.indexRequest(l)
 	f.highest = index
 	granted := l.export()
@@ -65,7 +66,7 @@ func (f *FSM) newLease(index uint64, h *holder, c *wirepb.AcquireCmd) *lease {
 }
 
 // refuse answers an acquire that cannot be granted, checking in order: the same intent retried (its
-// grant, replayed), held by anyone else, in lock-delay, holder at its limit.
+// grant, replayed), held by anyone else, in lock-delay, holder or identity at its limit.
 func (f *FSM) refuse(c *wirepb.AcquireCmd) Result {
 	if cur, ok := f.lookup(c.Resource); ok {
 		if c.RequestId != "" && keyOf(cur) == keyOfCmd(c) && cur.requestID == c.RequestId {
@@ -77,7 +78,7 @@ func (f *FSM) refuse(c *wirepb.AcquireCmd) Result {
 	if d, ok := f.delays[c.Resource]; ok {
 		return Result{Code: LockDelayed, Delay: d.export(c.Resource)}
 	}
-	return Result{Code: HolderLimit}
+	return Result{Code: f.overLimit(c)}
 }
 
 // HeldRefusal reports whether applying c now would refuse it because another grant holds its resource,
@@ -244,11 +245,13 @@ func (f *FSM) place(l *lease) {
 	f.byResource.ReplaceOrInsert(entry{l})
 	l.holder.add(l)
 	f.countSlot(l, 1)
+	f.countIdentity(l, 1)
 }
 
 func (f *FSM) remove(l *lease) {
 	f.byResource.Delete(entry{l})
 	f.countSlot(l, -1)
+	f.countIdentity(l, -1)
 	l.holder.remove(l)
 	f.unindexRequest(l)
 	f.rememberEnd(l)

@@ -43,6 +43,8 @@ type FSM struct {
 	// holders indexes the same leases by holder; each holder keeps its own leases ordered by resource.
 	holders map[string]*holder
 	delays  map[string]lockDelay
+	// identities counts the live leases of each identity, in all and per holder label (identities.go).
+	identities map[string]*identityUse
 	// ends remembers the last MaxRememberedEnds lease ends (ends.go), so a retried Release learns that
 	// its first attempt took effect.
 	ends endLog
@@ -78,6 +80,7 @@ func New() *FSM {
 	return &FSM{
 		byResource: btree.NewG(btreeDegree, lessEntry),
 		holders:    make(map[string]*holder),
+		identities: make(map[string]*identityUse),
 		delays:     make(map[string]lockDelay),
 		ends:       newEndLog(),
 		byRequest:  newRequestIndex(),

@@ -39,9 +39,12 @@ const (
 	// already answered with a refusal, or the request id's grant already ended. Result.Stale says which.
 	// Nothing changed.
 	Superseded
+	// IdentityLimit: Acquire would exceed the command's identity_limit: its identity holds that many
+	// leases. Nothing changed.
+	IdentityLimit
 )
 
-var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused", "limit-mismatch", "superseded"}
+var codeNames = [...]string{"ok", "held", "lock-delayed", "not-current", "holder-limit", "invalid", "denied", "request-reused", "limit-mismatch", "superseded", "identity-limit"}
 
 // String names the code in lowercase.
 func (c Code) String() string {

@@ -49,10 +49,10 @@ func (f *FSM) acquireSlot(index uint64, c *wirepb.AcquireCmd) Result {
 	case s != nil && s.held >= int(s.limit):
 		return Result{Code: Held, Lease: f.oldestSlot(c.Resource).export()}
 	}
-	h := f.holders[c.Holder]
-	if c.HolderLimit > 0 && h != nil && len(h.leases) >= int(c.HolderLimit) {
-		return Result{Code: HolderLimit}
+	if code := f.overLimit(c); code != OK {
+		return Result{Code: code}
 	}
+	h := f.holders[c.Holder]
 	if h == nil {
 		h = newHolder(c.Holder)
 		f.holders[c.Holder] = h

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -164,7 +165,7 @@ type Limits struct {
 	// below the floor is a configuration error.
 	MinTTL, MaxTTL     time.Duration
 	MaxLockDelay       time.Duration
-	MaxLeasesPerHolder int
+	MaxLeasesPerHolder int // with client authentication, per holder label within one identity
 	// MaxRequestBytes is the largest gRPC message a client may send.
 	MaxRequestBytes int
 	// MaxKeepAliveLeases is the most leases one KeepAlive message may renew.
@@ -187,6 +188,27 @@ type Limits struct {
 	// MaxLeases is the most live leases in the cluster: past it, grants of free resources are refused
 	// (the per-holder limit alone is bypassed by inventing holder names).
 	MaxLeases int
+
+	// With client authentication, what one identity may hold, so that it cannot starve the others
+	// (identitylimits.go): live leases in the cluster (decided by the state machine, like the per-holder
+	// limit), Watch streams on a node, blocking acquires queued on the leader. 0 means a quarter of
+	// MaxLeases, MaxWatchers and MaxWaiters respectively. Without client authentication they do not apply.
+	MaxLeasesPerIdentity   int
+	MaxWatchersPerIdentity int
+	MaxWaitersPerIdentity  int
+	// QuotaBytesPerIdentity is the state size one identity's leases may reach (quota.go; checked by the
+	// leader like QuotaBytes, not by the state machine); 0 means a quarter of QuotaBytes.
+	QuotaBytesPerIdentity int64
+
+	// MaxConnections is the most connections the client and HTTP ports hold together (connlimit.go);
+	// one more is accepted and closed at once. 0 means sized to the descriptor limit
+	// (defaultMaxConnections). The admin and peer ports do not count, so health checks and raft go on
+	// at the limit.
+	MaxConnections int
+	// MaxConnectionIdle closes a client or HTTP connection that has had no call open for this long, and
+	// one that has not finished its TLS and HTTP/2 handshake within the same time (at most
+	// handshakeTimeout), so idle connections do not hold the slots of MaxConnections.
+	MaxConnectionIdle time.Duration
 	// QuotaBytes is the state size (quota.go: live leases and lock-delays, in bytes) at or past which
 	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
 	QuotaBytes int64
@@ -217,6 +239,7 @@ func DefaultLimits() Limits {
 		MaxStreamsPerConn:     1000,
 		MaxLeases:             1_000_000,
 		QuotaBytes:            512 << 20,
+		MaxConnectionIdle:     2 * time.Minute,
 	}
 }
 
@@ -328,6 +351,15 @@ func (c Config) minTTL() time.Duration {
 func (c Config) limits() Limits {
 	l := c.Limits
 	l.MinTTL = c.minTTL()
+	l.MaxLeasesPerIdentity = orFraction(l.MaxLeasesPerIdentity, l.MaxLeases)
+	l.MaxWatchersPerIdentity = orFraction(l.MaxWatchersPerIdentity, l.MaxWatchers)
+	l.MaxWaitersPerIdentity = orFraction(l.MaxWaitersPerIdentity, l.MaxWaiters)
+	if l.QuotaBytesPerIdentity == 0 {
+		l.QuotaBytesPerIdentity = max(1, l.QuotaBytes/identityShare)
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = defaultMaxConnections()
+	}
 	floor := c.TTLFloor()
 	switch {
 	case l.MinTTL == floor:
@@ -338,6 +370,19 @@ func (c Config) limits() Limits {
 		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %v", floor)
 	}
 	return l
+}
+
+// identityShare is the share of a node or cluster limit one identity may use by default: a quarter, so
+// that it takes four identities at their limits to fill the whole, and one at its limit leaves the rest
+// three quarters.
+const identityShare = 4
+
+// orFraction is v, or when v is 0 the identity's default share of total (at least 1).
+func orFraction(v, total int) int {
+	if v != 0 {
+		return v
+	}
+	return max(1, total/identityShare)
 }
 
 // Validate reports every problem with the configuration at once.
@@ -408,6 +453,10 @@ func (c Config) Validate() error {
 		l.MaxTTL, l.MaxLockDelay, maxStoredDuration)
 	check(l.MaxWatchers > 0 && l.MaxWatchersPerConn > 0 && l.MaxWaiters > 0 && l.MaxWaitersPerResource > 0 &&
 		l.MaxStreamsPerConn > 0 && l.MaxLeases > 0 && l.QuotaBytes > 0, "watcher, waiter, stream, lease and quota limits must be positive")
+	check(l.MaxLeasesPerIdentity >= 0 && l.MaxWatchersPerIdentity >= 0 && l.MaxWaitersPerIdentity >= 0 && l.QuotaBytesPerIdentity >= 0 && l.MaxConnections >= 0,
+		"per-identity and connection limits must not be negative (0: the default)")
+	check(l.MaxConnectionIdle > 0, "max connection idle must be positive")
+	check(l.MaxLeasesPerIdentity <= math.MaxUint32 && l.MaxLeasesPerHolder <= math.MaxUint32, "lease count limits must fit in 32 bits")
 	if err := acl.Validate(c.InitialACL); err != nil {
 		errs = append(errs, fmt.Errorf("initial ACL: %w", err))
 	}

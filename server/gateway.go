@@ -69,10 +69,12 @@ func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *
 	}
 	base, cancel := context.WithCancel(context.Background())
 	g := &gateway{lis: lis, cancel: cancel, log: n.log}
+	// The TLS handshake and a request's header within handshakeTimeout; an idle keep-alive connection is
+	// closed like an idle gRPC one (--max-connection-idle, connlimit.go).
 	g.srv = &http.Server{
 		Handler:           g.handler(mux, int64(n.cfg.Limits.MaxRequestBytes)),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: min(handshakeTimeout, n.cfg.Limits.MaxConnectionIdle),
+		IdleTimeout:       n.cfg.Limits.MaxConnectionIdle,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		// Failed handshakes and malformed requests, at Debug: anyone who reaches the port can cause them.

@@ -72,7 +72,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			if out.err != nil {
 				return nil, out.err
 			}
-			resp, err := n.acquireAnswer(req, out.result)
+			resp, err := n.acquireAnswer(req, identity, out.result)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
 			}
@@ -131,7 +131,7 @@ func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if err := n.admitGrant(req.GetResource()); err != nil {
+	if err := n.admitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
 	cmd := n.acquireCmd(req, identity)
@@ -144,7 +144,7 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 			return nil, err
 		}
 	}
-	return n.acquireAnswer(req, res)
+	return n.acquireAnswer(req, identity, res)
 }
 
 // refuseFromRead answers the first attempt of a fresh request id (AcquireRequest.fresh_request_id) with
@@ -167,8 +167,13 @@ func (n *node) refuseFromRead(ctx context.Context, req *leasepb.AcquireRequest, 
 	return res, held, nil
 }
 
-// acquireCmd is the entry's command for req.
+// acquireCmd is the entry's command for req. With an identity, the per-holder limit counts the holder's
+// leases of that identity only, and the identity's leases in all are bounded too (fsm/identities.go).
 func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
+	var identityLimit uint32
+	if identity != "" {
+		identityLimit = uint32(n.cfg.Limits.MaxLeasesPerIdentity)
+	}
 	return &wirepb.AcquireCmd{
 		Resource:           req.GetResource(),
 		Holder:             req.GetHolder(),
@@ -182,12 +187,15 @@ func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.
 		CheckRequestParams: true,
 		Attempt:            req.GetAttempt(),
 		Wait:               req.GetWait(),
+		// Set with an identity only, so that entries without one read exactly as before.
+		IdentityLimit:          identityLimit,
+		HolderLimitPerIdentity: identity != "",
 	}
 }
 
 // acquireAnswer turns the FSM's result of an Acquire (its own entry's, or the one a release carried) into
 // the answer; held and lock-delayed wrap ErrHeld.
-func (n *node) acquireAnswer(req *leasepb.AcquireRequest, res fsm.Result) (*leasepb.AcquireResponse, error) {
+func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res fsm.Result) (*leasepb.AcquireResponse, error) {
 	now := n.clock.Now()
 	switch res.Code {
 	case fsm.OK:
@@ -208,7 +216,13 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, res fsm.Result) (*leas
 			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
+		if identity != "" {
+			return nil, fmt.Errorf("%w: %q holds %d leases of identity %q (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder, identity)
+		}
 		return nil, fmt.Errorf("%w: %q holds %d leases (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder)
+	case fsm.IdentityLimit:
+		return nil, limited("--max-leases-per-identity", "identity %q holds %d leases, the most one identity may: new grants to it are refused "+
+			"until it releases some or the limit is raised", identity, n.cfg.Limits.MaxLeasesPerIdentity)
 	case fsm.Denied:
 		return nil, denied(res.Denial, n.rulesSet())
 	case fsm.RequestReused:

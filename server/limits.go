@@ -14,6 +14,8 @@ import (
 //	--max-waiters, --max-waiters-per-resource      waitQueue.enqueue (waitqueue.go)
 //	--max-streams-per-conn                         connLimiter's interceptors (conns.go)
 //	--max-leases, --quota-bytes                    node.admitGrant (quota.go)
+//	--max-connections, --max-connection-idle       connGate, the client port's options (connlimit.go)
+//	--max-*-per-identity                           see identitylimits.go
 
 // ErrLimit is the sentinel of every limit refusal (limitError).
 var ErrLimit = errors.New("limit reached")

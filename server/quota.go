@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/leased/leased/api/leasepb"
@@ -34,10 +35,38 @@ func leaseBytes(l *fsm.Lease) int64 {
 }
 
 // stateSize is the node's count of live leases and state bytes, updated by the apply loop and read by
-// the edge and the metrics without a lock.
+// the edge and the metrics without a lock; and, with client authentication, the bytes of each identity's
+// leases (--quota-bytes-per-identity; lock-delays belong to no identity).
 type stateSize struct {
 	leases atomic.Int64
 	bytes  atomic.Int64
+
+	mu         sync.Mutex
+	byIdentity map[string]int64
+}
+
+// identityBytes is what identity's live leases count against the quota.
+func (s *stateSize) identityBytes(identity string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byIdentity[identity]
+}
+
+// addIdentity adds delta bytes to identity's count (nothing without an identity).
+func (s *stateSize) addIdentity(identity string, delta int64) {
+	if identity == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byIdentity == nil {
+		s.byIdentity = make(map[string]int64)
+	}
+	if n := s.byIdentity[identity] + delta; n > 0 {
+		s.byIdentity[identity] = n
+	} else {
+		delete(s.byIdentity, identity)
+	}
 }
 
 // applied follows one applied entry's result: grants add, releases and expiries subtract, and so do the
@@ -48,8 +77,10 @@ func (s *stateSize) applied(res fsm.Result) {
 		e := &res.Events[i]
 		if e.Type == leasepb.EventType_EVENT_TYPE_GRANTED {
 			leases, bytes = leases+1, bytes+leaseBytes(&e.Lease)
+			s.addIdentity(e.Lease.Identity, leaseBytes(&e.Lease))
 		} else {
 			leases, bytes = leases-1, bytes-leaseBytes(&e.Lease)
+			s.addIdentity(e.Lease.Identity, -leaseBytes(&e.Lease))
 		}
 	}
 	for _, d := range res.Changes.DelaysStarted {
@@ -69,10 +100,17 @@ func (s *stateSize) applied(res fsm.Result) {
 // reset counts a whole state machine (at start, after a snapshot restore).
 func (s *stateSize) reset(sm *fsm.FSM) {
 	var leases, bytes int64
+	byIdentity := make(map[string]int64)
 	sm.Ascend(func(l fsm.Lease) bool {
 		leases, bytes = leases+1, bytes+leaseBytes(&l)
+		if l.Identity != "" {
+			byIdentity[l.Identity] += leaseBytes(&l)
+		}
 		return true
 	})
+	s.mu.Lock()
+	s.byIdentity = byIdentity
+	s.mu.Unlock()
 	for _, d := range sm.LockDelays() {
 		bytes += lockDelayOverheadBytes + int64(len(d.Resource))
 	}
@@ -92,18 +130,26 @@ func (n *node) held(resource string) (held bool) {
 }
 
 // admitGrant refuses an acquire that would grant a free resource while the state is at or past
-// --quota-bytes or holds --max-leases leases. An acquire of a held resource passes: the state machine
-// answers it "held" or, for a retry of the same intent, with the grant it already made (decision 5), and
-// neither grows the state.
-func (n *node) admitGrant(resource string) error {
+// --quota-bytes or holds --max-leases leases, or while identity's leases are at or past
+// --quota-bytes-per-identity. An acquire of a held resource passes: the state machine answers it "held"
+// or, for a retry of the same intent, with the grant it already made (decision 5), and neither grows the
+// state.
+func (n *node) admitGrant(resource, identity string) error {
 	lim := n.cfg.Limits
 	bytes, leases := n.size.bytes.Load(), n.size.leases.Load()
-	if bytes < lim.QuotaBytes && leases < int64(lim.MaxLeases) {
+	var own int64
+	if identity != "" {
+		own = n.size.identityBytes(identity)
+	}
+	if bytes < lim.QuotaBytes && leases < int64(lim.MaxLeases) && own < lim.QuotaBytesPerIdentity {
 		return nil
 	}
 	switch {
 	case n.held(resource):
 		return nil
+	case own >= lim.QuotaBytesPerIdentity:
+		return limited("--quota-bytes-per-identity", "identity %q's leases hold %d bytes of state, at its quota of %d: new grants to it "+
+			"are refused until it releases some or the quota is raised", identity, own, lim.QuotaBytesPerIdentity)
 	case bytes >= lim.QuotaBytes:
 		return limited("--quota-bytes", "the state holds %d bytes, at its quota of %d: new grants are refused "+
 			"until leases are released or the quota is raised (renewals, releases and reads go on)", bytes, lim.QuotaBytes)

@@ -239,7 +239,8 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		closeListeners(lis)
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
-	s.transport, s.clientLis, s.peerLis = tr, lis.Client, lis.Peer
+	gate := newConnGate(s.cfg.Limits.MaxConnections, cfg.Registerer)
+	s.transport, s.clientLis, s.peerLis = tr, gate.listener(lis.Client), lis.Peer
 	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
 		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
 		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz)),
@@ -252,7 +253,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	reflection.Register(s.clientSrv)          // grpcurl and friends list and call the services without the protos
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
 	if lis.HTTP != nil {
-		if s.gateway, err = newGateway(s.node, leases, lis.HTTP, cfg.ClientTLS); err != nil {
+		if s.gateway, err = newGateway(s.node, leases, gate.listener(lis.HTTP), cfg.ClientTLS); err != nil {
 			closeListeners(lis)
 			return nil, err
 		}
@@ -275,14 +276,18 @@ const (
 // clientServerOptions are the client port's gRPC options: the request size limit, and keepalive both
 // ways — the node pings idle connections so that a vanished client's streams end (KeepAlive, Watch and
 // the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
-// with or without streams.
+// with or without streams. A connection with no call open for MaxConnectionIdle is closed (a GOAWAY the
+// SDK answers by dialing again when it next calls), and so is one whose handshake takes longer than
+// handshakeTimeout (connlimit.go).
 func clientServerOptions(cfg Config) []grpc.ServerOption {
+	idle := cfg.Limits.MaxConnectionIdle
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.MaxRequestBytes),
 		// Fixed receive windows: see clientStreamWindow.
 		grpc.InitialWindowSize(clientStreamWindow),
 		grpc.InitialConnWindowSize(clientConnWindow),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout}),
+		grpc.ConnectionTimeout(min(handshakeTimeout, idle)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout, MaxConnectionIdle: idle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
 	}
 	if cfg.ClientTLS != nil {
@@ -324,7 +329,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource),
+		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,

@@ -116,7 +116,8 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 // Watch streams the events a watcher matches from the node's history (watch.go): each round reads the
 // next events after the stream's cursor, without holding anything the apply loop needs, and sends them
 // in messages of at most watchRoundBytes; between rounds it waits for the next publish. Subscriptions are
-// bounded per connection (--max-watchers-per-conn) and per node (--max-watchers).
+// bounded per connection (--max-watchers-per-conn), per identity (--max-watchers-per-identity, with client
+// authentication) and per node (--max-watchers).
 func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStreamingServer[leasepb.WatchResponse]) error {
 	defer s.n.metrics.stream(streamWatch)()
 	if err := s.n.cfg.Limits.watch(req); err != nil {
@@ -139,6 +140,12 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			return s.n.status(limited("--max-watchers-per-conn", "this connection holds %d watchers, the most it may", s.n.cfg.Limits.MaxWatchersPerConn))
 		}
 		defer cc.watchers.Add(-1)
+	}
+	if id != "" {
+		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.identities.take(id, limit) {
+			return s.n.status(limited("--max-watchers-per-identity", "identity %q holds %d watchers on this node, the most one identity may", id, limit))
+		}
+		defer s.n.watch.identities.put(id)
 	}
 	w, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {

@@ -20,14 +20,17 @@ import (
 // the outcome is known, and a waiter that is proposing its own Acquire is not claimed, so no waiter has two
 // grants in flight at once.
 //
-// The queue is bounded (decision 14): at most maxTotal waiters in all (--max-waiters) and maxPerResource
-// for one resource (--max-waiters-per-resource); enqueue refuses past either.
+// The queue is bounded (decision 14): at most maxTotal waiters in all (--max-waiters), maxPerResource
+// for one resource (--max-waiters-per-resource) and, with client authentication, maxPerIdentity of one
+// identity (--max-waiters-per-identity); enqueue refuses past any.
 type waitQueue struct {
 	mu             sync.Mutex
 	queues         map[string][]*waiter
 	total          int
+	perIdentity    map[string]int // waiters by their command's identity; "" is not counted
 	maxTotal       int
 	maxPerResource int
+	maxPerIdentity int
 }
 
 type waiter struct {
@@ -44,8 +47,9 @@ type waiter struct {
 	trying, claimed bool
 }
 
-func newWaitQueue(maxTotal, maxPerResource int) *waitQueue {
-	return &waitQueue{queues: make(map[string][]*waiter), maxTotal: maxTotal, maxPerResource: maxPerResource}
+func newWaitQueue(maxTotal, maxPerResource, maxPerIdentity int) *waitQueue {
+	return &waitQueue{queues: make(map[string][]*waiter), perIdentity: make(map[string]int),
+		maxTotal: maxTotal, maxPerResource: maxPerResource, maxPerIdentity: maxPerIdentity}
 }
 
 // len is the number of waiters (leased_waiters).
@@ -58,6 +62,7 @@ func (q *waitQueue) len() int {
 // enqueue appends a waiter for resource, or refuses past a limit. cmd and proposal (see waiter) make it
 // claimable by a release; a nil cmd never is.
 func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal uint64) (*waiter, error) {
+	identity := cmd.GetIdentity()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -65,10 +70,15 @@ func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal ui
 		return nil, limited("--max-waiters", "the leader queues %d blocking acquires, the most it may", q.maxTotal)
 	case len(q.queues[resource]) >= q.maxPerResource:
 		return nil, limited("--max-waiters-per-resource", "%d blocking acquires wait for %q, the most that may", q.maxPerResource, resource)
+	case identity != "" && q.perIdentity[identity] >= q.maxPerIdentity:
+		return nil, limited("--max-waiters-per-identity", "identity %q has %d blocking acquires queued, the most one identity may", identity, q.maxPerIdentity)
 	}
 	w := &waiter{wake: make(chan struct{}, 1), cmd: cmd, proposal: proposal}
 	q.queues[resource] = append(q.queues[resource], w)
 	q.total++
+	if identity != "" {
+		q.perIdentity[identity]++
+	}
 	return w, nil
 }
 
@@ -170,6 +180,7 @@ func (q *waitQueue) leaveLocked(resource string, w *waiter) {
 		if x == w {
 			ws = append(ws[:i:i], ws[i+1:]...)
 			q.total--
+			q.uncount(w)
 			break
 		}
 	}
@@ -218,6 +229,18 @@ func (q *waitQueue) failAll(err error) {
 		delete(q.queues, r)
 	}
 	q.total = 0
+	clear(q.perIdentity)
+}
+
+// uncount takes a leaving waiter off its identity's count.
+func (q *waitQueue) uncount(w *waiter) {
+	id := w.cmd.GetIdentity()
+	if id == "" {
+		return
+	}
+	if q.perIdentity[id]--; q.perIdentity[id] <= 0 {
+		delete(q.perIdentity, id)
+	}
 }
 
 func notify(w *waiter) {

@@ -9,7 +9,7 @@ import (
 // A waiter has at most one grant in flight: a release cannot claim a waiter that is proposing its own
 // Acquire, and a claimed waiter does not propose one, until the claim's outcome is known.
 func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
-	q := newWaitQueue(10, 10)
+	q := newWaitQueue(10, 10, 10)
 	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
 	w, err := q.enqueue("r", cmd, 7)
 	if err != nil {
@@ -65,7 +65,7 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 // A waiter whose wait ends leaves at once, unless a release carries its Acquire: that entry's outcome is
 // then its answer, and it stays (claimable again, and withdrawable, once the outcome was a refusal).
 func TestWithdrawWaitsForACarriedAcquire(t *testing.T) {
-	q := newWaitQueue(10, 10)
+	q := newWaitQueue(10, 10, 10)
 	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
 	w, _ := q.enqueue("r", cmd, 7)
 	behind, _ := q.enqueue("r", cmd, 8)

@@ -35,6 +35,8 @@ type watchHub struct {
 	// maxWatchers is --max-watchers; watchers is how many are subscribed.
 	maxWatchers int
 	watchers    atomic.Int64
+	// identities counts the watchers of each client identity (--max-watchers-per-identity, service.go).
+	identities identityCounts
 	// published is the history as readers see it, replaced (never changed) under mu by every publish,
 	// wake and reset: readers and new subscribers load it without the lock, so however many watchers
 	// there are, the apply loop's publish never queues behind them for mu.

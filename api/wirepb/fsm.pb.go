@@ -257,6 +257,14 @@ type AcquireCmd struct {
 	// parameters (resource, TTL, value, lock-delay, holder) is refused instead of replaying the grant.
 	// Entries of earlier versions lack it and apply as they did.
 	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
+	// identity_limit is the most live leases identity may hold (0: unlimited), fixed by the proposer
+	// (--max-leases-per-identity) so every node decides the same. Ignored without identity.
+	IdentityLimit uint32 `protobuf:"varint,22,opt,name=identity_limit,json=identityLimit,proto3" json:"identity_limit,omitempty"`
+	// holder_limit_per_identity makes holder_limit count only the holder's leases that belong to identity,
+	// so that another identity using the same holder label cannot use up this one's allowance. Set by
+	// every proposer of this version that has an identity; entries of earlier versions lack it and count
+	// the holder's leases of every identity, as they did.
+	HolderLimitPerIdentity bool `protobuf:"varint,23,opt,name=holder_limit_per_identity,json=holderLimitPerIdentity,proto3" json:"holder_limit_per_identity,omitempty"`
 	// limit > 0 asks for one slot of a counting semaphore of limit slots (leases.proto, AcquireRequest).
 	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	// attempt is AcquireRequest.attempt (0: a proposer or client without attempt numbers). With it set,
@@ -359,6 +367,20 @@ func (x *AcquireCmd) GetIdentity() string {
 func (x *AcquireCmd) GetCheckRequestParams() bool {
 	if x != nil {
 		return x.CheckRequestParams
+	}
+	return false
+}
+
+func (x *AcquireCmd) GetIdentityLimit() uint32 {
+	if x != nil {
+		return x.IdentityLimit
+	}
+	return 0
+}
+
+func (x *AcquireCmd) GetHolderLimitPerIdentity() bool {
+	if x != nil {
+		return x.HolderLimitPerIdentity
 	}
 	return false
 }
@@ -1480,7 +1502,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
 	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaim\x12P\n" +
 	"\x0frelease_handoff\x183 \x01(\v2%.leased.internal.v1.ReleaseHandoffCmdH\x00R\x0ereleaseHandoffB\x04\n" +
-	"\x02op\"\xe5\x02\n" +
+	"\x02op\"\xc7\x03\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -1492,7 +1514,9 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12!\n" +
 	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
-	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12\x14\n" +
+	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12%\n" +
+	"\x0eidentity_limit\x18\x16 \x01(\rR\ridentityLimit\x129\n" +
+	"\x19holder_limit_per_identity\x18\x17 \x01(\bR\x16holderLimitPerIdentity\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
 	"\aattempt\x18F \x01(\rR\aattempt\x12\x12\n" +
 	"\x04wait\x18G \x01(\bR\x04wait\"Z\n" +

@@ -35,7 +35,7 @@ func newCluster(t testing.TB, bin string, b *builds, dir string, size int, withT
 		Args: append([]string{"--snapshot-entries=5000", "--snapshot-catchup=1000"}, floodArgs...),
 		Env: func(i int) []string {
 			proxy := c.proxy.url(i)
-			return []string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}
+			return append([]string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}, connFloodEnv...)
 		},
 	}
 	if b != nil {

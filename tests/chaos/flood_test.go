@@ -112,8 +112,9 @@ func (r *run) floodNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	if finding != "" && ctx.Err() == nil {
 		r.floodFinding(finding)
 	}
+	conns := r.floodConnections(ctx, ld) // connflood_test.go
 	after, err := r.c.Status(ctx, ld)
-	r.faultNote(id, nil, fmt.Sprintf("watch: %v; wait: %v; mass expiry: %d leases gone %v after the last grant", watch, wait, mass.taken, gone.Round(time.Millisecond)))
+	r.faultNote(id, nil, fmt.Sprintf("watch: %v; wait: %v; mass expiry: %d leases gone %v after the last grant; connections: %v", watch, wait, mass.taken, gone.Round(time.Millisecond), conns))
 	if err != nil || after.GetTerm() != before.GetTerm() || after.GetRole() != leasepb.Role_ROLE_LEADER {
 		// Another fault cannot overlap (one at a time): the flood itself cost an election, or the node.
 		r.floodFinding(fmt.Sprintf("flood on n%d: term %d before, %d after (role %v, err %v): the flood cost an election",
@@ -122,6 +123,9 @@ func (r *run) floodNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	}
 	r.checkFloodOutcome("watch", "--max-watchers-per-conn", floodWatchersPerConn, watch)
 	r.checkFloodOutcome("wait", "--max-waiters-per-resource", floodWaitersPerResource, wait)
+	for _, f := range conns.findings {
+		r.floodFinding(f)
+	}
 }
 
 // massLeases is what takeMassLeases took: under prefix, taken of floodMassLeases, the last granted
