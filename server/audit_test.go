@@ -15,6 +15,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the node's goroutines to log into.
@@ -159,5 +160,38 @@ func TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose(t *testing.T) {
 	}
 	if got := len(auditLines(t, logs.String())); got != n {
 		t.Fatalf("%d audit lines after Close, want %d:\n%s", got, n, logs.String())
+	}
+}
+
+// TestAuditTrailOneInfoLinePerEvent: in a three-node cluster the leader alone writes the trail at info,
+// so each event has exactly one info line for the whole cluster, with role=leader.
+func TestAuditTrailOneInfoLinePerEvent(t *testing.T) {
+	logs := &syncBuffer{}
+	c := servertest.Start(t, 3, func(cfg *server.Config) {
+		cfg.AuditLog = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	leader := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var tokens []uint64
+	for i := range 5 {
+		a, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: "one/" + strconv.Itoa(i), Holder: "h", TtlMs: 60_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, a.GetLease().GetToken())
+	}
+	c.WaitSettled() // every node applied every grant
+	count := map[float64]int{}
+	for _, l := range auditLines(t, logs.String()) {
+		if l["role"] != "leader" || l["level"] != "INFO" {
+			t.Errorf("audit line %v: want role=leader at INFO", l)
+		}
+		count[l["token"].(float64)]++
+	}
+	for _, tok := range tokens {
+		if count[float64(tok)] != 1 {
+			t.Errorf("grant %d has %d info lines in the cluster, want 1", tok, count[float64(tok)])
+		}
 	}
 }
