@@ -44,6 +44,7 @@ func TestWrongPortOrTLSIsNamedAtOnce(t *testing.T) {
 			if !strings.Contains(r.stderr, tc.addr) || !strings.Contains(r.stderr, tc.msg) || strings.Contains(r.stderr, "transient_failure") {
 				t.Errorf("want %s named with %q, got %v", tc.addr, tc.msg, r)
 			}
+			t.Logf("%s", r.stderr)
 			if r.elapsed > 4*time.Second { // --timeout is 5s
 				t.Errorf("took %v: it waited out --timeout", r.elapsed)
 			}
