@@ -28,6 +28,8 @@ type connCause struct {
 	mu  sync.Mutex
 	err error
 	tls bool
+	// withTLS: the connection uses TLS (fixed at creation), for what the server's first bytes mean.
+	withTLS bool
 }
 
 func (c *connCause) setDial(err error) { c.set(err, false) }
@@ -59,7 +61,7 @@ func (c *connCause) dialer(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	c.setDial(nil)
-	return conn, nil
+	return &sniffConn{Conn: conn, cause: c, withTLS: c.withTLS}, nil
 }
 
 // connectError is an endpoint that could not be connected to, with the reason in words.
@@ -83,10 +85,11 @@ func (e *connectError) Is(target error) bool { return target == errNotConnected 
 func (e *connectError) Unwrap() error { return e.err }
 
 // deadEnd reports whether the endpoint will not answer however long the call waits: nothing listens on
-// its port, or its name does not resolve.
+// its port, its name does not resolve, or it is not a client port.
 func (e *connectError) deadEnd() bool {
 	var dns *net.DNSError
-	return errors.Is(e.err, syscall.ECONNREFUSED) || (errors.As(e.err, &dns) && dns.IsNotFound)
+	return errors.Is(e.err, syscall.ECONNREFUSED) || (errors.As(e.err, &dns) && dns.IsNotFound) ||
+		errors.Is(e.err, ErrNotClientPort) // the wrong port, or TLS on one side only (portcause.go)
 }
 
 // dialProblem says why a dial failed, without the Go error's repetitions ("dial tcp 127.0.0.1:1:

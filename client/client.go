@@ -241,7 +241,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		return conn, nil
 	}
 	creds := insecure.NewCredentials()
-	cause := &connCause{}
+	cause := &connCause{withTLS: c.cfg.TLS != nil}
 	if c.cfg.TLS != nil {
 		creds = &watchedCreds{TransportCredentials: credentials.NewTLS(c.cfg.TLS), cause: cause}
 	}

@@ -83,6 +83,7 @@ func tlsProblem(addr string, err error) error {
 	var unknown x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
+	var record tls.RecordHeaderError
 	msg := err.Error()
 	hint := ""
 	switch {
@@ -98,8 +99,14 @@ func tlsProblem(addr string, err error) error {
 		hint = "the server refused the client certificate: it has expired"
 	case strings.Contains(msg, "bad certificate"), strings.Contains(msg, "unknown certificate authority"):
 		hint = "the server refused the client certificate (not signed by a CA it trusts, expired, or not for client use)"
+	case errors.Is(err, errNoTLSAnswer):
+		hint = "the server does not seem to serve TLS on this port: for a plaintext cluster leave out --cacert, --cert and --key (Config.TLS nil)"
+	case errors.As(err, &record) && strings.HasPrefix(string(record.RecordHeader[:]), "HTTP/"):
+		hint = "the server answers plaintext HTTP/1.1: it is a leased HTTP/JSON API or admin port without TLS; use the node's client port (--client-addr, 7101 by default)"
+	case strings.Contains(msg, "no application protocol"):
+		hint = "the server does not serve gRPC (HTTP/2) on this port: it is a leased HTTP/JSON API or admin port; use the node's client port (--client-addr, 7101 by default)"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
-		hint = "the server does not speak TLS on this port"
+		hint = "the server does not speak TLS on this port: for a plaintext cluster leave out --cacert, --cert and --key (Config.TLS nil)"
 	default:
 		hint = "the TLS handshake failed"
 	}

@@ -5,7 +5,10 @@
 #   clients (gRPC) 710<i>    peers (raft) 720<i>    admin HTTP 740<i> (/healthz, /readyz)
 #   clients (HTTP/JSON, docs/http.md) 750<i>
 # (730<i> is reserved for gossip.) Re-running it restarts the same cluster on the same data; `make clean`
-# removes the data. Every log line is prefixed with its node's name ("n1 | ...").
+# removes the data. Every log line is prefixed with its node's name ("n1 | ..."). The audit trail (a line
+# per grant, release and expiry, written by the leader) goes to ./data/n<i>.audit.log, not the terminal,
+# so that `leasectl bench` leaves it readable: `tail -f data/n*.audit.log` follows it, and
+# `scripts/cluster.sh --audit-log=stderr` puts it back in the terminal.
 #
 # Ctrl-C (SIGINT) or SIGTERM stops all three: SIGTERM (a clean shutdown: the leader hands leadership on),
 # then SIGKILL for any node still running after GRACE seconds (default 10). The script exits 0 when every node
@@ -77,7 +80,7 @@ start() {
 	mapfile -t tls < <(tls_args "$name")
 	local args=(--name "$name" --data-dir "data/$name"
 		--client-addr "127.0.0.1:710$i" --peer-addr "127.0.0.1:720$i" --admin-addr "127.0.0.1:740$i" --http-addr "127.0.0.1:750$i"
-		--initial-cluster "$INITIAL" "${tls[@]}" "${@:2}")
+		--initial-cluster "$INITIAL" --audit-log "data/$name.audit.log" "${tls[@]}" "${@:2}")
 	cmdline[$name]="$BIN ${args[*]}"
 	"$BIN" "${args[@]}" > >(prefix "$name") 2>&1 &
 	pid[$name]=$!
@@ -144,6 +147,7 @@ echo "leased cluster started (data in ./data; Ctrl-C stops it)"
 for i in 1 2 3; do
 	echo "  n$i  pid ${pid[n$i]}  clients 127.0.0.1:710$i  peers 127.0.0.1:720$i  admin http://127.0.0.1:740$i/readyz  http/json 127.0.0.1:750$i"
 done
+echo "audit trail: data/n1.audit.log, data/n2.audit.log, data/n3.audit.log"
 echo "client endpoints: 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 (HTTP/JSON: 127.0.0.1:7501..7503, docs/http.md)"
 
 # Wait for the nodes to exit, one at a time. `wait -n` also returns (with no pid) when a trapped signal

@@ -52,6 +52,7 @@ func (n *node) applyNormal(e *raftpb.Entry) (*wirepb.Command, fsm.Result, error)
 		n.fsmMu.Lock()
 		err := n.sm.Advance(index)
 		n.fsmMu.Unlock()
+		n.audit.record(index, raft.StateType(n.role.Load()), fsm.Result{}) // a new leader catches the trail up
 		return nil, fsm.Result{}, err
 	}
 	cmd, err := fsm.DecodeCommand(e.GetData())

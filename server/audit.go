@@ -10,28 +10,23 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// The audit trail (docs/operations.md, "Audit trail"): an info line per grant, release and expiry, with
-// the constant keys event, resource, token, holder, identity, index and role. Every node writes it, as it
-// applies the entry, with its raft role at that moment: the role of the node that applies an entry is not
-// a property of the entry (across a leadership change the old and the new leader can both, or neither,
-// apply it while leading), so "the leader logs" would be either incomplete or duplicated. An entry is
-// identified by its index: filter on role="leader" for one copy in steady state, or deduplicate on
-// index, resource and token; a node that restarts applies, and so logs, the entries after its snapshot
-// again.
-//
-// The Ready loop only records the lines; auditTrail.run formats and writes them. Written on the loop, a
-// line per grant cost the leader 8% of its CPU at 256 clients, half of it a write(2) per line, all on the
-// one goroutine every commit waits for: acquires ran 16% slower at info level than at warn. The loop
-// hands each Ready's lines over in one batch, in apply order; the hand-off blocks when the writer is
-// 64 batches behind (a log sink that stops reading stops the node, as it did before, rather than growing
-// its memory or dropping lines). A snapshot waits until every line of the entries it covers is written
-// (waitWritten), so a node that crashes re-logs on restart every entry whose lines it may not have
-// written: those after its snapshot.
+// The audit trail (docs/operations.md, "Audit trail"): a line per grant, release, expiry and ACL change,
+// with the constant keys event, resource, token, holder, identity, index and role, to Config.AuditLog.
+// The leader writes it: a node applying an entry while it leads writes the entry's lines at info, any
+// other node at debug (so one info line per event for the cluster). The role of the node that applies an
+// entry is not a property of the entry, though: across a leadership change the old leader may stop (or
+// crash) with lines it never wrote, for entries the new leader applied while it was still a follower. So
+// every node keeps the lines of the last auditCatchUp events it applied without leading, and a node that
+// starts leading writes them first, at info with replayed=true. The trail is thereby complete, with
+// duplicates (same index) after a leader change; a reader deduplicates on index, resource and token.
 type auditTrail struct {
-	log *slog.Logger
-	on  bool // info is enabled: decided once, the level does not change while a node runs
+	log   *slog.Logger
+	on    bool // info is enabled: decided once, the level does not change while a node runs
+	debug bool // debug is enabled: lines of entries applied without leading are written too
 
 	pending []auditLine     // the lines of the Ready being applied (Ready loop only)
+	behind  []auditLine     // the newest lines applied while not leading, at most auditCatchUp (Ready loop only)
+	leading bool            // the previous entry was applied while leading (Ready loop only)
 	upTo    uint64          // the newest index with a line in pending (Ready loop only)
 	handed  uint64          // the newest index whose lines were handed over (Ready loop only)
 	batches chan auditBatch // to run; closed by the loop as it ends
@@ -41,10 +36,11 @@ type auditTrail struct {
 
 // auditLine is one entry's audit: an ACL change, or one lease event.
 type auditLine struct {
-	role   string
-	aclSet bool
-	index  uint64 // of the ACL change
-	event  fsm.Event
+	role     string
+	replayed bool // written by a new leader for an entry it applied before it led
+	aclSet   bool
+	index    uint64 // of the ACL change
+	event    fsm.Event
 }
 
 type auditBatch struct {
@@ -52,12 +48,17 @@ type auditBatch struct {
 	upTo  uint64
 }
 
+// auditCatchUp is how many lines of entries applied without leading a node keeps, to write when it starts
+// leading: the old leader may not have written these. It bounds the completeness promise: an old leader
+// whose writes lag more than this many lines when it stops leading may leave a gap.
+const auditCatchUp = 4096
+
 // auditBacklog is how many batches (Readys) the writer may be behind before the loop waits for it.
 const auditBacklog = 64
 
 func newAuditTrail(log *slog.Logger, from uint64) *auditTrail {
 	return &auditTrail{
-		log: log, on: log.Enabled(context.Background(), slog.LevelInfo),
+		log: log, on: log.Enabled(context.Background(), slog.LevelInfo), debug: log.Enabled(context.Background(), slog.LevelDebug),
 		batches: make(chan auditBatch, auditBacklog), written: newIndexWaiter(from), done: make(chan struct{}),
 	}
 }
@@ -70,19 +71,43 @@ var auditMessages = map[leasepb.EventType]string{
 	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "lease value proclaimed",
 }
 
-// record notes the lines of the entry at index, applied with the node in state st (Ready loop).
+// record notes the lines of the entry at index, applied with the node in state st (Ready loop). It is
+// called for every applied normal entry, a new leader's empty one included, so that a node catches up the
+// trail as soon as it applies an entry while leading.
 func (a *auditTrail) record(index uint64, st raft.StateType, res fsm.Result) {
-	if !a.on || (len(res.Events) == 0 && !res.Changes.ACLSet) {
+	if !a.on {
+		return
+	}
+	leading := st == raft.StateLeader
+	if leading && !a.leading && len(a.behind) > 0 {
+		for _, l := range a.behind {
+			l.role, l.replayed = roleName(st), true
+			a.pending = append(a.pending, l)
+		}
+		a.behind, a.upTo = nil, index
+	}
+	a.leading = leading
+	if len(res.Events) == 0 && !res.Changes.ACLSet {
 		return
 	}
 	role := roleName(st)
+	var lines []auditLine
 	if res.Changes.ACLSet {
-		a.pending = append(a.pending, auditLine{role: role, aclSet: true, index: index})
+		lines = append(lines, auditLine{role: role, aclSet: true, index: index})
 	}
 	for _, e := range res.Events {
-		a.pending = append(a.pending, auditLine{role: role, event: e})
+		lines = append(lines, auditLine{role: role, event: e})
 	}
-	a.upTo = index
+	if leading || a.debug {
+		a.pending = append(a.pending, lines...)
+		a.upTo = index
+	}
+	if !leading {
+		a.behind = append(a.behind, lines...)
+		if over := len(a.behind) - auditCatchUp; over > 0 {
+			a.behind = append(a.behind[:0:0], a.behind[over:]...)
+		}
+	}
 }
 
 // handOff gives the lines recorded since the last hand-off to the writer (Ready loop, after each apply).
@@ -118,29 +143,37 @@ func (a *auditTrail) run() {
 
 func (a *auditTrail) write(l auditLine) {
 	ctx := context.Background()
+	level := slog.LevelDebug
+	if l.role == roleName(raft.StateLeader) {
+		level = slog.LevelInfo
+	}
+	role := slog.String("role", l.role)
+	if l.replayed {
+		role = slog.Group("", role, slog.Bool("replayed", true))
+	}
 	if l.aclSet {
-		a.log.LogAttrs(ctx, slog.LevelInfo, "acl rules set",
-			slog.String("event", "acl-set"), slog.Uint64("index", l.index), slog.String("role", l.role))
+		a.log.LogAttrs(ctx, level, "acl rules set",
+			slog.String("event", "acl-set"), slog.Uint64("index", l.index), role)
 		return
 	}
 	e := l.event
-	a.log.LogAttrs(ctx, slog.LevelInfo, auditMessages[e.Type],
+	a.log.LogAttrs(ctx, level, auditMessages[e.Type],
 		slog.String("event", eventTypeLabel[e.Type]),
 		slog.String("resource", e.Lease.Resource),
 		slog.Uint64("token", e.Lease.Token),
 		slog.String("holder", e.Lease.Holder),
 		slog.String("identity", e.Lease.Identity),
 		slog.Uint64("index", e.Index),
-		slog.String("role", l.role))
+		role)
 	if e.By != "" {
 		// An admin released another identity's lease: the second line names both.
-		a.log.LogAttrs(ctx, slog.LevelInfo, "lease released by admin",
+		a.log.LogAttrs(ctx, level, "lease released by admin",
 			slog.String("event", "admin-release"),
 			slog.String("resource", e.Lease.Resource),
 			slog.Uint64("token", e.Lease.Token),
 			slog.String("identity", e.Lease.Identity),
 			slog.String("admin", e.By),
 			slog.Uint64("index", e.Index),
-			slog.String("role", l.role))
+			role)
 	}
 }

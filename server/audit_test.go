@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/servertest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the node's goroutines to log into.
@@ -160,4 +162,94 @@ func TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose(t *testing.T) {
 	if got := len(auditLines(t, logs.String())); got != n {
 		t.Fatalf("%d audit lines after Close, want %d:\n%s", got, n, logs.String())
 	}
+}
+
+// TestAuditTrailOneInfoLinePerEvent: in a three-node cluster the leader alone writes the trail at info,
+// so each event has exactly one info line for the whole cluster, with role=leader.
+func TestAuditTrailOneInfoLinePerEvent(t *testing.T) {
+	logs := &syncBuffer{}
+	c := servertest.Start(t, 3, func(cfg *server.Config) {
+		cfg.AuditLog = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	leader := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var tokens []uint64
+	for i := range 5 {
+		a, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: "one/" + strconv.Itoa(i), Holder: "h", TtlMs: 60_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, a.GetLease().GetToken())
+	}
+	c.WaitSettled() // every node applied every grant
+	count := map[float64]int{}
+	for _, l := range auditLines(t, logs.String()) {
+		if l["role"] != "leader" || l["level"] != "INFO" {
+			t.Errorf("audit line %v: want role=leader at INFO", l)
+		}
+		count[l["token"].(float64)]++
+	}
+	for _, tok := range tokens {
+		if count[float64(tok)] != 1 {
+			t.Errorf("grant %d has %d info lines in the cluster, want 1", tok, count[float64(tok)])
+		}
+	}
+}
+
+// droppingWriter loses every line while drop is set: a leader that stops before its lines reach the sink.
+type droppingWriter struct {
+	syncBuffer
+	drop atomic.Bool
+}
+
+func (w *droppingWriter) Write(p []byte) (int, error) {
+	if w.drop.Load() {
+		return len(p), nil
+	}
+	return w.syncBuffer.Write(p)
+}
+
+// TestAuditTrailSurvivesALostLeader: grants whose lines the leader never wrote (its sink lost them, as a
+// SIGKILLed leader loses what it had not written) are written by the next leader, marked replayed.
+func TestAuditTrailSurvivesALostLeader(t *testing.T) {
+	sinks := map[string]*droppingWriter{}
+	c := servertest.Start(t, 3, func(cfg *server.Config) {
+		w := &droppingWriter{}
+		sinks[cfg.Name] = w
+		cfg.AuditLog = slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	leader := c.WaitLeader()
+	sinks[c.Config(leader).Name].drop.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var lost []float64
+	for i := range 3 {
+		a, err := c.Leases(leader).Acquire(ctx, &leasepb.AcquireRequest{Resource: "lost/" + strconv.Itoa(i), Holder: "h", TtlMs: 60_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost = append(lost, float64(a.GetLease().GetToken()))
+	}
+	c.WaitSettled()
+	c.Stop(leader)
+	eventually(t, 20*time.Second, "the new leader's replayed lines", func() bool {
+		replayed := map[float64]bool{}
+		for name, w := range sinks {
+			if name == c.Config(leader).Name {
+				continue
+			}
+			for _, l := range auditLines(t, w.String()) {
+				if l["role"] == "leader" && l["replayed"] == true && l["level"] == "INFO" {
+					replayed[l["token"].(float64)] = true
+				}
+			}
+		}
+		for _, tok := range lost {
+			if !replayed[tok] {
+				return false
+			}
+		}
+		return true
+	})
 }

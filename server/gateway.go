@@ -52,12 +52,12 @@ type gateway struct {
 // port's configuration: same certificates, same client certificate rule).
 func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *tls.Config) (*gateway, error) {
 	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &gatewayJSON{runtime.JSONPb{
 			// Every field, zero or not, so that clients in any language see the whole message. Unknown
 			// fields are refused (400): a misspelt field must not be silently ignored.
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		}}),
 		runtime.WithErrorHandler(writeStatus),
 		runtime.WithRoutingErrorHandler(writeRoutingError),
 	)
@@ -90,10 +90,19 @@ func http1TLS(tlsCfg *tls.Config) *tls.Config {
 	return tlsfiles.WithALPN(tlsCfg, "http/1.1")
 }
 
-// handler admits a request (none after close), bounds its body at the gRPC port's message limit and
-// hands the connection's identity to the service as a gRPC peer.
+// handler answers /healthz itself, refuses a method the path is not served with (405), admits a request
+// (none after close), bounds its body at the gRPC port's message limit and hands the connection's
+// identity to the service as a gRPC peer.
 func (g *gateway) handler(mux http.Handler, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			serveHealthz(w, r)
+			return
+		}
+		if allow := allowedMethod(r.URL.Path); allow != "" && r.Method != allow {
+			writeRoutingError(r.Context(), nil, nil, w, r, http.StatusMethodNotAllowed)
+			return
+		}
 		if !g.enter() {
 			writeHTTPStatus(w, http.StatusServiceUnavailable, status.New(codes.Unavailable, "server stopping"))
 			return
@@ -208,6 +217,9 @@ func writeRoutingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	msg := fmt.Sprintf("no route %s %s (docs/http.md lists the routes)", r.Method, r.URL.Path)
 	switch httpStatus {
 	case http.StatusMethodNotAllowed:
+		if allow := allowedMethod(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
 		code, msg = codes.Unimplemented, fmt.Sprintf("method %s is not allowed on %s (docs/http.md lists the routes)", r.Method, r.URL.Path)
 	case http.StatusBadRequest:
 		code, msg = codes.InvalidArgument, fmt.Sprintf("malformed request path %s", r.URL.Path)
@@ -215,10 +227,25 @@ func writeRoutingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	writeHTTPStatus(w, httpStatus, status.New(code, msg))
 }
 
+// serveHealthz answers GET /healthz with 200 while the process serves, as the admin port's /healthz: it
+// asks nothing of the node, so a liveness probe never waits on the raft loop.
+func serveHealthz(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeHTTPStatus(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s is not allowed on /healthz", r.Method))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
 func writeHTTPStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
 	body, err := statusJSON.Marshal(st.Proto())
 	if err != nil { // a detail of an unknown type: keep code and message
 		body, _ = statusJSON.Marshal(status.New(st.Code(), st.Message()).Proto())
+	}
+	if hex, err := hexIDs(body); err == nil { // LeaderHint's leaderId
+		body = hex
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

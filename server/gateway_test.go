@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
@@ -451,4 +452,74 @@ func TestOpenAPIFileHasTheRoutes(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("OpenAPI routes %v, want %v", got, want)
 	}
+}
+
+// TestHTTPEdges: a value that is not padded base64 is a 400 naming the field and stores nothing; a known
+// path with another method is a 405 with Allow (GET /v1/leases/acquire is not a Get of "acquire"); ids
+// are spelled as on gRPC's side by leasectl and the logs (16 hex digits); /healthz answers on the port.
+func TestHTTPEdges(t *testing.T) {
+	c := servertest.Start(t, 3, nil)
+	leader := c.WaitLeader()
+	api := newHTTPAPI(t, c.HTTPAddrs()[leader], nil)
+
+	for _, bad := range []string{"hi", "aGk", "a", "aGk=aGk=x", "aG!="} {
+		body := fmt.Sprintf(`{"resource": "b64/x", "holder": "a", "ttlMs": 10000, "value": %q}`, bad)
+		got := api.do("POST", "/v1/leases/acquire", body, http.StatusBadRequest)
+		if msg := field(t, got, "message").(string); !strings.Contains(msg, `"value"`) || !strings.Contains(msg, "base64") {
+			t.Errorf("value %q: message %q does not name the field and base64", bad, msg)
+		}
+	}
+	api.do("GET", "/v1/leases/b64/x", "", http.StatusNotFound) // nothing was stored
+	got := api.do("POST", "/v1/leases/acquire", `{"resource": "b64/x", "holder": "a", "ttlMs": 10000, "value": "-_8="}`, http.StatusOK)
+	if field(t, got, "lease", "value") != "+/8=" { // URL-safe accepted; answers use the standard alphabet
+		t.Errorf("URL-safe value answered %v", got)
+	}
+	token := field(t, got, "lease", "token").(string)
+	api.do("POST", "/v1/leases/proclaim", fmt.Sprintf(`{"resource": "b64/x", "token": %s, "value": "hi"}`, token), http.StatusBadRequest)
+
+	// Ids as FormatID spells them, equal to the gRPC answer's.
+	g, err := c.Leases(leader).Get(t.Context(), &leasepb.GetRequest{Resource: "b64/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.GetHeader()
+	for name, want := range map[string]uint64{"clusterId": h.GetClusterId(), "memberId": h.GetMemberId(), "leaderId": h.GetLeaderId()} {
+		if v := field(t, got, "header", name); v != leasepb.FormatID(want) {
+			t.Errorf("header %s = %v, want %s", name, v, leasepb.FormatID(want))
+		}
+	}
+
+	for _, tc := range []struct{ method, path, allow string }{
+		{"GET", "/v1/leases/acquire", "POST"},
+		{"GET", "/v1/leases/proclaim", "POST"},
+		{"PUT", "/v1/leases/renew", "POST"},
+		{"POST", "/v1/leases", "GET"},
+		{"DELETE", "/v1/leases/b64/x", "GET"},
+	} {
+		resp := rawRequest(t, api, tc.method, tc.path)
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d Allow %q, want 405 Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.allow)
+		}
+	}
+
+	resp := rawRequest(t, api, "GET", "/healthz")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: %d", resp.StatusCode)
+	}
+}
+
+// rawRequest sends a bodiless request and returns the answer with its body read and closed.
+func rawRequest(t *testing.T, api *httpAPI, method, path string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, api.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := api.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }

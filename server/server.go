@@ -358,7 +358,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	n.applied.Store(snapIndex)
-	n.audit = newAuditTrail(n.log, snapIndex)
+	audit := n.log
+	if cfg.AuditLog != nil {
+		audit = cfg.AuditLog.With("node", cfg.Name)
+	}
+	n.audit = newAuditTrail(audit, snapIndex)
 	n.logIndex = storage
 	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)

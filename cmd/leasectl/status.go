@@ -156,7 +156,7 @@ func (a *app) printStatus(rows []nodeJSON) error {
 	t := a.newTable("NAME", "ID", "ADDRESS", "ROLE", "TERM", "LEADER", "COMMIT", "APPLIED", "DB SIZE", "LEASES", "VERSION", "HEALTH")
 	for _, r := range rows {
 		if r.Role == "unreachable" {
-			t.row("-", "-", r.ClientAddr, r.Role, "-", "-", "-", "-", "-", "-", "-", "unhealthy: "+shorten(r.Error, 60))
+			t.row("-", "-", r.ClientAddr, r.Role, "-", "-", "-", "-", "-", "-", "-", "unhealthy: "+strings.TrimSpace(r.Error)) // whole: the cause is what the operator acts on
 			continue
 		}
 		health := "healthy"
@@ -171,12 +171,4 @@ func (a *app) printStatus(rows []nodeJSON) error {
 			strconv.FormatUint(r.LiveLeases, 10), orDash(r.Version), health)
 	}
 	return t.flush()
-}
-
-func shorten(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }

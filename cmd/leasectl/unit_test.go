@@ -374,3 +374,16 @@ func TestStatusShowsAStalledLoop(t *testing.T) {
 		t.Errorf("table: %s", out.String())
 	}
 }
+
+// An unreachable endpoint's row carries its whole cause, however long: the hint is at its end.
+func TestStatusKeepsTheWholeCause(t *testing.T) {
+	cause := "127.0.0.1:7501: answers HTTP/1.1, not gRPC: it is a leased HTTP/JSON API or admin port (--http-addr, --admin-addr); use the node's client port (--client-addr, 7101 by default)"
+	var out strings.Builder
+	a := &app{stdout: &out, output: "table"}
+	if err := a.printStatus([]nodeJSON{{ClientAddr: "127.0.0.1:7501", Role: "unreachable", Error: cause}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), cause) || strings.Contains(out.String(), "…") {
+		t.Errorf("table cuts the cause:\n%s", out.String())
+	}
+}

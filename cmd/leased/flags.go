@@ -29,6 +29,7 @@ type options struct {
 	adminAddr   string
 	logLevel    slog.Level
 	logFormat   string
+	auditLog    string // --audit-log: "stderr", "off" or a file path
 	showVersion bool
 	tls         tlsOptions
 	// gossipKeyFile is read by main into cfg.GossipKey.
@@ -55,7 +56,7 @@ func envName(flagName string) string {
 // validate the resulting server.Config: server.New does, and main reports that as a configuration error.
 // On --help it writes the usage to stdout and returns errHelp; a bad flag or variable is a usageError.
 func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (options, error) {
-	o := options{cfg: server.DefaultConfig(), logLevel: slog.LevelInfo, logFormat: "text"}
+	o := options{cfg: server.DefaultConfig(), logLevel: slog.LevelInfo, logFormat: "text", auditLog: "stderr"}
 	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by usage below
 	c, l := &o.cfg, &o.cfg.Limits
@@ -123,6 +124,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 
 	fs.Var((*levelFlag)(&o.logLevel), "log-level", "log `level`: debug, info, warn or error")
 	fs.Var(formatFlag{&o.logFormat}, "log-format", "log `format`: text or json")
+	fs.StringVar(&o.auditLog, "audit-log", o.auditLog, "where the audit trail (a line per grant, release and expiry, written by the leader) goes: stderr (with the log), off, or a `file` to append to; at --log-level and --log-format")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.Int64Var(&o.gcMinHeap, "gc-min-heap-bytes", defaultGCMinHeap, "with neither GOGC nor a memory limit (GOMEMLIMIT, or the container's), the heap may grow to this many bytes before the garbage collector runs, then to twice the live heap as at GOGC=100; 0 leaves the collector at GOGC=100")
 

@@ -89,6 +89,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.cfg.Logger, o.cfg.Version, o.cfg.Registerer = log, version, reg
+	audit, closeAudit, err := openAuditLog(o)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	o.cfg.AuditLog = audit
 	certs, err := buildTLS(o.tls, log)
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ func newCluster(t testing.TB, bin string, b *builds, dir string, size int, withT
 		cfg.NodeArgs = func(i int) []string { return c.tls.nodeArgs(c.Nodes[i].Name) }
 		cfg.ClientTLS = c.tls.client
 	}
+	cfg.NodeArgs = withAuditLog(cfg.NodeArgs, b, dir, func(i int) string { return c.Nodes[i].Name })
 	c.Cluster = proc.New(t, cfg)
 	var peers []string
 	for _, n := range c.Nodes {

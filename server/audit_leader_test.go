@@ -1,0 +1,53 @@
+package server
+
+import (
+	"bytes"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
+)
+
+// TestAuditNewLeaderCatchesUp: a node writes nothing at info for the entries it applies as a follower,
+// and when it starts leading (its first applied entry as leader, the empty one of its term) it writes
+// their lines at info, marked replayed, before its own: the old leader may have stopped before writing
+// them.
+func TestAuditNewLeaderCatchesUp(t *testing.T) {
+	var buf bytes.Buffer
+	a := newAuditTrail(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), 0)
+	go a.run()
+	granted := func(i uint64) fsm.Result {
+		return fsm.Result{Events: []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: i,
+			Lease: fsm.Lease{Resource: "r", Holder: "h", Token: i}}}}
+	}
+	a.record(5, raft.StateFollower, granted(5))
+	a.record(6, raft.StateFollower, granted(6))
+	a.handOff()
+	a.waitWritten()
+	if buf.Len() != 0 {
+		t.Fatalf("a follower wrote at info:\n%s", buf.String())
+	}
+	a.record(7, raft.StateLeader, fsm.Result{}) // the new leader's empty entry
+	a.record(8, raft.StateLeader, granted(8))
+	a.close()
+	<-a.done
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{"token=5 .* role=leader replayed=true", "token=6 .* role=leader replayed=true", "token=8 .* role=leader$"}
+	if len(lines) != len(want) {
+		t.Fatalf("lines:\n%s\nwant %d", buf.String(), len(want))
+	}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(lines[i]) {
+			t.Errorf("line %d = %q, want %q", i, lines[i], w)
+		}
+	}
+	// Leading on, nothing is replayed again.
+	if len(a.behind) != 0 {
+		t.Errorf("%d lines still kept after catching up", len(a.behind))
+	}
+}
