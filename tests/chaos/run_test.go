@@ -172,8 +172,8 @@ type report struct {
 	OutcomeIDs    int // acquires ended ErrOutcomeUnknown whose named request id was checked
 }
 
-// strictOnly are the checks that fail a run only with Strict: they find the SDK defects of issue 11
-// (docs/testing.md, "Gray failures"), whose fixes land apart from the harness.
+// strictOnly are the checks that fail a run only with Strict; every run reports them. They judge the SDK
+// against gray failures (docs/testing.md, "Gray failures").
 var strictOnly = map[string]bool{"L1": true, "log-release": true}
 
 // total counts the violations that fail a run: every invariant's, and strictOnly's only when Strict.
@@ -568,7 +568,7 @@ func (r *run) watch(ctx context.Context, cl *client.Client) {
 			defer r.mu.Unlock()
 			if e.Index < last || (e.Index == last && atLast[key]) {
 				// Re-delivered below the index asked for: a Watch API defect (see docs/testing.md,
-				// "Findings"), not a state-machine one. Counted, and kept out of the I1/I2 stream.
+				// "Bugs the harnesses found"), not a state-machine one. Counted, and kept out of the I1/I2 stream.
 				r.watchRedelivered++
 				return nil
 			}
