@@ -315,8 +315,8 @@ func (r *run) discoverMinTTL() time.Duration {
 // ---- planted bugs in the workload client ----
 
 // plants switches on planted bugs of the harness's workload client (runConfig.Plants, or
-// LEASED_CHAOS_PLANT=comma,separated,names), to show that the checkers catch the SDK defects of issue 11
-// even once the SDK is fixed:
+// LEASED_CHAOS_PLANT=comma,separated,names), to show that the checkers catch SDK defects under gray
+// failures, which the SDK itself no longer has:
 //
 //   - gray-sdk: the L1 holders use a legacy client (legacyHolder) that keeps one KeepAlive stream on the
 //     node it started with and never gives up on it while it stays open (no watchdog on answers), and

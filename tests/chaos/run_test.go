@@ -47,7 +47,7 @@ type runConfig struct {
 	L1Holders int
 	// Semaphore workers take slots of semaphore resources, for the "at most N" checker (semaphore_test.go).
 	Semaphore int
-	// Strict counts the violations of the SDK defects of issue 11 as failures (LEASED_CHAOS_STRICT=1,
+	// Strict counts the violations of the SDK's gray-failure checks as failures (LEASED_CHAOS_STRICT=1,
 	// make chaos STRICT=1): L1 and log-release. Otherwise they are reported only (strictOnly).
 	Strict bool
 	// Plants are planted bugs of the workload client (plants; LEASED_CHAOS_PLANT).
@@ -462,7 +462,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("log", vlog...)
 	violate("log-release", vrel...)
 
-	// The audit trail and the leader gauges (issue 15).
+	// The audit trail and the leader gauges.
 	violate("obs", r.checkObservability(events)...)
 
 	// The limits held against the flood nemesis, every unknown acquire named its request id, and no
