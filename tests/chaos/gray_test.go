@@ -18,10 +18,9 @@ import (
 	"github.com/leased/leased/tests/internal/proc"
 )
 
-// Gray failures (issue 11): a frozen leader, a black-holed client link, a stalled disk. These nemeses
-// join the schedule only with runConfig.Gray (LEASED_CHAOS_GRAY=1, make chaos GRAY=1), because the SDK
-// of today loses leases under them (docs/testing.md, "Gray failures: before"); the L1 checker
-// (checkL1) measures what they cost the clients.
+// Gray failures: a frozen leader, a black-holed client link, a stalled disk. These nemeses join the
+// schedule only with runConfig.Gray (LEASED_CHAOS_GRAY=1, make chaos GRAY=1); the L1 checker (checkL1)
+// measures what they cost the clients (docs/testing.md, "Gray failures").
 
 // nemesisRec is one entry of the nemesis log (nemeses.txt): a fault, the nodes it impairs, the client
 // links it black-holes, and when it began and ended (since the history began).
@@ -316,8 +315,8 @@ func (r *run) discoverMinTTL() time.Duration {
 // ---- planted bugs in the workload client ----
 
 // plants switches on planted bugs of the harness's workload client (runConfig.Plants, or
-// LEASED_CHAOS_PLANT=comma,separated,names), to show that the checkers catch the SDK defects of issue 11
-// even once the SDK is fixed:
+// LEASED_CHAOS_PLANT=comma,separated,names), to show that the checkers catch SDK defects under gray
+// failures, which the SDK itself no longer has:
 //
 //   - gray-sdk: the L1 holders use a legacy client (legacyHolder) that keeps one KeepAlive stream on the
 //     node it started with and never gives up on it while it stays open (no watchdog on answers), and

@@ -47,7 +47,7 @@ type runConfig struct {
 	L1Holders int
 	// Semaphore workers take slots of semaphore resources, for the "at most N" checker (semaphore_test.go).
 	Semaphore int
-	// Strict counts the violations of the SDK defects of issue 11 as failures (LEASED_CHAOS_STRICT=1,
+	// Strict counts the violations of the SDK's gray-failure checks as failures (LEASED_CHAOS_STRICT=1,
 	// make chaos STRICT=1): L1 and log-release. Otherwise they are reported only (strictOnly).
 	Strict bool
 	// Plants are planted bugs of the workload client (plants; LEASED_CHAOS_PLANT).
@@ -172,8 +172,8 @@ type report struct {
 	OutcomeIDs    int // acquires ended ErrOutcomeUnknown whose named request id was checked
 }
 
-// strictOnly are the checks that fail a run only with Strict: they find the SDK defects of issue 11
-// (docs/testing.md, "Gray failures"), whose fixes land apart from the harness.
+// strictOnly are the checks that fail a run only with Strict; every run reports them. They judge the SDK
+// against gray failures (docs/testing.md, "Gray failures").
 var strictOnly = map[string]bool{"L1": true, "log-release": true}
 
 // total counts the violations that fail a run: every invariant's, and strictOnly's only when Strict.
@@ -462,7 +462,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("log", vlog...)
 	violate("log-release", vrel...)
 
-	// The audit trail and the leader gauges (issue 15).
+	// The audit trail and the leader gauges.
 	violate("obs", r.checkObservability(events)...)
 
 	// The limits held against the flood nemesis, every unknown acquire named its request id, and no
@@ -568,7 +568,7 @@ func (r *run) watch(ctx context.Context, cl *client.Client) {
 			defer r.mu.Unlock()
 			if e.Index < last || (e.Index == last && atLast[key]) {
 				// Re-delivered below the index asked for: a Watch API defect (see docs/testing.md,
-				// "Findings"), not a state-machine one. Counted, and kept out of the I1/I2 stream.
+				// "Bugs the harnesses found"), not a state-machine one. Counted, and kept out of the I1/I2 stream.
 				r.watchRedelivered++
 				return nil
 			}
