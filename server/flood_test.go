@@ -22,7 +22,7 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// Floods at the sizes of issue 10 (10,000 watch calls, 10,000 waiters, 1,000 streams) against the leader
+// Floods at the sizes the limits are documented for (10,000 watch calls, 10,000 waiters, 1,000 streams) against the leader
 // of a real three-node cluster on loopback, with small limits so that most of each flood is refused: the
 // refusals are ResourceExhausted naming the limit's flag, the leader keeps its leadership (same leader,
 // same term, no leader change anywhere), and its heap stays bounded. The cluster runs with the production

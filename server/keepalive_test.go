@@ -50,7 +50,7 @@ func TestVanishedClientsStreamEnds(t *testing.T) {
 
 // TestDefaultKeepaliveEndsAVanishedClientWithinAMinute: with the defaults, the node's pings start after
 // 10 s of silence and give up 5 s later, so a vanished client's streams end within about 15 s, well
-// inside the minute issue 10 asks for; TestVanishedClientsStreamEnds shows the mechanism with short times.
+// within a minute; TestVanishedClientsStreamEnds shows the mechanism with short times.
 func TestDefaultKeepaliveEndsAVanishedClientWithinAMinute(t *testing.T) {
 	cfg := server.DefaultConfig()
 	if bound := cfg.KeepAliveTime + cfg.KeepAliveTimeout; bound <= 0 || bound > time.Minute {

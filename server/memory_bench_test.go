@@ -24,7 +24,7 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// The memory benchmarks (issue 13: at most 400 bytes of RSS per held lease per node at 1,000,000 leases,
+// The memory benchmarks (the target: at most 400 bytes of RSS per held lease per node at 1,000,000 leases,
 // and a restart with 1M leases ready within 5 s). They run one in-process node: memory is per node, and a
 // single node holds everything a member does (state machine, lessor, watch history, raft log, snapshots)
 // while the process holds nothing else, so its RSS growth is one node's. A follower holds the same, less

@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkValidateKeepAlive: the edge's check of a KeepAlive of 1,000 leases, which the leader runs for
-// every batch of renewals (docs/benchmarks.md, session 10).
+// every batch of renewals (docs/benchmarks.md).
 func BenchmarkValidateKeepAlive(b *testing.B) {
 	l := TestConfig().Limits
 	req := &leasepb.KeepAliveRequest{}

@@ -15,7 +15,7 @@ import (
 func FuzzValidateRequests(f *testing.F) {
 	for _, m := range []proto.Message{
 		&leasepb.AcquireRequest{Resource: "db/primary", Holder: "host-1:42", TtlMs: 5000, RequestId: "r1", Value: []byte("v")},
-		// Values that wrapped around when converted to nanoseconds (issue 10).
+		// Values that wrapped around when converted to nanoseconds.
 		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 1 << 58},
 		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000, LockDelayMs: math.MaxInt64},
 		&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: math.MinInt64},

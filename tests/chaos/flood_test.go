@@ -22,7 +22,7 @@ import (
 
 // The flood nemesis (runConfig.Flood, LEASED_CHAOS_FLOOD=1, make chaos FLOOD=1): a hostile client opens
 // more Watch streams on one connection, and more blocking acquires on one resource, than the per-
-// connection and per-resource limits allow (issue 10's limits; the harness runs the nodes with the small
+// connection and per-resource limits allow (the harness runs the nodes with the small
 // limits below so that a flood fits a 2-core machine). Its promises, checked as the "limits" checker:
 //   - exactly the limit's worth is served and every request past it is refused with ResourceExhausted
 //     whose QuotaFailure names the flag that sets the limit;

@@ -16,7 +16,7 @@ import (
 )
 
 // legacyHolder is the gray-sdk planted bug: an L1 holder on a hand-written client with the two gray-
-// failure defects of issue 11, so the L1 checker can be shown to catch them whatever the SDK does:
+// failure defects the SDK once had, so the L1 checker can be shown to catch them whatever the SDK does:
 //
 //   - its KeepAlive stream has no watchdog: it stays on the node it opened the stream to for as long as
 //     the stream is open, answers or not (a frozen leader keeps its TCP connections open), and the lease

@@ -44,8 +44,8 @@ import (
 // contains its index (a release nobody asked for: a Release that ignored its token and freed another
 // holder's lease — the plantbug server — which the model, letting leases expire at will, cannot see).
 //
-// The NOT_FOUND-after-release kind is returned apart (rel): it is the SDK defect of issue 11 (a Release retried after an
-// ambiguous first answer reports the retry's NOT_FOUND), reported by default and enforced with
+// The NOT_FOUND-after-release kind is returned apart (rel): it is the SDK defect of a Release retried after an
+// ambiguous first answer that reports the retry's NOT_FOUND, reported by default and enforced with
 // LEASED_CHAOS_STRICT=1 until the SDK fix lands. Unknown outcomes and refusals say nothing and are
 // skipped. With gaps in the stream (compaction), the
 // log is incomplete and nothing is checked.

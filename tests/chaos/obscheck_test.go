@@ -16,7 +16,7 @@ import (
 	"github.com/leased/leased/tests/internal/proc"
 )
 
-// ---- the observability promises (issue 15), held against the cluster ----
+// ---- the observability promises, held against the cluster ----
 
 // auditLine matches one audit trail line of a node's text log (docs/operations.md, "Audit trail").
 var auditLine = regexp.MustCompile(`\bevent=(granted|released|expired) .*\btoken=(\d+) .*\bindex=(\d+)\b`)

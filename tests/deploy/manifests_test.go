@@ -29,9 +29,8 @@ const (
 	dockerfile    = "../../Dockerfile"
 )
 
-// pendingFlags are flags the deployment files set ahead of the branches that add them (issue 12's
-// membership work: the advertise addresses; issue 10's TLS). leased ignores a LEASED_* variable that
-// names no flag, so the files work before and after. Once a flag exists the test fails until it is
+// pendingFlags are flags the deployment files may set ahead of the code that adds them. leased ignores
+// a LEASED_* variable that names no flag, so the files work before and after. Once a flag exists the test fails until it is
 // removed from here, so this list only ever shrinks to nothing.
 var pendingFlags = map[string]string{}
 
