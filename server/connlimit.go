@@ -58,10 +58,10 @@ func newConnGate(max int, reg prometheus.Registerer) *connGate {
 	g := &connGate{max: int64(max)}
 	if reg != nil {
 		reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leased_client_connections",
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leased_connections",
 				Help: "Connections open on the client and HTTP ports (bounded by --max-connections)."},
 				func() float64 { return float64(g.open.Load()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leased_client_connections_refused_total",
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leased_connections_refused_total",
 				Help: "Connections to the client and HTTP ports closed on accept because --max-connections were open."},
 				func() float64 { return float64(g.refused.Load()) }),
 		)

@@ -57,7 +57,7 @@ var contractSeries = []string{
 	"leased_live_leases", "leased_waiters", "leased_watchers", "leased_open_streams", "leased_keepalive_batch_size",
 	"leased_expiry_lag_seconds", "leased_peer_round_trip_seconds", "leased_peer_send_failures_total", "leased_peer_messages_dropped_total",
 	"leased_renewals_total", "leased_read_index_duration_seconds", "leased_events_total", "leased_commit_index",
-	"leased_applied_index", "leased_quota_bytes", "leased_quota_used_bytes", "leased_quota_exceeded", "leased_client_connections", "leased_client_connections_refused_total", "grpc_server_handled_total", "grpc_server_handling_seconds", "grpc_server_started_total",
+	"leased_applied_index", "leased_quota_bytes", "leased_quota_used_bytes", "leased_quota_exceeded", "leased_connections", "leased_connections_refused_total", "grpc_server_handled_total", "grpc_server_handling_seconds", "grpc_server_started_total",
 	"grpc_server_msg_received_total", "grpc_server_msg_sent_total",
 }
 

@@ -105,11 +105,11 @@ func TestAdminAnswersAtTheConnectionLimit(t *testing.T) {
 	// Every connection is accepted (or refused) soon; then the gauge stands at the limit.
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		metrics := fetch(t, "http://"+admin+"/metrics")
-		if strings.Contains(metrics, fmt.Sprintf("leased_client_connections %d\n", limit)) && !strings.Contains(metrics, "leased_client_connections_refused_total 0\n") {
+		if strings.Contains(metrics, fmt.Sprintf("leased_connections %d\n", limit)) && !strings.Contains(metrics, "leased_connections_refused_total 0\n") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics at the limit does not show %d connections and some refused:\n%s", limit, grepLines(metrics, "leased_client_connections"))
+			t.Fatalf("/metrics at the limit does not show %d connections and some refused:\n%s", limit, grepLines(metrics, "leased_connections"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

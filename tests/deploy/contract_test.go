@@ -53,6 +53,8 @@ var nodeMetrics = map[string]kind{
 	"leased_quota_bytes":                 gauge,
 	"leased_quota_used_bytes":            gauge,
 	"leased_quota_exceeded":              gauge,
+	"leased_connections":                 gauge,
+	"leased_connections_refused_total":   counter,
 	// go-grpc-middleware v2 providers/prometheus, on the client port, with the handling-time histogram.
 	"grpc_server_handled_total":      counter,
 	"grpc_server_handling_seconds":   histogram,
