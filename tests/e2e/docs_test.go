@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leased/leased/tests/internal/proc"
+)
+
+// The docs' examples assume the local cluster of scripts/cluster.sh: these addresses, and the default
+// timing (so the default TTL floor of 8 s; defaultTiming gives proc's nodes that timing).
+const (
+	docEndpoints = `[]string{"127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"}`
+	docHTTPAddr  = "127.0.0.1:750" // + the node's number, 1..3
+)
+
+// TestQuickstartRuns does what docs/quickstart.md tells a newcomer to do, against a three-node cluster
+// with the default timing and an HTTP/JSON port on every node: it runs the page's Go program (go run,
+// against this module) and every ```sh block in order in one shell, with the page's addresses replaced by
+// the cluster's. The ```text blocks (install, scripts/cluster.sh on its fixed ports, go mod) are not run:
+// the cluster here is started the way scripts/cluster.sh starts it, on free ports.
+func TestQuickstartRuns(t *testing.T) {
+	md := readDoc(t, "docs/quickstart.md")
+	httpAddrs := proc.FreeAddrs(t, 3)
+	c := newClusterWith(t, proc.Config{Size: 3, Args: defaultTiming, NodeArgs: func(i int) []string {
+		return []string{"--http-addr=" + httpAddrs[i]}
+	}})
+	endpoints := c.Endpoints()
+
+	t.Run("go", func(t *testing.T) {
+		var program string
+		for _, b := range codeBlocks(md, "go") {
+			if strings.HasPrefix(b, "package main\n") {
+				program = b
+			}
+		}
+		if !strings.Contains(program, docEndpoints) {
+			t.Fatalf("docs/quickstart.md has no Go program (package main) with the endpoints %s", docEndpoints)
+		}
+		program = strings.Replace(program, docEndpoints, fmt.Sprintf("%#v", endpoints), 1)
+		out := goRun(t, program)
+		for _, want := range []string{
+			`(?m)^acquired reports/daily, token [1-9][0-9]*$`,
+			`(?m)^fenced write: <nil>$`,
+			`(?m)^write with an older token refused: true$`,
+		} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("the quickstart program's output does not match %s:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("sh", func(t *testing.T) {
+		script := strings.Join(codeBlocks(md, "sh"), "\n")
+		for i, a := range httpAddrs {
+			script = strings.ReplaceAll(script, fmt.Sprintf("%s%d", docHTTPAddr, i+1), a)
+		}
+		if strings.Contains(script, docHTTPAddr) || !strings.Contains(script, "curl") || !strings.Contains(script, "bin/leasectl") {
+			t.Fatalf("the quickstart's shell examples use an unknown address or lack leasectl or curl:\n%s", script)
+		}
+		out := runShell(t, script, "LEASECTL_ENDPOINTS="+strings.Join(endpoints, ","))
+		for _, want := range []string{
+			`(?m)^jobs/nightly\s+quickstart\s+[1-9]`,                                          // acquire's row
+			`(?m)^holding jobs/nightly with token [1-9][0-9]*$`,                               // run's command saw LEASE_TOKEN
+			`"lease":\s*\{"resource":\s*"jobs/curl",\s*"holder":\s*"sh",\s*"token":\s*"[1-9]`, // curl's acquire
+			`"ttlMs":\s*"30000"\}`,                                                            // its renewal
+			`"alreadyReleased":\s*false,\s*"releasedIndex":\s*"[1-9]`,                         // its release
+		} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("the quickstart's shell examples' output does not match %s:\n%s", want, out)
+			}
+		}
+	})
+}
+
+// readDoc reads a file of the repository by its path from the repository's root.
+func readDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// codeBlocks returns the bodies of md's fenced code blocks whose info string is lang, in order.
+func codeBlocks(md, lang string) []string {
+	var blocks []string
+	var cur *strings.Builder
+	for line := range strings.Lines(md) {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && trimmed == "```"+lang:
+			cur = &strings.Builder{}
+		case cur != nil && trimmed == "```":
+			blocks = append(blocks, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line)
+		}
+	}
+	return blocks
+}
+
+// goRun compiles and runs program, a package main, against this module and returns its output. It is
+// written to a directory inside the module (named with a leading underscore, which `go build ./...`
+// ignores) so that its imports resolve to this tree; the program runs in that directory.
+func goRun(t *testing.T, program string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "_docexample-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "main.go")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run the example: %v\n%s\n--- the program:\n%s", err, out, program)
+	}
+	return string(out)
+}
+
+// runShell runs script with bash -euo pipefail in a directory where bin/leasectl is the CLI under test,
+// with env added to the environment, and returns its output.
+func runShell(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(leasectlBin, filepath.Join(dir, "bin", "leasectl")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
+	}
+	return string(out)
+}
