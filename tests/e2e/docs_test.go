@@ -3,14 +3,19 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/tests/internal/proc"
 )
 
@@ -154,4 +159,127 @@ func runShell(t *testing.T, script string, env ...string) string {
 		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
 	}
 	return string(out)
+}
+
+// exampleMarker, on the line before a ```go block (blank lines between allowed), names the Go function
+// the block is an excerpt of: <!-- example: path/from/the/repository/root_test.go FuncName -->.
+var exampleMarker = regexp.MustCompile(`^<!-- example: (\S+\.go) (\w+) -->$`)
+
+// docTTL finds a TTL a Go snippet asks for in whole seconds: WithTTL(10*time.Second), TTL: 10 * time.Second.
+var docTTL = regexp.MustCompile(`(?:WithTTL\(|TTL:\s*)(\d+)\s*\*\s*time\.Second`)
+
+// TestDocGoBlocksAreExamples keeps every Go block of the README and docs/*.md runnable: a block is either
+// the quick start's whole program (package main, run by TestQuickstartRuns), or marked with the example
+// it is an excerpt of, and then its lines appear in that function's body, in order and contiguous, so
+// the tests that compile and run the example run the block. Every TTL a block asks for must be at least
+// the default cluster's TTL floor, which is what a reader's cluster refuses below.
+func TestDocGoBlocksAreExamples(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join("..", "..", "README.md"))
+	floor := server.DefaultConfig().TTLFloor()
+	blocks := 0
+	for _, path := range docs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := filepath.Rel(filepath.Join("..", ".."), path)
+		for _, blk := range markedGoBlocks(string(b)) {
+			blocks++
+			where := fmt.Sprintf("%s:%d", name, blk.line)
+			for _, m := range docTTL.FindAllStringSubmatch(blk.body, -1) {
+				if ttl, _ := strconv.Atoi(m[1]); time.Duration(ttl)*time.Second < floor {
+					t.Errorf("%s: %s is below the default cluster's TTL floor %v: a reader's cluster refuses it", where, m[0], floor)
+				}
+			}
+			switch {
+			case strings.HasPrefix(blk.body, "package main\n"):
+				if name != filepath.Join("docs", "quickstart.md") {
+					t.Errorf("%s: a whole Go program outside docs/quickstart.md, which no test runs", where)
+				}
+			case blk.file == "":
+				t.Errorf("%s: a Go block without an <!-- example: FILE FUNC --> marker naming the example it is an excerpt of", where)
+			default:
+				body, err := funcBody(filepath.Join("..", "..", blk.file), blk.fn)
+				if err != nil {
+					t.Errorf("%s: %v", where, err)
+				} else if !containsLines(body, blk.body) {
+					t.Errorf("%s: the block is not an excerpt of %s in %s: the docs and the example differ\n--- block:\n%s--- %s:\n%s",
+						where, blk.fn, blk.file, blk.body, blk.fn, body)
+				}
+			}
+		}
+	}
+	if blocks == 0 {
+		t.Fatal("no Go blocks found in the docs")
+	}
+}
+
+type goBlock struct {
+	line     int // of the opening fence, 1-based
+	body     string
+	file, fn string // from the marker; empty without one
+}
+
+// markedGoBlocks returns md's ```go blocks, each with the example marker before it, if any.
+func markedGoBlocks(md string) []goBlock {
+	var blocks []goBlock
+	var cur *goBlock
+	var body strings.Builder
+	var file, fn string // the last marker, until a non-blank line other than a fence
+	n := 0
+	for line := range strings.Lines(md) {
+		n++
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && trimmed == "```go":
+			cur = &goBlock{line: n, file: file, fn: fn}
+			body.Reset()
+		case cur != nil && trimmed == "```":
+			cur.body = body.String()
+			blocks = append(blocks, *cur)
+			cur, file, fn = nil, "", ""
+		case cur != nil:
+			body.WriteString(line)
+		case exampleMarker.MatchString(trimmed):
+			m := exampleMarker.FindStringSubmatch(trimmed)
+			file, fn = m[1], m[2]
+		case trimmed != "":
+			file, fn = "", ""
+		}
+	}
+	return blocks
+}
+
+// funcBody returns the body of the top-level function fn in the Go file at path, between its braces,
+// with one level of indentation removed.
+func funcBody(path, fn string) (string, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == fn && fd.Body != nil {
+			inner := string(src[fset.Position(fd.Body.Lbrace).Offset+1 : fset.Position(fd.Body.Rbrace).Offset])
+			var out strings.Builder
+			for line := range strings.Lines(strings.TrimPrefix(inner, "\n")) {
+				out.WriteString(strings.TrimPrefix(line, "\t"))
+			}
+			return out.String(), nil
+		}
+	}
+	return "", fmt.Errorf("no function %s in %s", fn, path)
+}
+
+// containsLines says whether the lines of excerpt appear in body, in order and contiguous.
+func containsLines(body, excerpt string) bool {
+	return excerpt != "" && strings.Contains("\n"+body, "\n"+strings.TrimSuffix(excerpt, "\n")+"\n")
 }
