@@ -26,12 +26,13 @@ const (
 	docHTTPAddr  = "127.0.0.1:750" // + the node's number, 1..3
 )
 
-// TestQuickstartRuns does what docs/quickstart.md tells a newcomer to do, against a three-node cluster
+// TestDocExamplesRun does what docs/quickstart.md tells a newcomer to do, against a three-node cluster
 // with the default timing and an HTTP/JSON port on every node: it runs the page's Go program (go run,
 // against this module) and every ```sh block in order in one shell, with the page's addresses replaced by
 // the cluster's. The ```text blocks (install, scripts/cluster.sh on its fixed ports, go mod) are not run:
-// the cluster here is started the way scripts/cluster.sh starts it, on free ports.
-func TestQuickstartRuns(t *testing.T) {
+// the cluster here is started the way scripts/cluster.sh starts it, on free ports. Then it runs the curl
+// commands of docs/http.md's examples against the same cluster (see httpDocExamples).
+func TestDocExamplesRun(t *testing.T) {
 	md := readDoc(t, "docs/quickstart.md")
 	httpAddrs := proc.FreeAddrs(t, 3)
 	c := newClusterWith(t, proc.Config{Size: 3, Args: defaultTiming, NodeArgs: func(i int) []string {
@@ -83,6 +84,8 @@ func TestQuickstartRuns(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("http.md", func(t *testing.T) { httpDocExamples(t, readDoc(t, "docs/http.md"), httpAddrs) })
 }
 
 // readDoc reads a file of the repository by its path from the repository's root.
@@ -169,7 +172,7 @@ var exampleMarker = regexp.MustCompile(`^<!-- example: (\S+\.go) (\w+) -->$`)
 var docTTL = regexp.MustCompile(`(?:WithTTL\(|TTL:\s*)(\d+)\s*\*\s*time\.Second`)
 
 // TestDocGoBlocksAreExamples keeps every Go block of the README and docs/*.md runnable: a block is either
-// the quick start's whole program (package main, run by TestQuickstartRuns), or marked with the example
+// the quick start's whole program (package main, run by TestDocExamplesRun), or marked with the example
 // it is an excerpt of, and then its lines appear in that function's body, in order and contiguous, so
 // the tests that compile and run the example run the block. Every TTL a block asks for must be at least
 // the default cluster's TTL floor, which is what a reader's cluster refuses below.
@@ -282,4 +285,58 @@ func funcBody(path, fn string) (string, error) {
 // containsLines says whether the lines of excerpt appear in body, in order and contiguous.
 func containsLines(body, excerpt string) bool {
 	return excerpt != "" && strings.Contains("\n"+body, "\n"+strings.TrimSuffix(excerpt, "\n")+"\n")
+}
+
+// curlCommand is a command of docs/http.md's examples: a line starting with curl, with its continuation
+// lines (ending in a backslash).
+var curlCommand = regexp.MustCompile(`(?m)^curl (?:.*\\\n)*.*$`)
+
+// shownStatus is the HTTP status an example shows at the end of its answer (curl -w ' %{http_code}\n').
+var shownStatus = regexp.MustCompile(`\} (\d{3})\n`)
+
+// httpDocExamples runs every curl command of docs/http.md's ```sh blocks, in order, against the cluster
+// whose HTTP addresses are httpAddrs (the docs' 127.0.0.1:7501..7503). The docs show the answers of a
+// fresh local cluster, whose first grant had token 6: the commands that name that token get the token
+// this cluster granted instead. An example that shows an HTTP status must answer with it; the others must
+// answer 200. The blocks that need scripts/cluster.sh --tls (certificates in data/certs) are left out.
+func httpDocExamples(t *testing.T, md string, httpAddrs []string) {
+	ran := 0
+	token := ""
+	for _, block := range codeBlocks(md, "sh") {
+		if strings.Contains(block, "--cacert") {
+			continue
+		}
+		cmds := curlCommand.FindAllStringIndex(block, -1)
+		for k, loc := range cmds {
+			cmd := block[loc[0]:loc[1]]
+			end := len(block)
+			if k+1 < len(cmds) {
+				end = cmds[k+1][0]
+			}
+			want := "200"
+			if m := shownStatus.FindStringSubmatch(block[loc[1]:end]); m != nil {
+				want = m[1]
+			}
+			for i, a := range httpAddrs {
+				cmd = strings.ReplaceAll(cmd, fmt.Sprintf("%s%d", docHTTPAddr, i+1), a)
+			}
+			if token != "" {
+				cmd = strings.ReplaceAll(cmd, `"token": 6}`, `"token": `+token+`}`)
+			}
+			if !strings.Contains(cmd, "-w ") {
+				cmd += ` -w ' %{http_code}\n'`
+			}
+			out := runShell(t, cmd)
+			if got := shownStatus.FindStringSubmatch(out); got == nil || got[1] != want {
+				t.Errorf("docs/http.md: %s\nanswered %s, want HTTP status %s", cmd, out, want)
+			}
+			if m := regexp.MustCompile(`"lease":\s*\{"resource":\s*"jobs/nightly",\s*"holder":\s*"[^"]*",\s*"token":\s*"(\d+)"`).FindStringSubmatch(out); m != nil && token == "" {
+				token = m[1]
+			}
+			ran++
+		}
+	}
+	if ran < 5 || token == "" {
+		t.Fatalf("docs/http.md: ran %d curl examples, granted token %q: the examples were not found", ran, token)
+	}
 }
