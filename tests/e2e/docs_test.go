@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +32,8 @@ const (
 // against this module) and every ```sh block in order in one shell, with the page's addresses replaced by
 // the cluster's. The ```text blocks (install, scripts/cluster.sh on its fixed ports, go mod) are not run:
 // the cluster here is started the way scripts/cluster.sh starts it, on free ports. Then it runs the curl
-// commands of docs/http.md's examples against the same cluster (see httpDocExamples).
+// commands of docs/http.md's examples against the same cluster (see httpDocExamples), and checks
+// docs/leasectl.md's synopses and refusals (leasectlDocExamples).
 func TestDocExamplesRun(t *testing.T) {
 	md := readDoc(t, "docs/quickstart.md")
 	httpAddrs := proc.FreeAddrs(t, 3)
@@ -86,6 +88,7 @@ func TestDocExamplesRun(t *testing.T) {
 	})
 
 	t.Run("http.md", func(t *testing.T) { httpDocExamples(t, readDoc(t, "docs/http.md"), httpAddrs) })
+	t.Run("leasectl.md", func(t *testing.T) { leasectlDocExamples(t, readDoc(t, "docs/leasectl.md"), endpoints) })
 }
 
 // readDoc reads a file of the repository by its path from the repository's root.
@@ -339,4 +342,72 @@ func httpDocExamples(t *testing.T, md string, httpAddrs []string) {
 	if ran < 5 || token == "" {
 		t.Fatalf("docs/http.md: ran %d curl examples, granted token %q: the examples were not found", ran, token)
 	}
+}
+
+// synopsisLine is a leasectl command line of a synopsis or example: the command's words, then its
+// arguments.
+var synopsisLine = regexp.MustCompile(`^leasectl ((?:[a-z|]+(?: |$))+)(.*)$`)
+
+// docRefusal is a refusal docs/leasectl.md shows for a duration flag, and the flags that provoke it.
+var docRefusals = []struct{ line, args string }{
+	{"leasectl: --ttl 100ms is below the cluster's minimum 8s", "acquire docs/refused --ttl 100ms"},
+	{"leasectl: --lock-delay 2m0s is above the cluster's maximum 1m0s", "acquire docs/refused --ttl 10s --lock-delay 2m"},
+	{"--ttl 0s must be positive, e.g. 10s", "acquire docs/refused --ttl 0"},
+}
+
+// leasectlDocExamples checks docs/leasectl.md against the CLI under test: every flag a synopsis names is
+// in its command's --help, and the duration refusals it shows are what a default-timing cluster answers
+// (exit 2).
+func leasectlDocExamples(t *testing.T, md string, endpoints []string) {
+	checked := 0
+	for _, block := range codeBlocks(md, "") {
+		var words []string // of the synopsis a continuation line belongs to
+		for line := range strings.Lines(block) {
+			trimmed := strings.TrimSpace(line)
+			var args string
+			if m := synopsisLine.FindStringSubmatch(trimmed); m != nil {
+				words = nil
+				for _, w := range strings.Fields(m[1]) {
+					words = append(words, strings.Split(w, "|")[0]) // acquire|contended|renew: acquire's help
+				}
+				args, _, _ = strings.Cut(m[2], " -- ") // what follows is the command leasectl runs
+			} else if words != nil && strings.HasPrefix(trimmed, "[") {
+				args = trimmed
+			} else {
+				words = nil
+				continue
+			}
+			help := runCLI(t, endpoints, append(slices.Clone(words), "--help")...)
+			for _, flag := range regexp.MustCompile(`--[a-z][a-z-]*`).FindAllString(args, -1) {
+				if !strings.Contains(help, flag) {
+					t.Errorf("docs/leasectl.md: leasectl %s names %s, which its --help does not know", strings.Join(words, " "), flag)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("docs/leasectl.md: checked %d synopsis flags: the synopses were not found", checked)
+	}
+	for _, r := range docRefusals {
+		if !strings.Contains(md, r.line) {
+			t.Errorf("docs/leasectl.md no longer shows %q: update the test", r.line)
+			continue
+		}
+		cmd := exec.Command(leasectlBin, append([]string{"--endpoints", strings.Join(endpoints, ",")}, strings.Fields(r.args)...)...)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), r.line) {
+			t.Errorf("leasectl %s: exit %d (%v), %q; docs/leasectl.md shows exit 2 and %q", r.args, code, err, out, r.line)
+		}
+	}
+}
+
+// runCLI runs leasectl against endpoints and returns its output; it fails t if leasectl fails.
+func runCLI(t *testing.T, endpoints []string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(leasectlBin, append([]string{"--endpoints", strings.Join(endpoints, ",")}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("leasectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
