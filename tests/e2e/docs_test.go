@@ -33,7 +33,7 @@ const (
 // the cluster's. The ```text blocks (install, scripts/cluster.sh on its fixed ports, go mod) are not run:
 // the cluster here is started the way scripts/cluster.sh starts it, on free ports. Then it runs the curl
 // commands of docs/http.md's examples against the same cluster (see httpDocExamples), and checks
-// docs/leasectl.md's synopses and refusals (leasectlDocExamples).
+// docs/leasectl.md's synopses and refusals (leasectlDocExamples) and the README's commands (readmeExamples).
 func TestDocExamplesRun(t *testing.T) {
 	md := readDoc(t, "docs/quickstart.md")
 	httpAddrs := proc.FreeAddrs(t, 3)
@@ -89,6 +89,7 @@ func TestDocExamplesRun(t *testing.T) {
 
 	t.Run("http.md", func(t *testing.T) { httpDocExamples(t, readDoc(t, "docs/http.md"), httpAddrs) })
 	t.Run("leasectl.md", func(t *testing.T) { leasectlDocExamples(t, readDoc(t, "docs/leasectl.md"), endpoints) })
+	t.Run("README", func(t *testing.T) { readmeExamples(t, readDoc(t, "README.md"), endpoints, httpAddrs) })
 }
 
 // readDoc reads a file of the repository by its path from the repository's root.
@@ -359,11 +360,31 @@ var docRefusals = []struct{ line, args string }{
 // in its command's --help, and the duration refusals it shows are what a default-timing cluster answers
 // (exit 2).
 func leasectlDocExamples(t *testing.T, md string, endpoints []string) {
+	if checked := synopsisFlags(t, "docs/leasectl.md", codeBlocks(md, ""), endpoints); checked < 20 {
+		t.Errorf("docs/leasectl.md: checked %d synopsis flags: the synopses were not found", checked)
+	}
+	for _, r := range docRefusals {
+		if !strings.Contains(md, r.line) {
+			t.Errorf("docs/leasectl.md no longer shows %q: update the test", r.line)
+			continue
+		}
+		cmd := exec.Command(leasectlBin, append([]string{"--endpoints", strings.Join(endpoints, ",")}, strings.Fields(r.args)...)...)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), r.line) {
+			t.Errorf("leasectl %s: exit %d (%v), %q; docs/leasectl.md shows exit 2 and %q", r.args, code, err, out, r.line)
+		}
+	}
+}
+
+// synopsisFlags checks that every flag the leasectl lines of blocks name is in its command's --help, and
+// returns how many it checked; doc names the file in errors.
+func synopsisFlags(t *testing.T, doc string, blocks []string, endpoints []string) int {
+	t.Helper()
 	checked := 0
-	for _, block := range codeBlocks(md, "") {
+	for _, block := range blocks {
 		var words []string // of the synopsis a continuation line belongs to
 		for line := range strings.Lines(block) {
-			trimmed := strings.TrimSpace(line)
+			trimmed := strings.TrimPrefix(strings.TrimSpace(line), "bin/")
 			var args string
 			if m := synopsisLine.FindStringSubmatch(trimmed); m != nil {
 				words = nil
@@ -380,26 +401,13 @@ func leasectlDocExamples(t *testing.T, md string, endpoints []string) {
 			help := runCLI(t, endpoints, append(slices.Clone(words), "--help")...)
 			for _, flag := range regexp.MustCompile(`--[a-z][a-z-]*`).FindAllString(args, -1) {
 				if !strings.Contains(help, flag) {
-					t.Errorf("docs/leasectl.md: leasectl %s names %s, which its --help does not know", strings.Join(words, " "), flag)
+					t.Errorf("%s: leasectl %s names %s, which its --help does not know", doc, strings.Join(words, " "), flag)
 				}
 				checked++
 			}
 		}
 	}
-	if checked < 20 {
-		t.Errorf("docs/leasectl.md: checked %d synopsis flags: the synopses were not found", checked)
-	}
-	for _, r := range docRefusals {
-		if !strings.Contains(md, r.line) {
-			t.Errorf("docs/leasectl.md no longer shows %q: update the test", r.line)
-			continue
-		}
-		cmd := exec.Command(leasectlBin, append([]string{"--endpoints", strings.Join(endpoints, ",")}, strings.Fields(r.args)...)...)
-		out, err := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), r.line) {
-			t.Errorf("leasectl %s: exit %d (%v), %q; docs/leasectl.md shows exit 2 and %q", r.args, code, err, out, r.line)
-		}
-	}
+	return checked
 }
 
 // runCLI runs leasectl against endpoints and returns its output; it fails t if leasectl fails.
@@ -410,4 +418,29 @@ func runCLI(t *testing.T, endpoints []string, args ...string) string {
 		t.Fatalf("leasectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// readmeExamples checks the README's shell examples: the leasectl lines name only flags their commands
+// know (they are not run: they include a 10 s benchmark and scripts of the reader's), and the curl line
+// runs against the cluster and is answered 200.
+func readmeExamples(t *testing.T, md string, endpoints, httpAddrs []string) {
+	blocks := codeBlocks(md, "sh")
+	if checked := synopsisFlags(t, "README.md", blocks, endpoints); checked < 5 {
+		t.Errorf("README.md: checked %d leasectl flags: the examples were not found", checked)
+	}
+	curls := 0
+	for _, block := range blocks {
+		for _, cmd := range curlCommand.FindAllString(block, -1) {
+			for i, a := range httpAddrs {
+				cmd = strings.ReplaceAll(cmd, fmt.Sprintf("%s%d", docHTTPAddr, i+1), a)
+			}
+			if out := runShell(t, cmd+` -w ' %{http_code}\n'`); !strings.HasSuffix(out, "} 200\n") {
+				t.Errorf("README.md: %s\nanswered %s, want HTTP status 200", cmd, out)
+			}
+			curls++
+		}
+	}
+	if curls == 0 {
+		t.Error("README.md: no curl example found")
+	}
 }
