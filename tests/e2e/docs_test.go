@@ -52,6 +52,10 @@ func TestDocExamplesRun(t *testing.T) {
 		if !strings.Contains(program, docEndpoints) {
 			t.Fatalf("docs/quickstart.md has no Go program (package main) with the endpoints %s", docEndpoints)
 		}
+		mod := regexp.MustCompile(`(?m)^module (\S+)$`).FindStringSubmatch(readDoc(t, "go.mod"))
+		if mod == nil || !strings.Contains(md, "go get "+mod[1]+"/client\n") {
+			t.Errorf("docs/quickstart.md does not say `go get <this module>/client` (go.mod: %v)", mod)
+		}
 		program = strings.Replace(program, docEndpoints, fmt.Sprintf("%#v", endpoints), 1)
 		out := goRun(t, program)
 		for _, want := range []string{
