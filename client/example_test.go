@@ -75,11 +75,12 @@ func ExampleClient_Campaign() {
 	}
 	defer c.Close()
 
-	lead, err := c.Campaign(ctx, "elections/scheduler", []byte("10.0.0.7:8080"), client.WithTTL(5*time.Second))
+	lead, err := c.Campaign(ctx, "elections/scheduler", []byte("10.0.0.7:8080"), client.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	leader, err := c.Leader(ctx, "elections/scheduler")
+	// ... lead until <-lead.Done(); resign with lead.Release(ctx)
+	leader, err := c.Leader(ctx, "elections/scheduler") // who leads now (Holder, Value, Token)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -131,20 +132,23 @@ func ExampleClient_NewElector() {
 	ctx, resign := context.WithCancel(context.Background())
 	e, err := c.NewElector(client.ElectorConfig{
 		Resource: "elections/scheduler",
-		Value:    []byte("10.0.0.1:8080"),
+		Value:    []byte("10.0.0.1:8080"), // what observers see as the leader
+		TTL:      10 * time.Second,        // how long a dead leader blocks the next (default 10s)
 		Callbacks: client.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, lease *client.Lease) {
+				// Lead until ctx ends. lease.Token() is this term's fencing token: pass it to every write.
 				fmt.Println("leading; the term's token fences its writes:", lease.Token() > 0)
-				resign() // a real leader loop runs until ctx ends
+				resign() // here: resign at once, to end the example
 				<-ctx.Done()
 			},
 			OnStoppedLeading: func() { fmt.Println("stopped leading") },
+			// OnNewLeader: func(li client.LeaderInfo) { ... }, // every leader observed, in order
 		},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("run:", e.Run(ctx))
+	fmt.Println("run:", e.Run(ctx)) // campaigns, leads, re-campaigns after a loss; returns when ctx ends
 	// Output:
 	// leading; the term's token fences its writes: true
 	// stopped leading

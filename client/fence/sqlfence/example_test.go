@@ -33,11 +33,11 @@ func ExampleFence_Write() {
 	defer db.Close()
 
 	ctx := context.Background()
-	f, err := sqlfence.New(db, sqlfence.SQLite)
+	f, err := sqlfence.New(db, sqlfence.SQLite) // sqlfence.MariaDB with driver "mysql", sqlfence.PostgreSQL with "pgx"
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := f.CreateTable(ctx); err != nil {
+	if err := f.CreateTable(ctx); err != nil { // or put f.Schema() into your migrations
 		log.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE runs (name TEXT PRIMARY KEY, by TEXT)`); err != nil {
