@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/internal/fileutil"
 )
 
 // migrateV1 moves a format 1 file's entries and HardState into a fresh
@@ -46,7 +48,7 @@ func migrateV1(db *bolt.DB, path, walDir string) (walFrom, error) {
 	if err := os.Mkdir(walDir, 0o700); err != nil {
 		return from, fmt.Errorf("raftlog: migrate: %w", err)
 	}
-	if err := syncDir(filepath.Dir(walDir)); err != nil {
+	if err := fileutil.SyncDir(filepath.Dir(walDir)); err != nil {
 		return from, fmt.Errorf("raftlog: migrate: %w", err)
 	}
 	seg, _, err := createSegment(walDir, from.seq, rec)

@@ -11,6 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leased/leased/internal/fileutil"
 )
 
 // lockTimeout bounds how long Open waits for another holder of the file to
@@ -174,7 +176,7 @@ func createIfMissing(dir, path string, id Identity) error {
 	if err := os.Link(tmpName, path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("raftlog: create data file: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fileutil.SyncDir(dir); err != nil {
 		return fmt.Errorf("raftlog: create data file: %w", err)
 	}
 	return nil
@@ -206,7 +208,7 @@ func createWAL(walDir string) (walFrom, error) {
 	if err := seg.f.Close(); err != nil {
 		return walFrom{}, err
 	}
-	return walFrom{seq: 1, off: int64(len(base)), at: zero}, syncDir(filepath.Dir(walDir))
+	return walFrom{seq: 1, off: int64(len(base)), at: zero}, fileutil.SyncDir(filepath.Dir(walDir))
 }
 
 func initFile(name string, id Identity, from walFrom) error {
@@ -216,19 +218,6 @@ func initFile(name string, id Identity, from walFrom) error {
 	}
 	err = db.Update(func(tx *bolt.Tx) error { return initLayout(tx, id, from) })
 	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir makes a new directory entry durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/internal/fileutil"
 )
 
 // wal is the write-ahead log of entries and HardStates: consecutive
@@ -156,7 +158,7 @@ func (w *wal) dropBefore(seq uint64) error {
 	if len(w.segs) < 2 || w.segs[0].seq >= seq {
 		return nil
 	}
-	defer func() { _ = syncDir(w.dir) }()
+	defer func() { _ = fileutil.SyncDir(w.dir) }()
 	for len(w.segs) > 1 && w.segs[0].seq < seq {
 		seg := w.segs[0]
 		_ = seg.f.Close()

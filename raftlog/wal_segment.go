@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/leased/leased/internal/fileutil"
 )
 
 // walDirName is the directory, inside the data dir, holding the segments.
@@ -109,7 +111,7 @@ func createSegment(dir string, seq uint64, first []byte) (*segment, int64, error
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = fileutil.SyncDir(dir)
 	}
 	if err != nil {
 		_ = f.Close()

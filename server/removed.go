@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/leased/leased/internal/fileutil"
 )
 
 // removedMarker is the file a node writes into its data dir when it learns that it was removed from the
@@ -27,12 +29,10 @@ func writeRemovedMarker(dir, why string) error {
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		return fmt.Errorf("write removal marker: %w", err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync data dir: %w", err)
+	if err := fileutil.SyncDir(dir); err != nil {
+		return fmt.Errorf("write removal marker: %w", err)
 	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // checkNotRemoved refuses a data dir whose node was removed from its cluster.

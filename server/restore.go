@@ -14,6 +14,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/internal/fileutil"
 	"github.com/leased/leased/raftlog"
 )
 
@@ -253,25 +254,12 @@ func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *r
 		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("restore: move into place: %w", err)
 		}
-		if err := syncDir(dir); err != nil {
-			return err
+		if err := fileutil.SyncDir(dir); err != nil {
+			return fmt.Errorf("restore: %w", err)
 		}
 	}
-	return syncDir(filepath.Dir(filepath.Clean(dir)))
-}
-
-// syncDir makes a directory's new entry durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := fileutil.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
 		return fmt.Errorf("restore: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("restore: sync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -26,6 +26,12 @@ import "math/bits"
 // restart's reset, a compaction), as the FSM's request index does, was measured and is slower here —
 // filling a million dense tokens 143 → 190 ms: a table that grows stays in the cache while it fills,
 // and rehashing slot numbers costs little, where the request index rehashes strings through pointers.
+//
+// Why not a Go map of token to slot beside the chunks: BenchmarkTimerSlabMemory (the heap after a
+// collection) measured it at 1M timers at 37.8 B a timer against this index's 8.4 (the whole slab 109.8
+// against 80.5 B; the lessor in BenchmarkLessorLookup 127.6 against 98.2 B a lease), 27.1 against 6.0 at
+// 700,000 and 23.7 against 10.5 at 100,000. The 29 B a lease more at a million is 7 % of the 400 B of
+// RSS a held lease that docs/benchmarks.md targets there: more than the simpler code is worth.
 type timerSlab struct {
 	chunks [][]leaseTimer
 	next   int      // the first never-used slot of the last chunk

@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/internal/fileutil"
 	"github.com/leased/leased/server"
 )
 
@@ -179,23 +180,10 @@ func (a *app) saveSnapshot(ctx context.Context, path string) (sum snapshotJSON, 
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return sum, fmt.Errorf("snapshot save: %w", err)
 	}
-	return sum, syncDir(dir)
-}
-
-// syncDir makes a rename into dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("snapshot save: %w", err)
+	if err := fileutil.SyncDir(dir); err != nil {
+		return sum, fmt.Errorf("snapshot save: %w", err)
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("snapshot save: sync %s: %w", dir, err)
-	}
-	return nil
+	return sum, nil
 }
 
 func (a *app) snapshotRestoreCommand() *cobra.Command {

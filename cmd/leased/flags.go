@@ -34,8 +34,6 @@ type options struct {
 	tls         tlsOptions
 	// gossipKeyFile is read by main into cfg.GossipKey.
 	gossipKeyFile string
-	// gcMinHeap is the heap floor (heapFloor) for a process with neither GOGC nor a memory limit.
-	gcMinHeap int64
 }
 
 // usageError is a problem with the command line itself (unknown flag, unparsable value). main exits 2.
@@ -126,7 +124,6 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.Var(formatFlag{&o.logFormat}, "log-format", "log `format`: text or json")
 	fs.StringVar(&o.auditLog, "audit-log", o.auditLog, "where the audit trail (a line per grant, release and expiry, written by the leader) goes: stderr (with the log), off, or a `file` to append to; at --log-level and --log-format")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	fs.Int64Var(&o.gcMinHeap, "gc-min-heap-bytes", defaultGCMinHeap, "with neither GOGC nor a memory limit (GOMEMLIMIT, or the container's), the heap may grow to this many bytes before the garbage collector runs, then to twice the live heap as at GOGC=100; 0 leaves the collector at GOGC=100")
 
 	// The environment first, so that the command line, parsed next, overrides it.
 	var err error
@@ -154,9 +151,6 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	}
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Errorf("unexpected argument %q (every setting is a --flag)", fs.Arg(0))}
-	}
-	if o.gcMinHeap < 0 {
-		return o, usageError{fmt.Errorf("invalid value %d for --gc-min-heap-bytes: want 0 (off) or more", o.gcMinHeap)}
 	}
 	return o, nil
 }

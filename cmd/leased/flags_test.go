@@ -40,8 +40,8 @@ func TestDefaultsComeFromServerDefaultConfig(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults differ from server.DefaultConfig():\n got %+v\nwant %+v", got, want)
 	}
-	if o.logLevel != slog.LevelInfo || o.logFormat != "text" || o.adminAddr == "" || o.gcMinHeap != defaultGCMinHeap {
-		t.Errorf("log level %v, format %q, admin %q, gc min heap %d", o.logLevel, o.logFormat, o.adminAddr, o.gcMinHeap)
+	if o.logLevel != slog.LevelInfo || o.logFormat != "text" || o.adminAddr == "" {
+		t.Errorf("log level %v, format %q, admin %q", o.logLevel, o.logFormat, o.adminAddr)
 	}
 }
 
@@ -59,7 +59,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--log-level=debug", "--log-format=json",
 		"--advertise-client-addr=a:1", "--advertise-peer-addr=a:2", "--gossip-addr=h:4", "--advertise-gossip-addr=a:4",
 		"--join=g1:4, g2:4", "--initial-cluster-state=existing", "--join-timeout=28s", "--gossip-key-file=/k",
-		"--gc-min-heap-bytes=40", "--insecure-gossip", "--initial-cluster-token=prod-1",
+		"--insecure-gossip", "--initial-cluster-token=prod-1",
 	}
 	o, err := parse(t, args, nil)
 	if err != nil {
@@ -87,8 +87,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	if !reflect.DeepEqual(o.cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
 	}
-	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" || o.gossipKeyFile != "/k" || o.gcMinHeap != 40 {
-		t.Errorf("admin %q, level %v, format %q, gc min heap %d", o.adminAddr, o.logLevel, o.logFormat, o.gcMinHeap)
+	if o.adminAddr != "h:3" || o.logLevel != slog.LevelDebug || o.logFormat != "json" || o.gossipKeyFile != "/k" {
+		t.Errorf("admin %q, level %v, format %q", o.adminAddr, o.logLevel, o.logFormat)
 	}
 }
 
@@ -153,8 +153,6 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{"cluster in env", nil, env("LEASED_INITIAL_CLUSTER", "n1=h:1,n1=h:2"), "LEASED_INITIAL_CLUSTER"},
 		{"bad cluster state", []string{"--initial-cluster-state=joining"}, nil, "want new or existing"},
 		{"join without port", []string{"--join=n1"}, nil, "want host:port"},
-		{"negative heap floor", []string{"--gc-min-heap-bytes=-1"}, nil, "--gc-min-heap-bytes"},
-		{"negative heap floor in env", nil, env("LEASED_GC_MIN_HEAP_BYTES", "-5"), "--gc-min-heap-bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(t, tc.args, tc.getenv)

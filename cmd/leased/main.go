@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,10 +83,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	version := build.Version
 	log := newLogger(o, stderr)
 	limitToContainer(log, memlimit.FromCgroup)
-	gc := tuneGC(getenv, o.gcMinHeap)
-	if gc.heap != nil {
-		defer gc.heap.stop() // run may be one of several in a process (the tests)
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.cfg.Logger, o.cfg.Version, o.cfg.Registerer = log, version, reg
@@ -117,8 +114,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "http_addr", srv.HTTPAddr(), "admin_addr", admin.addr(),
 		"client_tls", certs.client != nil, "client_cert_auth", o.cfg.ClientCertAuth, "peer_tls", certs.peer != nil,
 		"admin_tls", certs.admin != nil, "pprof", o.tls.enablePprof,
-		"initial_cluster", formatCluster(o.cfg.InitialCluster), "gogc", gc.percent, "gogc_set_by_leased", gc.set,
-		"memory_limit", formatLimit(gc.limit), "gc_min_heap", gc.floor)
+		"initial_cluster", formatCluster(o.cfg.InitialCluster), "gogc", gcPercent(),
+		"memory_limit", formatLimit(debug.SetMemoryLimit(-1)))
 	srv.Start()
 	admin.serve(srv)
 

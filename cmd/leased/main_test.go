@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -79,7 +80,7 @@ func TestBadSettingsExitOne(t *testing.T) {
 // TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
 // signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
-	// Neither a container's memory limit nor the environment's: run keeps its heap floor (gcfloor.go).
+	// Neither a container's memory limit nor the environment's: leased leaves GOGC as the runtime has it.
 	t.Setenv("AUTOMEMLIMIT", "off")
 	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() { debug.SetMemoryLimit(prevLimit) })
@@ -93,6 +94,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
 		"--tick=5ms", "--log-level=debug",
 	}
+	gogc := gcPercent() // the runtime's, before leased starts
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
 	// A one-node cluster elects itself; wait for it to say so.
@@ -107,13 +109,13 @@ func TestRunServesUntilCancelled(t *testing.T) {
 			t.Fatalf("no leader after 10s:\n%s", stderr.String())
 		}
 	}
-	// No GOGC and no memory limit here: the heap floor is on, and GOGC above the runtime's 100.
-	if log := stderr.String(); !strings.Contains(log, "gogc_set_by_leased=true memory_limit=none gc_min_heap=268435456") {
-		t.Errorf("the start-up line does not name the heap floor:\n%s", log)
+	// leased sets no GOGC of its own: the runtime's is what runs, and the start-up line says which.
+	if log := stderr.String(); !strings.Contains(log, fmt.Sprintf("gogc=%d memory_limit=none", gogc)) {
+		t.Errorf("the start-up line does not name GOGC %d and the memory limit:\n%s", gogc, log)
 	}
 	metrics := fetch(t, "http://"+admin+"/metrics")
-	if m := regexp.MustCompile(`\ngo_gc_gogc_percent (\d+)\n`).FindStringSubmatch(metrics); m == nil || m[1] == "100" {
-		t.Errorf("go_gc_gogc_percent %v with a heap floor of 256 MiB, want it above 100", m)
+	if m := regexp.MustCompile(`\ngo_gc_gogc_percent (\d+)\n`).FindStringSubmatch(metrics); m == nil || m[1] != fmt.Sprint(uint64(gogc)) {
+		t.Errorf("go_gc_gogc_percent %v, want the runtime's %d: leased sets no GOGC", m, gogc)
 	}
 	for _, want := range []string{"leased_is_leader 1", "leased_live_leases 0", "leased_disk_fsync_duration_seconds_count", "leased_build_info{", "go_goroutines"} {
 		if !strings.Contains(metrics, want) {

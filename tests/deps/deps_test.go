@@ -19,14 +19,17 @@ const module = "github.com/leased/leased"
 var allowed = map[string][]string{
 	"api":          {"api"},
 	"fsm":          {"api"},
-	"raftlog":      {},
-	"server":       {"api", "fsm", "raftlog"},
+	"raftlog":      {"internal/fileutil"},
+	"server":       {"api", "fsm", "raftlog", "internal/fileutil"},
 	"client/fence": {},
 	"client":       {"api"},
 	"cmd/internal": {},
-	"cmd/leased":   {"api", "server", "raftlog", "cmd/internal"},
-	"cmd/leasectl": {"api", "client", "fsm", "server", "cmd/internal"}, // fsm, server: offline snapshot status and restore
+	"cmd/leased":   {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
+	"cmd/leasectl": {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
 	"tests":        {"api", "client", "server", "fsm", "raftlog"},
+
+	// Helpers below every layer, for any of them.
+	"internal/fileutil": {},
 }
 
 // part names the rule a package falls under: the longest key of allowed that prefixes it.
