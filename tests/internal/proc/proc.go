@@ -68,12 +68,24 @@ func BuildCommand(dir, name, tags string) (string, error) {
 	return bin, nil
 }
 
-// PreviousBuild is the revision of this repository the tests run beside the build under test, as the
-// build a rolling upgrade starts from (tests/e2e) and the other build of a mixed chaos run (tests/chaos,
-// MIXED=1): the last build without raft links (issue 13, session 20), whose nodes serve and send raft
-// messages only on the gRPC stream — the oldest peer the links' fallback must still reach. Move it
-// forward when the fallback goes.
+// PreviousBuild is the revision of this repository the other build of a mixed chaos run (tests/chaos,
+// MIXED=1) is built from: the last build without raft links, whose nodes serve and send raft messages
+// only on the gRPC stream — the oldest peer the links' fallback must still reach.
 const PreviousBuild = "f670994"
+
+// LatestRelease returns the newest release tag of the revision the tests run at (git describe --tags
+// --abbrev=0): the build a rolling upgrade starts from. Compatibility is promised between tagged releases
+// only (docs/design.md, "Upgrades"), so without a tag t is skipped, saying so.
+func LatestRelease(t testing.TB) string {
+	t.Helper()
+	NeedGitHistory(t)
+	out, err := exec.Command("git", "describe", "--tags", "--abbrev=0").CombinedOutput()
+	if err != nil {
+		t.Skipf("SKIPPED: no release tag: compatibility is promised between tagged releases only (git describe: %s)",
+			strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out))
+}
 
 // NeedGitHistory skips t, loudly, when the tests do not run inside a git repository (a source archive),
 // which BuildRevision needs — except under CI=true, where that fails t.
