@@ -10,7 +10,6 @@
 package proc
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -67,11 +66,6 @@ func BuildCommand(dir, name, tags string) (string, error) {
 	}
 	return bin, nil
 }
-
-// PreviousBuild is the revision of this repository the other build of a mixed chaos run (tests/chaos,
-// MIXED=1) is built from: the last build without raft links, whose nodes serve and send raft messages
-// only on the gRPC stream — the oldest peer the links' fallback must still reach.
-const PreviousBuild = "f670994"
 
 // LatestRelease returns the newest release tag of the revision the tests run at (git describe --tags
 // --abbrev=0): the build a rolling upgrade starts from. Compatibility is promised between tagged releases
@@ -178,9 +172,6 @@ type Config struct {
 	Bin  string // the leased binary
 	Dir  string // node <name> keeps its data in Dir/<name> and its log in Dir/<name>.log
 	Size int    // nodes n1..n<Size>
-	// NodeBin, if set, names the binary node i starts on when it returns one (a cluster of mixed builds);
-	// "" means Bin. It is called from Start.
-	NodeBin func(i int) string
 
 	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
 	Admin bool
@@ -397,11 +388,7 @@ func (c *Cluster) Start(i int) {
 	if n.GossipAddr != "" {
 		args = append(args, "--gossip-addr="+n.GossipAddr)
 	}
-	bin := c.cfg.Bin
-	if c.cfg.NodeBin != nil {
-		bin = cmp.Or(c.cfg.NodeBin(i), bin)
-	}
-	cmd := exec.Command(bin, append(args, n.Args...)...)
+	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {
