@@ -18,7 +18,7 @@ import (
 // Raft is what the transport needs of the local raft node. The server's node implements it.
 //
 // Concurrency: every method is called from transport goroutines, never from the goroutine that calls
-// Send. Process is called by one goroutine per inbound link (or stream), so calls from different peers run
+// Send. Process is called by one goroutine per inbound link, so calls from different peers run
 // concurrently with each other and with the report methods; calls for one inbound link are sequential,
 // in the order the peer sent the messages. ReportUnreachable and ReportSnapshot are called from a single
 // reporting goroutine, one call at a time. Implementations must not call back into the Transport's
@@ -131,7 +131,7 @@ type Config struct {
 	// concurrent use, and must not call the Transport. The server turns them into per-peer metrics.
 	OnRoundTrip func(peer uint64, rtt time.Duration)
 	OnDropped   func(peer uint64, count int)
-	// OnStreamLost, when set, hears that a peer's link (or gRPC stream) to this node broke: it ended
+	// OnStreamLost, when set, hears that a peer's link to this node broke: it ended
 	// without the peer's bye (the connection reset or closed under it, as when the peer's process dies)
 	// rather than the peer closing it, while this transport is open. peer is the sender of the link's
 	// batches. It is a hint, not a verdict: a live peer reopens its link at once. Same rules as
@@ -152,12 +152,12 @@ const (
 	DefaultKeepAliveTimeout = 5 * time.Second
 )
 
-// The flow-control windows of the peer connections, both ways. Setting them turns off gRPC's
-// bandwidth-delay estimator, which otherwise answers nearly every message on a link as lightly loaded
-// as raft's (one batch per Ready) with a window update and a PING, and the sender with a PING ack: two
-// more writes, and the reads and wake-ups they cause, per raft message. Fixed windows of this size let a
-// stream carry 400 MB/s at a 10 ms round trip, and bound what an unread connection can buffer below the
-// estimator's own ceiling (16 MiB).
+// The flow-control windows of the peer gRPC connections (Forward, Join), both ways. Setting them turns
+// off gRPC's bandwidth-delay estimator, which otherwise answers nearly every message on a lightly loaded
+// connection with a window update and a PING, and the sender with a PING ack: two more writes, and the
+// reads and wake-ups they cause, per forwarded request. Fixed windows of this size let a stream carry
+// 400 MB/s at a 10 ms round trip, and bound what an unread connection can buffer below the estimator's
+// own ceiling (16 MiB).
 const (
 	streamWindow = 4 << 20
 	connWindow   = 8 << 20

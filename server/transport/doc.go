@@ -29,22 +29,18 @@ a raft message is small and latency-bound: a gRPC stream hands each message to a
 way out and to a stream goroutine on the way in, and each hand-off is a thread wake-up that on a busy
 machine costs tens of microseconds — a large share of a replicated write's half millisecond.
 
-Each peer gets a bounded queue and one goroutine that owns the link to it. When nothing is queued for the
-peer, its link is open and its socket's send buffer has room (Linux only), Send writes the peer's share
-of the call itself, as one batch, on its caller's goroutine (the node's Ready loop, before it blocks in
-its own disk write). Otherwise the goroutine takes
-whatever has piled up, up to MaxBatchMessages messages or MaxBatchBytes bytes, and writes it as one
-batch; it never waits to fill a batch, so batches grow only when the link is busy. When a write fails, or
+Each peer gets a bounded queue and one goroutine that owns the link to it. Send only queues, so the
+node's Ready loop never does socket I/O; the goroutine takes whatever has piled up, up to
+MaxBatchMessages messages or MaxBatchBytes bytes, and writes it as one batch; it never waits to fill a
+batch, so batches grow only when the link is busy. When a write fails, or
 the peer ends the link (a refusal, a restart), the goroutine reconnects with jittered exponential
 backoff, which resets only after a link has stayed up for BackoffMax, so a peer that keeps refusing is
-retried slowly. A peer that answers the dial in gRPC predates links: it is sent to over the gRPC stream
-(Raft.Stream) instead, which every node still serves, so a cluster can be upgraded one node at a time.
+retried slowly. Links are the only way raft messages travel; the gRPC service on the peer port
+carries Forward and Join alone.
 
 # What it promises
 
-  - Send never blocks on a peer: it writes at once only what the socket's send buffer takes without
-    waiting (a write that still does not finish within directWriteTimeout closes the link); otherwise it
-    enqueues or drops, and returns.
+  - Send never blocks on a peer: it enqueues or drops, and returns.
   - Messages to one peer are written in the order Send received them. Nothing is reordered; after a
     failure some messages may be missing, never swapped.
   - Under overload it drops: a message whose peer queue is full, whose peer is unknown, or that arrives
@@ -68,7 +64,7 @@ retried slowly. A peer that answers the dial in gRPC predates links: it is sent 
     the one dialled is refused, and a batch whose sender is not the certificate's member is dropped and
     reported through Config.OnRejected. What the messages say is the receiver's to check (the server
     does, before raft).
-  - Close stops every goroutine the transport started, ends inbound links and streams, and waits.
+  - Close stops every goroutine the transport started, ends inbound links, and waits.
 
 # Concurrency
 

@@ -22,8 +22,8 @@ import (
 // certificate, clientAuth alone, never speaks for a member even if its CN or a SAN is a member name), and
 // passes Config.AllowedCNs and Config.AllowedHostnames. The handshake is refused, both ways, when the
 // certificate is not a member credential, names no member or more than one; a dial also checks that the
-// member is the peer it meant to reach. Inbound streams then carry the member's raft id, against which
-// every batch's sender is checked (service.deliver).
+// member is the peer it meant to reach. Inbound links and calls then carry the member's raft id, against which
+// every batch's sender is checked (Transport.deliver).
 
 // RejectSenderMismatch is the OnRejected reason for a batch whose sender is not its certificate's member.
 const RejectSenderMismatch = "sender_mismatch"

@@ -15,7 +15,7 @@ import (
 )
 
 // serveLink receives one sender's link (wire.go) until it ends: it answers the hello, checks every batch
-// exactly as a gRPC stream's (deliver) before raft sees it, answers pings, and refuses a bad link with an
+// (deliver) before raft sees it, answers pings, and refuses a bad link with an
 // end frame saying why. Frames are read and processed on this goroutine, so a Raft.Process that blocks
 // holds the sender back through TCP. Close of the Transport closes the connection, which ends the read.
 func (t *Transport) serveLink(c net.Conn) {

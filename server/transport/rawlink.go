@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -23,22 +22,15 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 )
 
-// errOldPeer: the peer answered in gRPC, not with a link's hello — it predates links (wire.go) and is
-// sent to over the gRPC stream instead.
-var errOldPeer = errors.New("the peer serves only the gRPC raft stream")
-
-// rawLink is an open link to the peer (wire.go): the connection, the goroutine that reads what the
-// receiver says (pongs, a refusal), and the lock that orders writes from the peer's goroutine and from
-// Send (peer.sendDirect).
+// rawLink is an open link to the peer (wire.go): the connection and the goroutine that reads what the
+// receiver says (pongs, a refusal). Only the peer's goroutine writes to it (send, keepalive, close).
 type rawLink struct {
 	t      *Transport
 	conn   net.Conn
-	socket syscall.RawConn // the TCP socket under conn, for sendRoom (nil: unknown, no direct writes)
 	opened time.Time
 
-	mu     sync.Mutex // held for every write
-	buf    []byte     // frame scratch, under mu
-	failed bool       // a write failed (part of a frame may be on the wire): no bye; under mu
+	buf    []byte // frame scratch
+	failed bool   // a write failed (part of a frame may be on the wire): no bye
 
 	pongs atomic.Uint64 // pongs received
 	// Owned by the peer goroutine (keepalive): whether a ping is out, and the pong count when it left.
@@ -58,27 +50,15 @@ type rawLink struct {
 	closeOnce sync.Once
 }
 
-// A write from Send (the Ready loop, sendDirect) must not wait for the peer. So it is made only when the
-// socket's send buffer has room for it (sendRoom) and the frame is small: the kernel then takes it at
-// once. directWriteTimeout is a bound that should never be reached (a write that does not finish in
-// it closes the link rather than stall raft); maxDirectBytes the most written so at once.
-const (
-	directWriteTimeout = 250 * time.Millisecond
-	maxDirectBytes     = 64 << 10
-)
-
 // minWriteRate sets the deadline of the peer goroutine's writes: KeepAliveTime + KeepAliveTimeout, plus
 // the time the frame takes at this rate (a snapshot of 256 MiB may take 17 minutes). A peer that reads
 // slower than that, or not at all, loses the link.
 const minWriteRate = 256 << 10 // bytes a second
 
-// newRawLink starts the link on c, whose TCP socket is tcp (nil if not known). When ctx (the peer's) ends,
-// a write blocked on a peer that does not read returns at once (stopWrites).
-func newRawLink(ctx context.Context, t *Transport, c, tcp net.Conn) *rawLink {
+// newRawLink starts the link on c. When ctx (the peer's) ends, a write blocked on a peer that does not
+// read returns at once (stopWrites).
+func newRawLink(ctx context.Context, t *Transport, c net.Conn) *rawLink {
 	l := &rawLink{t: t, conn: c, opened: time.Now(), ended: make(chan struct{})}
-	if sc, ok := tcp.(syscall.Conn); ok {
-		l.socket, _ = sc.SyscallConn()
-	}
 	l.unwatch = context.AfterFunc(ctx, l.stopWrites)
 	go l.read()
 	return l
@@ -94,7 +74,7 @@ func (l *rawLink) stopWrites() {
 	}
 }
 
-// write writes b within timeout, unless the peer stopped. The caller holds mu.
+// write writes b within timeout, unless the peer stopped.
 func (l *rawLink) write(b []byte, timeout time.Duration) error {
 	l.deadMu.Lock()
 	if l.stopped {
@@ -112,13 +92,6 @@ func (l *rawLink) write(b []byte, timeout time.Duration) error {
 }
 
 var errPeerStopped = errors.New("the peer was stopped")
-
-// roomFor reports whether the socket's send buffer takes n more bytes (and TLS's framing of them) at
-// once, so the write cannot block. The caller holds mu.
-func (l *rawLink) roomFor(n int) bool {
-	const tlsOverhead = 1 << 10
-	return l.socket != nil && sendRoom(l.socket, n+frameHeader+tlsOverhead)
-}
 
 // read reads the receiver's frames until the link ends: a pong counts, an end frame is the receiver's
 // refusal and says why.
@@ -154,8 +127,6 @@ func (l *rawLink) read() {
 	}
 }
 
-func (l *rawLink) openedAt() time.Time { return l.opened }
-
 func (l *rawLink) broken() bool { return isClosed(l.ended) }
 
 // isClosed reports whether ch is closed, without waiting.
@@ -168,25 +139,16 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// send writes msgs as one batch frame (the peer goroutine's path).
+// send writes msgs as one batch frame, within a deadline that grows with the frame's size. A failed
+// write may have left part of a frame on the wire, so it closes the link; the error is the receiver's
+// refusal when one arrived.
 func (l *rawLink) send(msgs []*raftpb.Message) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.writeLocked(msgs, 0)
-}
-
-// writeLocked writes msgs as one batch frame within timeout (0: the peer goroutine's deadline, from the
-// frame's size). A failed write may have left part of a frame on the wire, so it closes the link; the
-// error is the receiver's refusal when one arrived.
-func (l *rawLink) writeLocked(msgs []*raftpb.Message, timeout time.Duration) error {
 	cfg := &l.t.cfg
 	var err error
 	if l.buf, err = appendBatchFrame(l.buf[:0], cfg.ClusterID, cfg.LocalID, msgs[0].GetTo(), msgs); err != nil {
 		return err
 	}
-	if timeout == 0 {
-		timeout = cfg.KeepAliveTime + cfg.KeepAliveTimeout + time.Duration(len(l.buf)/minWriteRate)*time.Second
-	}
+	timeout := cfg.KeepAliveTime + cfg.KeepAliveTimeout + time.Duration(len(l.buf)/minWriteRate)*time.Second
 	err = l.write(l.buf, timeout)
 	if cap(l.buf) > reuseBytes {
 		l.buf = nil // a snapshot's buffer is not kept for heartbeats
@@ -197,7 +159,7 @@ func (l *rawLink) writeLocked(msgs []*raftpb.Message, timeout time.Duration) err
 	return nil
 }
 
-// fail closes the link after a failed write and returns the better account of why. The caller holds mu.
+// fail closes the link after a failed write and returns the better account of why.
 func (l *rawLink) fail(err error) error {
 	l.failed = true
 	_ = l.conn.Close()
@@ -210,10 +172,8 @@ func (l *rawLink) fail(err error) error {
 
 // keepalive runs every KeepAliveTime on the peer goroutine: it closes a link whose last ping went
 // unanswered (a peer that stopped reading, a link into a black hole: TCP alone would take many minutes to
-// give up), and pings again. The gRPC stream has gRPC's keepalive instead.
+// give up), and pings again.
 func (l *rawLink) keepalive() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.pinged && l.pongs.Load() == l.pongsAtPing {
 		l.killed = fmt.Errorf("no answer to a keepalive ping within %v", l.t.cfg.KeepAliveTime)
 		l.failed = true // no bye on a link given up
@@ -231,7 +191,6 @@ func (l *rawLink) keepalive() {
 func (l *rawLink) close() error {
 	l.closeOnce.Do(func() {
 		l.unwatch()
-		l.mu.Lock()
 		if !l.failed && !l.broken() {
 			// Not l.write: the bye is written after the peer stopped, and stopWrites, which ran or will
 			// run once, sets a deadline only during a data write.
@@ -241,7 +200,6 @@ func (l *rawLink) close() error {
 			_, _ = l.conn.Write(appendFrame(nil, frameEnd, nil))
 		}
 		_ = l.conn.Close()
-		l.mu.Unlock()
 	})
 	<-l.ended
 	if l.killed != nil {
@@ -255,7 +213,7 @@ func (l *rawLink) close() error {
 const byeTimeout = 50 * time.Millisecond
 
 // dialLink opens a link to the peer within DialTimeout: TCP (through the proxy the environment names, as
-// gRPC dials), TLS when configured, and the hello both ways. errOldPeer: the peer speaks only gRPC.
+// gRPC dials), TLS when configured, and the hello both ways.
 func (p *peer) dialLink() (*rawLink, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.t.cfg.DialTimeout)
 	defer cancel()
@@ -268,7 +226,7 @@ func (p *peer) dialLink() (*rawLink, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return newRawLink(p.ctx, p.t, c, tcp), nil
+	return newRawLink(p.ctx, p.t, c), nil
 }
 
 // handshake runs TLS, if configured, and the hello exchange on tcp. It returns the connection to go on
@@ -287,7 +245,7 @@ func (p *peer) handshake(ctx context.Context, tcp net.Conn) (net.Conn, error) {
 			return c, err
 		}
 		if tc.ConnectionState().NegotiatedProtocol != linkALPN {
-			return c, errOldPeer
+			return c, errors.New("raft link: the peer did not accept the link's ALPN protocol")
 		}
 	}
 	if _, err := c.Write([]byte(linkHello)); err != nil {
@@ -298,21 +256,18 @@ func (p *peer) handshake(ctx context.Context, tcp net.Conn) (net.Conn, error) {
 	switch {
 	case err == nil && string(head) == linkHello:
 		return c, tcp.SetDeadline(time.Time{})
-	case n > 0 && p.t.cfg.TLS == nil && string(head[:n]) != linkHello[:n]:
-		return c, errOldPeer // an HTTP/2 server's first frame, not a hello
-	case err == nil:
+	case err == nil || (n > 0 && string(head[:n]) != linkHello[:n]):
 		return c, errors.New("raft link: the peer answered the hello with something else")
 	default:
 		return c, fmt.Errorf("raft link hello: %w", err)
 	}
 }
 
-// linkTLS is Config.TLS for dialing a link to member id at addr: the member check, linkALPN (with "h2",
-// which an older node answers, so it is recognised), and the address's host as the server name, as
-// gRPC's own TLS dial sets it.
+// linkTLS is Config.TLS for dialing a link to member id at addr: the member check, linkALPN, and the
+// address's host as the server name, as gRPC's own TLS dial sets it.
 func (t *Transport) linkTLS(id uint64, addr string) *tls.Config {
 	c := t.dialTLS(id)
-	c.NextProtos = []string{linkALPN, "h2"}
+	c.NextProtos = []string{linkALPN}
 	if c.ServerName == "" {
 		if host, _, err := net.SplitHostPort(addr); err == nil {
 			c.ServerName = host

@@ -2,8 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -17,8 +15,9 @@ import (
 	"github.com/leased/leased/api/wirepb"
 )
 
-// Register registers the transport's Raft service (Stream, and Forward through Config.Forward) on s.
-// Create s with ServerOptions so it accepts messages as large as the peers send.
+// Register registers the transport's Raft service (Forward and Join, through Config.Forward and
+// Config.Join) on s. Create s with ServerOptions. Raft messages do not travel on gRPC: the Listener
+// serves them on links.
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
 	wirepb.RegisterRaftServer(s, t.Service())
 }
@@ -30,7 +29,7 @@ func (t *Transport) Service() wirepb.RaftServer {
 }
 
 // ServerOptions returns the grpc.Server options the peer server needs: a receive limit of
-// Config.MaxMsgBytes, since raft snapshots travel inside single messages, and with Config.TLS the
+// Config.MaxMsgBytes, and with Config.TLS the
 // credentials of connections that Listener secured (mutual TLS refusing certificates naming no member).
 // The server must serve Listener's connections.
 func (t *Transport) ServerOptions() []grpc.ServerOption {
@@ -57,78 +56,7 @@ type service struct {
 
 var errTransportClosed = status.Error(codes.Unavailable, "raft transport is closed")
 
-// Stream receives batches from one peer and hands their messages to Raft.Process in order.
-//
-// Receiving runs on a goroutine of its own so the handler can end the stream when the transport
-// closes even while the peer is silent: a blocked Recv cannot be interrupted, but returning from the
-// handler makes gRPC abort the stream, which releases Recv. Without this, grpc.Server.GracefulStop
-// would wait forever for peers that keep their streams open.
-func (s *service) Stream(srv grpc.ClientStreamingServer[wirepb.RaftBatch, wirepb.RaftStreamEnd]) error {
-	t := s.t
-	t.mu.RLock()
-	if t.closed {
-		t.mu.RUnlock()
-		return errTransportClosed
-	}
-	t.wg.Add(1)
-	t.mu.RUnlock()
-	member, err := t.streamMember(srv.Context())
-	if err != nil {
-		t.wg.Done()
-		t.stats.rejected.Add(1)
-		return err
-	}
-
-	ctx, cancel := context.WithCancel(srv.Context())
-	defer cancel()
-	defer context.AfterFunc(t.ctx, cancel)()
-
-	batches := make(chan *wirepb.RaftBatch)
-	recvErr := make(chan error, 1)
-	go func() {
-		defer t.wg.Done()
-		for {
-			b, err := srv.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case batches <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-
-	var from uint64 // the sender of the stream's first checked batch
-	for {
-		select {
-		case b := <-batches:
-			if err := t.deliver(ctx, b, member); err != nil {
-				return err
-			}
-			if from == 0 { // a checked batch: its sender is a peer of this cluster, and up
-				from = b.GetFrom()
-				t.heardFrom(from)
-			}
-		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return srv.SendAndClose(&wirepb.RaftStreamEnd{})
-			}
-			t.streamLost(from)
-			return err
-		case <-ctx.Done():
-			if t.ctx.Err() != nil {
-				return errTransportClosed
-			}
-			t.streamLost(from) // the connection under the stream closed: gRPC cancelled its context
-			return status.FromContextError(ctx.Err()).Err()
-		}
-	}
-}
-
-// streamLost passes on (Config.OnStreamLost) that the stream from peer broke while the transport is
+// streamLost passes on (Config.OnStreamLost) that the link from peer broke while the transport is
 // open; peer 0 (no batch was received) says nothing.
 func (t *Transport) streamLost(peer uint64) {
 	if peer != 0 && t.ctx.Err() == nil && t.cfg.OnStreamLost != nil {
@@ -136,7 +64,7 @@ func (t *Transport) streamLost(peer uint64) {
 	}
 }
 
-// deliver checks one batch, from a raw link or a gRPC stream, and hands its messages to raft. member is
+// deliver checks one batch from a link and hands its messages to raft. member is
 // the raft id the connection's certificate names (0: no TLS, nothing to check). An error ends the link.
 func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uint64) error {
 	if b.GetClusterId() != t.cfg.ClusterID {
@@ -156,7 +84,7 @@ func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uin
 	}
 	if member != 0 && b.GetFrom() != member {
 		// A member speaking for another: drop what it says, count it, and keep listening (it may be a
-		// bug that a later batch does not repeat; a stream refusal would only make it reconnect).
+		// bug that a later batch does not repeat; a refusal would only make it reconnect).
 		t.rejected(RejectSenderMismatch, len(b.GetMessages()))
 		t.log.Warn("dropping raft batch whose sender is not its certificate's member", slog.String("member", leasepb.FormatID(member)),
 			slog.String("claimed_from", leasepb.FormatID(b.GetFrom())), slog.Int("messages", len(b.GetMessages())))
@@ -185,7 +113,7 @@ func (t *Transport) deliver(ctx context.Context, b *wirepb.RaftBatch, member uin
 				}
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			// Raft tolerates a lost message; one it refused is no reason to drop the stream.
+			// Raft tolerates a lost message; one it refused is no reason to drop the link.
 			t.stats.processErrors.Add(1)
 			t.log.Debug("raft refused message", slog.String("peer", leasepb.FormatID(m.GetFrom())),
 				slog.String("type", m.GetType().String()), slog.Any("err", err))

@@ -8,9 +8,6 @@ type Stats struct {
 	// Sent counts messages written to a peer link without error. Written is not delivered: a
 	// connection that breaks right after can still lose them.
 	Sent uint64
-	// Direct counts the messages of Sent that Send wrote itself, on its caller's goroutine, because
-	// nothing else was waiting to go to their peer.
-	Direct uint64
 	// Batches counts batches written to peer links.
 	Batches uint64
 	// Dropped counts outgoing messages never written: queue full, unknown or removed peer, peer
@@ -33,7 +30,7 @@ type Stats struct {
 
 // counters backs Stats with atomics so every goroutine can count without a lock.
 type counters struct {
-	sent, direct, batches, dropped    atomic.Uint64
+	sent, batches, dropped            atomic.Uint64
 	filtered                          atomic.Uint64
 	sendFailures, reconnects          atomic.Uint64
 	received, processErrors, rejected atomic.Uint64
@@ -42,7 +39,6 @@ type counters struct {
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Sent:          c.sent.Load(),
-		Direct:        c.direct.Load(),
 		Batches:       c.batches.Load(),
 		Dropped:       c.dropped.Load(),
 		Filtered:      c.filtered.Load(),

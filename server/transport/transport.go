@@ -33,7 +33,7 @@ type Transport struct {
 	proxy func(*http.Request) (*url.URL, error)
 
 	// ctx is the transport's lifetime: Close cancels it, which stops every peer goroutine, the Listener's
-	// goroutines, and ends every inbound link and stream.
+	// goroutines, and ends every inbound link.
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -43,7 +43,7 @@ type Transport struct {
 	peers  map[uint64]*peer
 	closed bool
 
-	// wg counts inbound goroutines: gRPC stream receivers, the Listener's accept loop and the goroutine
+	// wg counts inbound goroutines: the Listener's accept loop and the goroutine
 	// of each connection it sorts (a link's receiver). Peer goroutines are waited for through their own
 	// done channels; the reporter through reports.done.
 	wg        sync.WaitGroup
@@ -167,9 +167,6 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		t.stats.dropped.Add(uint64(len(msgs)))
 		return
 	}
-	// Each peer's messages, in order: Send writes a peer's share of one call as one batch when it can
-	// (sendDirect), and queues it otherwise.
-	var out outgoing
 	for _, m := range msgs {
 		if f := t.cfg.Filter; f != nil && !f(m) {
 			t.stats.filtered.Add(1)
@@ -183,46 +180,19 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.drop(m)
 			continue
 		}
-		out.add(p, m)
-	}
-	for i, p := range out.peers {
-		if !p.sendDirect(out.msgs[i]) {
-			t.enqueue(p, out.msgs[i])
-		}
+		t.enqueue(p, m)
 	}
 }
 
-// outgoing groups one Send's messages by peer, keeping each peer's order. A Ready addresses a handful
-// of peers, so a slice beats a map.
-type outgoing struct {
-	peers []*peer
-	msgs  [][]*raftpb.Message
-}
-
-func (o *outgoing) add(p *peer, m *raftpb.Message) {
-	for i, q := range o.peers {
-		if q == p {
-			o.msgs[i] = append(o.msgs[i], m)
-			return
+// enqueue hands m to p's goroutine, or drops (and reports) it when p's queue is full.
+func (t *Transport) enqueue(p *peer, m *raftpb.Message) {
+	select {
+	case p.queue <- m:
+		if m.GetType() == raftpb.MsgHeartbeat && t.cfg.OnRoundTrip != nil {
+			p.heartbeatSent()
 		}
-	}
-	o.peers = append(o.peers, p)
-	o.msgs = append(o.msgs, []*raftpb.Message{m})
-}
-
-// enqueue hands msgs to p's goroutine, dropping (and reporting) what does not fit in its queue.
-func (t *Transport) enqueue(p *peer, msgs []*raftpb.Message) {
-	for _, m := range msgs {
-		p.unsent.Add(1)
-		select {
-		case p.queue <- m:
-			if m.GetType() == raftpb.MsgHeartbeat && t.cfg.OnRoundTrip != nil {
-				p.heartbeatSent()
-			}
-		default:
-			p.unsent.Add(-1)
-			t.drop(m)
-		}
+	default:
+		t.drop(m)
 	}
 }
 
@@ -259,7 +229,7 @@ func (t *Transport) heartbeatAnswered(peer uint64) {
 	}
 }
 
-// heardFrom is called when a peer opens a stream to this node: if the link back to it is in backoff,
+// heardFrom is called when a peer opens a link to this node: if the link back to it is in backoff,
 // the backoff ends (peer.contact).
 func (t *Transport) heardFrom(id uint64) {
 	t.mu.RLock()
@@ -292,7 +262,7 @@ func (t *Transport) Stats() Stats {
 }
 
 // Close stops every goroutine the transport started and waits for them: peer senders exit and close
-// their connections, inbound streams end with Unavailable, and pending reports are delivered to raft.
+// their connections, inbound links end, and pending reports are delivered to raft.
 // It does not stop the grpc.Server the service is registered on. Close is idempotent and always
 // returns nil.
 func (t *Transport) Close() error {

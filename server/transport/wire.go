@@ -19,16 +19,15 @@ import (
 //	receiver: linkHello (the answer: "I speak it"), then frames: pong | end (a refusal, with its status)
 //
 // A frame is a 4-byte big-endian length, then that many bytes: a kind byte and the payload. A batch's
-// payload is a wirepb.RaftBatch in its protobuf encoding — the message the gRPC stream carries — so the
-// receiver checks it exactly as it checks a stream's (service.deliver). An end's payload is a
+// payload is a wirepb.RaftBatch in its protobuf encoding, which the receiver checks before raft sees it
+// (Transport.deliver). An end's payload is a
 // google.rpc.Status: empty for the sender's bye, the reason for a receiver's refusal.
 
 // linkHello opens a link both ways. Without TLS it is how the receiver tells a link from a gRPC
 // connection (whose first bytes are HTTP/2's "PRI * HTTP/2.0..."); with TLS, ALPN tells them apart first.
 const linkHello = "leased-raft/1\n"
 
-// linkALPN is the TLS application protocol of a link. A node that offers it alongside "h2" and gets "h2"
-// back has reached a node older than links, which serves only the gRPC stream.
+// linkALPN is the TLS application protocol of a link; gRPC connections on the same port negotiate "h2".
 const linkALPN = "leased-raft/1"
 
 // Frame kinds.
@@ -45,8 +44,8 @@ const frameHeader = 5
 // errFrameTooLarge is a frame whose length exceeds the reader's limit.
 var errFrameTooLarge = errors.New("frame exceeds the message size limit")
 
-// cachedSize sizes and marshals messages whose proto.Size was computed already (the peer's collect,
-// sendDirect): sizing a raft message walks it, and the hot path should do that once.
+// cachedSize sizes and marshals messages whose proto.Size was computed already (the peer's collect):
+// sizing a raft message walks it, and the hot path should do that once.
 var cachedSize = proto.MarshalOptions{UseCachedSize: true}
 
 // appendBatchFrame appends one batch frame carrying msgs, encoded as a RaftBatch from from to to in

@@ -45,8 +45,8 @@ func TestChaos(t *testing.T) {
 		L1Holders: 4, Semaphore: 3, Gray: os.Getenv("LEASED_CHAOS_GRAY") == "1", Strict: os.Getenv("LEASED_CHAOS_STRICT") == "1",
 		Plants: plantsFromEnv(), TLS: tlsFromEnv(), Membership: os.Getenv("LEASED_CHAOS_MEMBERSHIP") == "1",
 		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1", LogLevel: os.Getenv("LEASED_CHAOS_LOG_LEVEL"),
-		Mixed: mixedFromEnv(), DiskDamage: os.Getenv("LEASED_CHAOS_DISK") == "1",
-		Wipe: os.Getenv("LEASED_CHAOS_WIPE") == "1", PeerForge: os.Getenv("LEASED_CHAOS_PEERFORGE") == "1",
+		DiskDamage: os.Getenv("LEASED_CHAOS_DISK") == "1",
+		Wipe:       os.Getenv("LEASED_CHAOS_WIPE") == "1", PeerForge: os.Getenv("LEASED_CHAOS_PEERFORGE") == "1",
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -64,9 +64,6 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("seed %d (reproduce the schedule with LEASED_CHAOS_SEED=%d)", cfg.Seed, cfg.Seed)
 	cfg.Bin = leasedBinary(t, "faultinject")
-	if cfg.Mixed != "" {
-		cfg.OtherBin, cfg.OtherVersion = otherBuild(t, cfg.Mixed)
-	}
 	rep := chaosRun(t, cfg, artifactDir(t))
 	t.Log("\n" + rep.String())
 	if n := rep.total(); n > 0 {

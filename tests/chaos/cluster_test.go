@@ -23,8 +23,8 @@ type cluster struct {
 	tls   *chaosTLS // nil: plaintext
 }
 
-// newCluster starts size nodes of bin, or with b of the builds b says (nil: bin for all).
-func newCluster(t testing.TB, bin string, b *builds, dir string, size int, withTLS bool, logLevel string) *cluster {
+// newCluster starts size nodes of bin.
+func newCluster(t testing.TB, bin string, dir string, size int, withTLS bool, logLevel string) *cluster {
 	t.Helper()
 	c := &cluster{}
 	cfg := proc.Config{
@@ -37,9 +37,6 @@ func newCluster(t testing.TB, bin string, b *builds, dir string, size int, withT
 			proxy := c.proxy.url(i)
 			return append([]string{"HTTPS_PROXY=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=", "http_proxy=", "NO_PROXY=", "no_proxy="}, connFloodEnv...)
 		},
-	}
-	if b != nil {
-		cfg.NodeBin = b.binary
 	}
 	if logLevel != "" {
 		cfg.Args = append(cfg.Args, "--log-level="+logLevel) // after proc's own --log-level=info: the last wins

@@ -68,10 +68,6 @@ type runConfig struct {
 	Flood bool
 	// PeerForge adds the peer-forge nemesis (forged raft messages to a peer port): LEASED_CHAOS_PEERFORGE=1.
 	PeerForge bool
-	// Mixed, if set, is the git revision whose build runs beside the build under test (mixed_test.go;
-	// LEASED_CHAOS_MIXED, make chaos MIXED=<revision>, 1 for proc.PreviousBuild); OtherBin is that build and
-	// OtherVersion the version its nodes report.
-	Mixed, OtherBin, OtherVersion string
 	// DiskDamage adds the disk-damage nemesis (a byte flipped in a stopped node's WAL or raft.db) and its
 	// "disk" findings: LEASED_CHAOS_DISK=1 (diskdamage_test.go).
 	DiskDamage bool
@@ -103,10 +99,6 @@ type run struct {
 	gaps           []uint64
 	// watchRedelivered counts events a Watch stream delivered below the index it was asked to start from.
 	watchRedelivered int
-
-	// builds: which build each node runs (nil: one build); mixedFindings: the mixed checker's findings.
-	builds        *builds
-	mixedFindings []string
 
 	// removed are the node indexes the membership nemesis removed and has not added back yet (nemesis
 	// goroutine only).
@@ -208,7 +200,7 @@ func (rep *report) String() string {
 	fmt.Fprintf(&b, "  semaphore slot events checked (at most %d live per resource): %d\n", semLimit, rep.SemEvents)
 	fmt.Fprintf(&b, "  L1 (TTL floor %v; acquire bound %v):\n", rep.MinTTL, electionBound)
 	b.WriteString(rep.L1.String())
-	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "disk", "mixed", "peer-forge"} {
+	for _, inv := range []string{"I1/I2", "I3", "I4", "I5", "I6", "log", "log-release", "obs", "L1", "sem", "limits", "outcome-id", "stall", "shutdown", "disk", "peer-forge"} {
 		note := ""
 		if strictOnly[inv] && !rep.Strict {
 			note = " (reported only; LEASED_CHAOS_STRICT=1 enforces it)"
@@ -270,18 +262,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		stats:    &counters{ops: map[string]int{}, faults: map[string]int{}},
 		releases: map[releaseKey]time.Time{},
 	}
-	if cfg.Mixed != "" {
-		r.builds = newBuilds(cfg, max(cfg.Nodes, 3))
-	}
-	r.c = newCluster(t, cfg.Bin, r.builds, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS, cfg.LogLevel)
-	if r.builds != nil {
-		for i, n := range r.c.Nodes {
-			if r.builds.on(i) {
-				t.Logf("mixed builds: %s starts on %s (revision %s), the others on the build under test", n.Name, cfg.OtherVersion, cfg.Mixed)
-			}
-		}
-		r.checkStartBuilds(context.Background())
-	}
+	r.c = newCluster(t, cfg.Bin, filepath.Join(dir, "cluster"), max(cfg.Nodes, 3), cfg.TLS, cfg.LogLevel)
 	hist := newHistory() // the run's, once the floor is known (discovering it is not part of the history)
 	closeLog := r.openClientLog(filepath.Join(dir, "clients.log"), hist.start)
 	defer closeLog()
@@ -474,7 +455,6 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 	violate("stall", r.stallFindings...)
 	violate("shutdown", r.shutdownFindings...)
 	violate("disk", r.diskFindings...)
-	violate("mixed", r.mixedFindings...)
 	rep.OutcomeIDs = r.outcomeChecked
 	r.mu.Unlock()
 
@@ -656,10 +636,6 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.cfg.PeerForge && rng.IntN(4) == 0 {
 			r.peerForgeNemesis(ctx, rng, ld)
-			continue
-		}
-		if r.builds != nil && rng.IntN(3) == 0 {
-			r.swapBuildNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.DiskDamage && rng.IntN(4) == 0 {

@@ -10,7 +10,6 @@
 package proc
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -68,12 +67,19 @@ func BuildCommand(dir, name, tags string) (string, error) {
 	return bin, nil
 }
 
-// PreviousBuild is the revision of this repository the tests run beside the build under test, as the
-// build a rolling upgrade starts from (tests/e2e) and the other build of a mixed chaos run (tests/chaos,
-// MIXED=1): the last build without raft links (issue 13, session 20), whose nodes serve and send raft
-// messages only on the gRPC stream — the oldest peer the links' fallback must still reach. Move it
-// forward when the fallback goes.
-const PreviousBuild = "f670994"
+// LatestRelease returns the newest release tag of the revision the tests run at (git describe --tags
+// --abbrev=0): the build a rolling upgrade starts from. Compatibility is promised between tagged releases
+// only (docs/design.md, "Upgrades"), so without a tag t is skipped, saying so.
+func LatestRelease(t testing.TB) string {
+	t.Helper()
+	NeedGitHistory(t)
+	out, err := exec.Command("git", "describe", "--tags", "--abbrev=0").CombinedOutput()
+	if err != nil {
+		t.Skipf("SKIPPED: no release tag: compatibility is promised between tagged releases only (git describe: %s)",
+			strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out))
+}
 
 // NeedGitHistory skips t, loudly, when the tests do not run inside a git repository (a source archive),
 // which BuildRevision needs — except under CI=true, where that fails t.
@@ -166,9 +172,6 @@ type Config struct {
 	Bin  string // the leased binary
 	Dir  string // node <name> keeps its data in Dir/<name> and its log in Dir/<name>.log
 	Size int    // nodes n1..n<Size>
-	// NodeBin, if set, names the binary node i starts on when it returns one (a cluster of mixed builds);
-	// "" means Bin. It is called from Start.
-	NodeBin func(i int) string
 
 	// Admin gives every node an admin HTTP address; without it the admin endpoint is off.
 	Admin bool
@@ -385,11 +388,7 @@ func (c *Cluster) Start(i int) {
 	if n.GossipAddr != "" {
 		args = append(args, "--gossip-addr="+n.GossipAddr)
 	}
-	bin := c.cfg.Bin
-	if c.cfg.NodeBin != nil {
-		bin = cmp.Or(c.cfg.NodeBin(i), bin)
-	}
-	cmd := exec.Command(bin, append(args, n.Args...)...)
+	cmd := exec.Command(c.cfg.Bin, append(args, n.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf // files: no copying goroutines
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if c.cfg.Env != nil {
