@@ -47,7 +47,7 @@ func newCluster(t testing.TB, bin string, dir string, size int, withTLS bool, lo
 		cfg.NodeArgs = func(i int) []string { return c.tls.nodeArgs(c.Nodes[i].Name) }
 		cfg.ClientTLS = c.tls.client
 	}
-	cfg.NodeArgs = withAuditLog(cfg.NodeArgs, b, dir, func(i int) string { return c.Nodes[i].Name })
+	cfg.NodeArgs = withAuditLog(cfg.NodeArgs, dir, func(i int) string { return c.Nodes[i].Name })
 	c.Cluster = proc.New(t, cfg)
 	var peers []string
 	for _, n := range c.Nodes {

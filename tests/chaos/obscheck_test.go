@@ -97,16 +97,12 @@ func checkLeaderGauges(expositions []string, sawLeaderChanges int) []string {
 	return v
 }
 
-// withAuditLog adds --audit-log <dir>/<name>.audit.log to the command line of every node that runs the
-// build under test (an older build of a mixed run knows no such flag and logs the trail with the rest).
-func withAuditLog(next func(int) []string, b *builds, dir string, name func(int) string) func(int) []string {
+// withAuditLog adds --audit-log <dir>/<name>.audit.log to the command line of every node.
+func withAuditLog(next func(int) []string, dir string, name func(int) string) func(int) []string {
 	return func(i int) []string {
 		var args []string
 		if next != nil {
 			args = next(i)
-		}
-		if b != nil && b.binary(i) != "" {
-			return args
 		}
 		return append(args, "--audit-log="+filepath.Join(dir, name(i)+".audit.log"))
 	}
