@@ -60,6 +60,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		"--advertise-client-addr=a:1", "--advertise-peer-addr=a:2", "--gossip-addr=h:4", "--advertise-gossip-addr=a:4",
 		"--join=g1:4, g2:4", "--initial-cluster-state=existing", "--join-timeout=28s", "--gossip-key-file=/k",
 		"--insecure-gossip", "--initial-cluster-token=prod-1",
+		"--max-leases-per-identity=40", "--max-watchers-per-identity=41", "--max-waiters-per-identity=42",
+		"--quota-bytes-per-identity=43", "--max-connections=44", "--max-connection-idle=45s",
 	}
 	o, err := parse(t, args, nil)
 	if err != nil {
@@ -83,6 +85,8 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 		MaxLeasesPerHolder: 23, MaxRequestBytes: 24, MaxKeepAliveLeases: 25, MaxListLimit: 26,
 		MaxWatchers: 31, MaxWatchersPerConn: 32, MaxWaiters: 33, MaxWaitersPerResource: 34,
 		MaxStreamsPerConn: 35, MaxLeases: 36, QuotaBytes: 37,
+		MaxLeasesPerIdentity: 40, MaxWatchersPerIdentity: 41, MaxWaitersPerIdentity: 42, QuotaBytesPerIdentity: 43,
+		MaxConnections: 44, MaxConnectionIdle: 45 * time.Second,
 	}
 	if !reflect.DeepEqual(o.cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", o.cfg, want)
