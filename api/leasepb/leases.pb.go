@@ -441,16 +441,9 @@ type AcquireRequest struct {
 	// the same request_id was answered with a refusal, or after the request_id's grant ended, is stale:
 	// it changes nothing and is ABORTED with an ErrorInfo (reason ATTEMPT_SUPERSEDED or GRANT_ENDED,
 	// metadata request_id and answered_attempt). Requires request_id.
-	Attempt uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// fresh_request_id: the client drew request_id for this call and this is its first attempt (attempt
-	// 1), so no earlier request carries it. A refusal because another grant holds the resource then needs
-	// no log entry: it is answered from a linearizable read (FAILED_PRECONDITION with LeaseHeld, as
-	// always), since no late attempt of the request id can be waiting to be superseded. Ignored with
-	// wait, limit, or an attempt other than 1. A client that sets it for a request id it sent before loses
-	// the retry safety above: that earlier request may still arrive and be granted after the refusal.
-	FreshRequestId bool `protobuf:"varint,71,opt,name=fresh_request_id,json=freshRequestId,proto3" json:"fresh_request_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	Attempt       uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -551,13 +544,6 @@ func (x *AcquireRequest) GetAttempt() uint32 {
 		return x.Attempt
 	}
 	return 0
-}
-
-func (x *AcquireRequest) GetFreshRequestId() bool {
-	if x != nil {
-		return x.FreshRequestId
-	}
-	return false
 }
 
 // AcquireResponse carries the grant.
@@ -2606,7 +2592,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"\xbb\x02\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\xa9\x02\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -2618,8 +2604,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\await_ms\x18\b \x01(\x03R\x06waitMs\x12\"\n" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
-	"\aattempt\x18F \x01(\rR\aattempt\x12(\n" +
-	"\x10fresh_request_id\x18G \x01(\bR\x0efreshRequestId\"\x88\x01\n" +
+	"\aattempt\x18F \x01(\rR\aattemptJ\x04\bG\x10HR\x10fresh_request_id\"\x88\x01\n" +
 	"\x0fAcquireResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\x12\x1a\n" +
