@@ -144,18 +144,17 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 // acquireCmd is the entry's command for req.
 func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
 	return &wirepb.AcquireCmd{
-		Resource:           req.GetResource(),
-		Holder:             req.GetHolder(),
-		TtlMs:              req.GetTtlMs(),
-		Value:              req.GetValue(),
-		RequestId:          req.GetRequestId(),
-		LockDelayMs:        req.GetLockDelayMs(),
-		Limit:              req.GetLimit(),
-		HolderLimit:        uint32(n.cfg.Limits.MaxLeasesPerHolder),
-		Identity:           identity,
-		CheckRequestParams: true,
-		Attempt:            req.GetAttempt(),
-		Wait:               req.GetWait(),
+		Resource:    req.GetResource(),
+		Holder:      req.GetHolder(),
+		TtlMs:       req.GetTtlMs(),
+		Value:       req.GetValue(),
+		RequestId:   req.GetRequestId(),
+		LockDelayMs: req.GetLockDelayMs(),
+		Limit:       req.GetLimit(),
+		HolderLimit: uint32(n.cfg.Limits.MaxLeasesPerHolder),
+		Identity:    identity,
+		Attempt:     req.GetAttempt(),
+		Wait:        req.GetWait(),
 	}
 }
 

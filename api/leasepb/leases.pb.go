@@ -437,10 +437,12 @@ type AcquireRequest struct {
 	// "limit". A semaphore takes no lock_delay_ms. Its slots are addressed by (resource, token).
 	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	// attempt numbers the attempts of one intent (one request_id): 1, 2, 3... in the order the client sends
-	// them (0: not numbered, as clients of earlier versions). An attempt that arrives after a later one of
-	// the same request_id was answered with a refusal, or after the request_id's grant ended, is stale:
-	// it changes nothing and is ABORTED with an ErrorInfo (reason ATTEMPT_SUPERSEDED or GRANT_ENDED,
-	// metadata request_id and answered_attempt). Requires request_id.
+	// them. An attempt that arrives after a later one of the same request_id was answered with a refusal,
+	// or after the request_id's grant ended, is stale: it changes nothing and is ABORTED with an ErrorInfo
+	// (reason ATTEMPT_SUPERSEDED or GRANT_ENDED, metadata request_id and answered_attempt). Requires
+	// request_id. 0 leaves the attempts unnumbered, for a client that does not track them (one on
+	// HTTP/JSON, say): each such request is decided on its own, a retry after a refusal afresh, and a late
+	// copy of an earlier one is not recognised as stale. The Go SDK numbers every attempt.
 	Attempt       uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -253,13 +253,9 @@ type AcquireCmd struct {
 	// belongs to it; with it set the state machine requires the lease permission on resource, and a
 	// request id is scoped to (identity, request_id) instead of (holder, request_id).
 	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
-	// check_request_params is set by every proposer of this version: a request id reused with other
-	// parameters (resource, TTL, value, lock-delay, holder) is refused instead of replaying the grant.
-	// Entries of earlier versions lack it and apply as they did.
-	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
 	// limit > 0 asks for one slot of a counting semaphore of limit slots (leases.proto, AcquireRequest).
 	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
-	// attempt is AcquireRequest.attempt (0: a proposer or client without attempt numbers). With it set,
+	// attempt is AcquireRequest.attempt (0: a client that does not number its attempts). With it set,
 	// the state machine refuses a stale attempt (Superseded): one whose request id was already answered
 	// with a refusal at this attempt or a later one, or whose grant already ended (fsm/attempts.go).
 	Attempt uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -354,13 +350,6 @@ func (x *AcquireCmd) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
-}
-
-func (x *AcquireCmd) GetCheckRequestParams() bool {
-	if x != nil {
-		return x.CheckRequestParams
-	}
-	return false
 }
 
 func (x *AcquireCmd) GetLimit() uint32 {
@@ -1480,7 +1469,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
 	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaim\x12P\n" +
 	"\x0frelease_handoff\x183 \x01(\v2%.leased.internal.v1.ReleaseHandoffCmdH\x00R\x0ereleaseHandoffB\x04\n" +
-	"\x02op\"\xe5\x02\n" +
+	"\x02op\"\xcf\x02\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -1491,11 +1480,10 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\"\n" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12!\n" +
 	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
-	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12\x14\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
 	"\aattempt\x18F \x01(\rR\aattempt\x12\x12\n" +
-	"\x04wait\x18G \x01(\bR\x04wait\"Z\n" +
+	"\x04wait\x18G \x01(\bR\x04waitJ\x04\b\x15\x10\x16R\x14check_request_params\"Z\n" +
 	"\n" +
 	"ReleaseCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
