@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
 	"github.com/leased/leased/api/leasepb"
@@ -191,7 +192,7 @@ func TestSnapshotRefusesTooManySlots(t *testing.T) {
 	for range 2 {
 		a.apply(slot("b", "h", 2, ""))
 	}
-	body := &wirepb.SnapshotBody{AppliedIndex: 3, HighestToken: 3, Leases: []*wirepb.LeaseRecord{
+	body := &wirepb.SnapshotBody{AppliedIndex: 3, HighestToken: 3, ForgottenThrough: proto.Uint64(0), Leases: []*wirepb.LeaseRecord{
 		{Resource: "b", Holder: "h", Token: 1, TtlMs: 1, Limit: 2},
 		{Resource: "b", Holder: "h", Token: 2, TtlMs: 1, Limit: 2},
 		{Resource: "b", Holder: "h", Token: 3, TtlMs: 1, Limit: 2},

@@ -920,11 +920,10 @@ type SnapshotBody struct {
 	LockDelays   []*LockDelayRecord     `protobuf:"bytes,4,rep,name=lock_delays,json=lockDelays,proto3" json:"lock_delays,omitempty"`
 	// ends are the remembered ends of recent leases (at most fsm.MaxRememberedEnds), oldest first, in the
 	// order they happened (index order; the ends of one Expire entry in the command's order). They let a
-	// retried Release learn that its first attempt took effect. Absent in snapshots of earlier versions.
+	// retried Release learn that its first attempt took effect.
 	Ends []*LeaseEndRecord `protobuf:"bytes,5,rep,name=ends,proto3" json:"ends,omitempty"`
-	// forgotten_through: every lease that ended at an index above it is in ends. Set in every snapshot of
-	// this version (so its presence says ends is meaningful); a snapshot without it predates ends, and its
-	// applied_index plays this role.
+	// forgotten_through: every lease that ended at an index above it is in ends. Set in every snapshot: a
+	// snapshot without it is refused.
 	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
 	// acl is the cluster's ACL; absent when no rules were ever set.
 	Acl *AclState `protobuf:"bytes,20,opt,name=acl,proto3" json:"acl,omitempty"`
