@@ -64,10 +64,6 @@ func supersededErrorOf(st *status.Status) (*SupersededError, bool) {
 // time), so a plain counter suffices.
 type intent struct {
 	last uint32
-	// fresh: the request id was drawn for this call, so its first attempt is the first request to
-	// carry it, and tells the cluster so (AcquireRequest.fresh_request_id): a refusal of it as held then
-	// costs the cluster no log entry. Not with WithRequestID, which may repeat an earlier call's id.
-	fresh bool
 	// waitEnds is the caller's deadline for a waiting Acquire (zero: none); each waiting attempt asks
 	// the cluster to end its wait shortly before it (waitMsBefore).
 	waitEnds time.Time
@@ -97,7 +93,6 @@ func (in *intent) sendAttempt(ctx context.Context, w *batcher, req *leasepb.Acqu
 func (in *intent) send(ctx context.Context, w *batcher, req *leasepb.AcquireRequest, attempt uint32, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
 	numbered := proto.CloneOf(req)
 	numbered.Attempt = attempt
-	numbered.FreshRequestId = in.fresh && attempt == 1
 	if numbered.GetWait() && !in.waitEnds.IsZero() {
 		numbered.WaitMs = waitMsBefore(in.waitEnds, time.Now())
 	}

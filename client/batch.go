@@ -5,7 +5,6 @@ import (
 	"net"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,20 +17,18 @@ import (
 
 // Batching. The quick writes (Acquire without WithWait, Renew, Release) that goroutines of one Client make
 // on one connection at the same moment go to the node as one request on the connection's Writes stream
-// (writestream.go), or as one Batch call to a node without it, which runs each as its own call would run
-// and answers each on its own. A gRPC call costs the client and the node tens of microseconds of CPU
+// (writestream.go); the node runs each as its own call would run and answers each on its own. A gRPC call costs the client and the node tens of microseconds of CPU
 // whatever it carries (its stream, headers, the node's handler goroutine and interceptors, a flush on each
 // side); under load that is a third to a half of a write's cost, and paying it once per batch lets a busy
 // client and its cluster do 1.3–1.5 times the writes on the same cores (docs/benchmarks.md, "Batching").
 //
 // Nothing waits for a batch to fill: the first write of a moment forms a batch, yields the processor once
 // so that the writes made at the same instant (typically by the goroutines one answer just woke) can join
-// it, and sends it. A write alone goes as a request of one (as its own Acquire, Renew or Release call to a
-// node without the stream). Each caller still waits only as long as its own context allows: its attempt's
+// it, and sends it. A write alone goes as a request of one. Each caller still waits only as long as its own context allows: its attempt's
 // deadline travels with its write (BatchWrite.timeout_ms), and a caller whose context ends returns at once,
 // as it would from its own call, while the others in the batch go on.
 
-// maxBatchWrites is the most writes a Batch carries (leases.proto; server.MaxBatchWrites).
+// maxBatchWrites is the most writes a Writes request carries (leases.proto; server.MaxBatchWrites).
 const maxBatchWrites = 64
 
 // batcher coalesces the quick writes made on one connection and sends them on its Writes stream
@@ -40,11 +37,8 @@ type batcher struct {
 	api     leasepb.LeasesClient
 	target  net.Addr // the connection's endpoint: the peer a batch that may have been sent is attributed to
 	metrics *clientMetrics
-	// alone: every write goes as its own call (Config.NoBatching, or the node answered a Batch with
-	// Unimplemented: it predates Batch).
-	alone atomic.Bool
-	// noStream: batches go as Batch calls (the node answered the Writes stream with Unimplemented).
-	noStream atomic.Bool
+	// alone: every write goes as its own call (Config.NoBatching).
+	alone bool
 
 	ctx      context.Context // the client's: streams live under it
 	streamMu sync.Mutex
@@ -80,9 +74,7 @@ type batchedWrite struct {
 }
 
 func newBatcher(ctx context.Context, conn *grpc.ClientConn, addr string, off bool, m *clientMetrics) *batcher {
-	b := &batcher{api: leasepb.NewLeasesClient(conn), target: endpointAddr(addr), metrics: m, ctx: ctx, yield: runtime.Gosched}
-	b.alone.Store(off)
-	return b
+	return &batcher{api: leasepb.NewLeasesClient(conn), target: endpointAddr(addr), metrics: m, ctx: ctx, alone: off, yield: runtime.Gosched}
 }
 
 // close waits for the streams' readers to end (the client's context has ended: so do the streams) and
@@ -101,7 +93,7 @@ func (a endpointAddr) Network() string { return "tcp" }
 func (a endpointAddr) String() string  { return string(a) }
 
 func (b *batcher) acquire(ctx context.Context, req *leasepb.AcquireRequest, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
-	if req.GetWait() || b.alone.Load() {
+	if req.GetWait() || b.alone {
 		return b.api.Acquire(ctx, req, opts...)
 	}
 	res, err := b.do(ctx, &leasepb.BatchWrite{Write: &leasepb.BatchWrite_Acquire{Acquire: req}}, opts)
@@ -109,7 +101,7 @@ func (b *batcher) acquire(ctx context.Context, req *leasepb.AcquireRequest, opts
 }
 
 func (b *batcher) renew(ctx context.Context, req *leasepb.RenewRequest, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
-	if b.alone.Load() {
+	if b.alone {
 		return b.api.Renew(ctx, req, opts...)
 	}
 	res, err := b.do(ctx, &leasepb.BatchWrite{Write: &leasepb.BatchWrite_Renew{Renew: req}}, opts)
@@ -117,7 +109,7 @@ func (b *batcher) renew(ctx context.Context, req *leasepb.RenewRequest, opts ...
 }
 
 func (b *batcher) release(ctx context.Context, req *leasepb.ReleaseRequest, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
-	if b.alone.Load() {
+	if b.alone {
 		return b.api.Release(ctx, req, opts...)
 	}
 	res, err := b.do(ctx, &leasepb.BatchWrite{Write: &leasepb.BatchWrite_Release{Release: req}}, opts)
@@ -130,8 +122,8 @@ func (b *batcher) do(ctx context.Context, w *leasepb.BatchWrite, opts []grpc.Cal
 	call := &batchedWrite{ctx: ctx, write: w, done: make(chan struct{})}
 	if b.join(call) {
 		b.yield()
-		if calls := b.take(call.batch); len(calls) > 0 && !b.viaStream(calls) {
-			b.resend(calls)
+		if calls := b.take(call.batch); len(calls) > 0 {
+			b.viaStream(calls)
 		}
 	}
 	p := peerOption(opts)
@@ -205,59 +197,6 @@ func (b *batcher) leave(call *batchedWrite) (mayBeSent bool) {
 		return false
 	}
 	return true
-}
-
-// resend sends calls the way a connection without the Writes stream does: a write alone as its own
-// call, on this goroutine, more as one Batch call.
-func (b *batcher) resend(calls []*batchedWrite) {
-	if len(calls) == 1 {
-		b.sendAlone(calls[0])
-	} else {
-		go b.send(calls)
-	}
-}
-
-// sendAlone sends a write as its own call.
-func (b *batcher) sendAlone(call *batchedWrite) {
-	call.res, call.err = b.unary(call.ctx, call.write, grpc.Peer(&call.sentTo))
-	close(call.done)
-}
-
-func (b *batcher) unary(ctx context.Context, w *leasepb.BatchWrite, opts ...grpc.CallOption) (*leasepb.BatchResult, error) {
-	switch op := w.GetWrite().(type) {
-	case *leasepb.BatchWrite_Acquire:
-		resp, err := b.api.Acquire(ctx, op.Acquire, opts...)
-		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Acquire{Acquire: resp}}, err
-	case *leasepb.BatchWrite_Renew:
-		resp, err := b.api.Renew(ctx, op.Renew, opts...)
-		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Renew{Renew: resp}}, err
-	default:
-		resp, err := b.api.Release(ctx, w.GetRelease(), opts...)
-		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Release{Release: resp}}, err
-	}
-}
-
-// send sends calls as one Batch and hands each its answer. Each write carries its caller's deadline
-// (timeout_ms), so that none outlives its caller on the node; the call itself is bounded by the latest.
-func (b *batcher) send(calls []*batchedWrite) {
-	writes, last, bounded := stampDeadlines(calls, time.Now())
-	req := &leasepb.BatchRequest{Writes: writes}
-	ctx := context.WithoutCancel(calls[0].ctx) // its values (tracing, say), not its cancellation
-	if bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, last)
-		defer cancel()
-	}
-	var p peer.Peer
-	resp, err := b.api.Batch(ctx, req, grpc.Peer(&p))
-	if status.Code(err) == codes.Unimplemented {
-		b.alone.Store(true) // the node predates Batch and ran nothing: each goes again as its own call
-		for _, c := range calls {
-			go b.sendAlone(c)
-		}
-		return
-	}
-	deliver(calls, resp.GetResults(), err, p)
 }
 
 // stampDeadlines sets each call's timeout_ms from its caller's deadline (counted from now), so that no

@@ -16,21 +16,22 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// fakeLeases answers the batcher's calls: each Acquire is granted with its resource's length as the token,
-// unless the resource is "held" (FailedPrecondition). A call waits for release (when set) first, and
-// reports the peer "node:1" once it "reached the node".
+// fakeLeases answers the batcher's calls and the requests of its Writes stream: each Acquire is granted
+// with its resource's length as the token, unless the resource is "held" (FailedPrecondition). A call or
+// request waits for release (when set) first.
 type fakeLeases struct {
 	leasepb.LeasesClient // the methods the batcher does not call: nil, they would panic
 
 	release  chan struct{} // calls wait for it to close, when set
-	batchErr error         // every Batch fails with it
+	batchErr error         // every Writes request fails with it
 	started  chan struct{} // each call sends here once it reached the node, when set
 	mu       sync.Mutex
-	batches  [][]*leasepb.BatchWrite // what each Batch carried
+	batches  [][]*leasepb.BatchWrite // what each Writes request carried
 	unary    []string                // the resources of the writes sent as their own calls
 }
 
-var fakeNode = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+// fakeNode is the node the fake's calls and streams reach (the batcher's target).
+var fakeNode net.Addr = endpointAddr("node:1")
 
 func (f *fakeLeases) arrive(ctx context.Context, opts []grpc.CallOption) error {
 	if p := peerOption(opts); p != nil {
@@ -66,27 +67,54 @@ func (f *fakeLeases) Acquire(ctx context.Context, req *leasepb.AcquireRequest, o
 	return grant(req)
 }
 
-func (f *fakeLeases) Renew(ctx context.Context, req *leasepb.RenewRequest, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
-	f.mu.Lock()
-	f.unary = append(f.unary, req.GetResource())
-	f.mu.Unlock()
-	return &leasepb.RenewResponse{TtlMs: 1000}, f.arrive(ctx, opts)
+func (f *fakeLeases) Writes(ctx context.Context, _ ...grpc.CallOption) (grpc.BidiStreamingClient[leasepb.WritesRequest, leasepb.WritesResponse], error) {
+	return &fakeStream{f: f, ctx: ctx, answers: make(chan *leasepb.WritesResponse, maxBatchWrites)}, nil
 }
 
-func (f *fakeLeases) Batch(ctx context.Context, req *leasepb.BatchRequest, opts ...grpc.CallOption) (*leasepb.BatchResponse, error) {
-	f.mu.Lock()
-	f.batches = append(f.batches, req.GetWrites())
-	f.mu.Unlock()
-	if f.batchErr != nil {
-		if status.Code(f.batchErr) != codes.Unimplemented {
-			_ = f.arrive(ctx, opts)
+// fakeStream is a Writes stream to fakeLeases: each request is answered on a goroutine of its own.
+type fakeStream struct {
+	grpc.ClientStream // the methods the batcher does not call: nil, they would panic
+	f                 *fakeLeases
+	ctx               context.Context
+	answers           chan *leasepb.WritesResponse
+}
+
+func (s *fakeStream) Send(req *leasepb.WritesRequest) error {
+	s.f.mu.Lock()
+	s.f.batches = append(s.f.batches, req.GetWrites())
+	s.f.mu.Unlock()
+	go func() {
+		resp := s.f.answer(s.ctx, req)
+		select {
+		case s.answers <- resp:
+		case <-s.ctx.Done():
 		}
-		return nil, f.batchErr
+	}()
+	return nil
+}
+
+func (s *fakeStream) Recv() (*leasepb.WritesResponse, error) {
+	select {
+	case resp := <-s.answers:
+		return resp, nil
+	case <-s.ctx.Done():
+		return nil, status.FromContextError(s.ctx.Err()).Err()
 	}
-	if err := f.arrive(ctx, opts); err != nil {
-		return nil, err
+}
+
+func (s *fakeStream) CloseSend() error { return nil }
+
+// answer is the node's answer to a Writes request.
+func (f *fakeLeases) answer(ctx context.Context, req *leasepb.WritesRequest) *leasepb.WritesResponse {
+	resp := &leasepb.WritesResponse{Id: req.GetId()}
+	err := f.arrive(ctx, nil)
+	if f.batchErr != nil {
+		err = f.batchErr
 	}
-	resp := &leasepb.BatchResponse{}
+	if err != nil {
+		resp.Error = status.Convert(err).Proto()
+		return resp
+	}
 	for _, w := range req.GetWrites() {
 		switch op := w.GetWrite().(type) {
 		case *leasepb.BatchWrite_Acquire:
@@ -100,7 +128,7 @@ func (f *fakeLeases) Batch(ctx context.Context, req *leasepb.BatchRequest, opts 
 			resp.Results = append(resp.Results, &leasepb.BatchResult{Result: &leasepb.BatchResult_Renew{Renew: &leasepb.RenewResponse{TtlMs: 1000}}})
 		}
 	}
-	return resp, nil
+	return resp
 }
 
 func (f *fakeLeases) batchSizes() []int {
@@ -113,17 +141,17 @@ func (f *fakeLeases) batchSizes() []int {
 	return sizes
 }
 
-// callBatcher is a batcher over f that sends its batches as Batch calls (as to a node without the Writes
-// stream: writestream_internal_test.go tests the stream).
-func callBatcher(f *fakeLeases) *batcher {
-	b := &batcher{api: f, target: endpointAddr("node:1"), yield: func() {}}
-	b.noStream.Store(true)
+// callBatcher is a batcher over f whose streams end with the test (writestream_internal_test.go tests the
+// stream against a gRPC server).
+func callBatcher(t *testing.T, f *fakeLeases) *batcher {
+	b := &batcher{api: f, target: fakeNode, ctx: t.Context(), yield: func() {}}
+	t.Cleanup(b.close)
 	return b
 }
 
 // gatedBatcher is a callBatcher over f whose batches form until want writes joined (or the batch is full).
-func gatedBatcher(f *fakeLeases, want int) *batcher {
-	b := callBatcher(f)
+func gatedBatcher(t *testing.T, f *fakeLeases, want int) *batcher {
+	b := callBatcher(t, f)
 	b.yield = func() {
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
@@ -158,7 +186,7 @@ func acquireAll(ctx context.Context, b *batcher, resources []string) ([]*leasepb
 
 func TestWritesMadeTogetherTravelAsOneBatch(t *testing.T) {
 	f := &fakeLeases{}
-	b := gatedBatcher(f, 5)
+	b := gatedBatcher(t, f, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resources := []string{"a", "bb", "held", "dddd", "eeeee"}
@@ -182,26 +210,27 @@ func TestWritesMadeTogetherTravelAsOneBatch(t *testing.T) {
 	}
 }
 
-func TestAWriteAloneGoesAsItsOwnCall(t *testing.T) {
+// A write alone goes as a request of one; a waiting acquire never joins a batch: it may wait long, and a
+// batch answers when its last write does.
+func TestOnlyAWaitingAcquireGoesAsItsOwnCall(t *testing.T) {
 	f := &fakeLeases{}
-	b := callBatcher(f)
+	b := callBatcher(t, f)
 	var p peer.Peer
 	resp, err := b.acquire(context.Background(), &leasepb.AcquireRequest{Resource: "a"}, grpc.Peer(&p))
 	if err != nil || resp.GetLease().GetResource() != "a" || p.Addr != fakeNode {
 		t.Fatalf("acquire = %v, %v (peer %v)", resp, err, p.Addr)
 	}
-	if len(f.batches) != 0 || len(f.unary) != 1 {
-		t.Fatalf("%d batches, %d calls of their own; want the write as its own call", len(f.batches), len(f.unary))
+	if sizes := f.batchSizes(); len(sizes) != 1 || sizes[0] != 1 || len(f.unary) != 0 {
+		t.Fatalf("batches %v, %d calls of their own; want the write as a request of one", sizes, len(f.unary))
 	}
-	// A waiting acquire never joins a batch: it may wait long, and a batch answers when its last write does.
-	if _, err := b.acquire(context.Background(), &leasepb.AcquireRequest{Resource: "w", Wait: true}); err != nil || len(f.unary) != 2 {
+	if _, err := b.acquire(context.Background(), &leasepb.AcquireRequest{Resource: "w", Wait: true}); err != nil || len(f.unary) != 1 {
 		t.Fatalf("waiting acquire: %v, %d calls of their own", err, len(f.unary))
 	}
 }
 
 func TestABatchCarriesAtMost64Writes(t *testing.T) {
 	f := &fakeLeases{}
-	b := gatedBatcher(f, maxBatchWrites)
+	b := gatedBatcher(t, f, maxBatchWrites)
 	resources := make([]string, maxBatchWrites+6)
 	for i := range resources {
 		resources[i] = fmt.Sprintf("r%d", i)
@@ -235,7 +264,7 @@ func TestABatchCarriesAtMost64Writes(t *testing.T) {
 // peer stays unset: the SDK knows it cannot have taken effect).
 func TestAWriteLeftBeforeItsBatchIsSentIsNotSent(t *testing.T) {
 	f := &fakeLeases{}
-	b := callBatcher(f)
+	b := callBatcher(t, f)
 	leftReturned := make(chan struct{})
 	b.yield = func() { <-leftReturned } // the batch is sent only after the leaver returned
 	leaving, cancel := context.WithCancel(context.Background())
@@ -254,8 +283,8 @@ func TestAWriteLeftBeforeItsBatchIsSentIsNotSent(t *testing.T) {
 	if status.Code(leaverErr) != codes.Canceled || leaverPeer.Addr != nil {
 		t.Fatalf("the leaver got %v with peer %v; want Canceled, never sent", leaverErr, leaverPeer.Addr)
 	}
-	if len(f.unary) != 1 || f.unary[0] != "stays" || len(f.batches) != 0 {
-		t.Fatalf("sent %v alone and batches %v; want only the write that stayed, as its own call", f.unary, f.batchSizes())
+	if len(f.unary) != 0 || len(f.batches) != 1 || len(f.batches[0]) != 1 || f.batches[0][0].GetAcquire().GetResource() != "stays" {
+		t.Fatalf("sent %v alone and batches %v; want only the write that stayed, as a request of one", f.unary, f.batchSizes())
 	}
 }
 
@@ -263,7 +292,7 @@ func TestAWriteLeftBeforeItsBatchIsSentIsNotSent(t *testing.T) {
 // the node, so its peer says so (outcome unknown). The others in the batch get their answers.
 func TestAWriteLeftInFlightMayHaveBeenSent(t *testing.T) {
 	f := &fakeLeases{release: make(chan struct{}), started: make(chan struct{}, 1)}
-	b := gatedBatcher(f, 2)
+	b := gatedBatcher(t, f, 2)
 	leaving, cancel := context.WithCancel(context.Background())
 	var leaverPeer peer.Peer
 	var leaverErr, stayerErr error
@@ -287,10 +316,10 @@ func TestAWriteLeftInFlightMayHaveBeenSent(t *testing.T) {
 	}
 }
 
-// Each write carries its own caller's deadline to the node, and the Batch call lasts until the latest.
+// Each write carries its own caller's deadline to the node.
 func TestEachWriteCarriesItsCallersDeadline(t *testing.T) {
 	f := &fakeLeases{}
-	b := gatedBatcher(f, 2)
+	b := gatedBatcher(t, f, 2)
 	short, cancel1 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel1()
 	long, cancel2 := context.WithTimeout(context.Background(), 9*time.Second)
@@ -311,29 +340,10 @@ func TestEachWriteCarriesItsCallersDeadline(t *testing.T) {
 	}
 }
 
-// A node that predates Batch answers it Unimplemented, having run nothing: every write goes again as its
-// own call, and later writes go alone from the start.
-func TestANodeWithoutBatchGetsEachWriteAlone(t *testing.T) {
-	f := &fakeLeases{batchErr: status.Error(codes.Unimplemented, "unknown method Batch")}
-	b := gatedBatcher(f, 3)
-	resps, errs, _ := acquireAll(context.Background(), b, []string{"a", "bb", "ccc"})
-	for i := range resps {
-		if errs[i] != nil || resps[i].GetLease() == nil {
-			t.Fatalf("write %d: %v, %v", i, resps[i], errs[i])
-		}
-	}
-	if len(f.batches) != 1 || len(f.unary) != 3 {
-		t.Fatalf("%d batches, %d calls of their own; want one refused batch, then each alone", len(f.batches), len(f.unary))
-	}
-	if _, err := b.renew(context.Background(), &leasepb.RenewRequest{Resource: "a", Token: 1}); err != nil || len(f.batches) != 1 || len(f.unary) != 4 {
-		t.Fatalf("a later write: %v; %d batches, %d alone", err, len(f.batches), len(f.unary))
-	}
-}
-
-// A Batch call that fails as a whole fails every write in it, with the node it reached.
+// A request that fails as a whole fails every write in it, with the node it reached.
 func TestABatchThatFailsFailsEachWrite(t *testing.T) {
 	f := &fakeLeases{batchErr: status.Error(codes.Unavailable, "connection reset")}
-	b := gatedBatcher(f, 2)
+	b := gatedBatcher(t, f, 2)
 	_, errs, peers := acquireAll(context.Background(), b, []string{"a", "bb"})
 	for i, err := range errs {
 		if status.Code(err) != codes.Unavailable || peers[i].Addr != fakeNode {

@@ -229,7 +229,7 @@ func serveStuckLeader(t *testing.T) (*stuckLeader, string) {
 	}
 	s := &stuckLeader{}
 	srv := grpc.NewServer()
-	leasepb.RegisterLeasesServer(srv, s)
+	leasepb.RegisterLeasesServer(srv, viaUnary{s})
 	leasepb.RegisterClusterServer(srv, s)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()

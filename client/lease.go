@@ -209,8 +209,6 @@ type acquireOptions struct {
 	limit                  int
 	holder, requestID      string
 	wait                   bool
-	// freshID: requestID was drawn for this call (by the SDK, or WithFreshRequestID).
-	freshID bool
 }
 
 // WithTTL sets the lease's TTL (default 10s).
@@ -230,18 +228,7 @@ func WithWait() AcquireOption { return func(o *acquireOptions) { o.wait = true }
 // WithRequestID sets the idempotency key. By default each Acquire call draws a random one and reuses it for
 // every retry of that call, so an ambiguous timeout never yields two grants or a false "held". Give the
 // id of an earlier call to learn that call's outcome (its grant, if it made one).
-func WithRequestID(id string) AcquireOption {
-	return func(o *acquireOptions) { o.requestID, o.freshID = id, false }
-}
-
-// WithFreshRequestID is WithRequestID for an id drawn for this call and never sent before, as the SDK's
-// own are: the first attempt says so, and the cluster then refuses it, if the resource is held, without
-// a log entry (a try-lock that finds the resource held costs a read). Asking again about an earlier call
-// needs WithRequestID: an id marked fresh that was sent before could let that earlier call's request,
-// delayed in the network, grant after this call was told "held".
-func WithFreshRequestID(id string) AcquireOption {
-	return func(o *acquireOptions) { o.requestID, o.freshID = id, true }
-}
+func WithRequestID(id string) AcquireOption { return func(o *acquireOptions) { o.requestID = id } }
 
 // WithLimit makes the resource a counting semaphore of n slots: the lease is one slot, with its own
 // token, and at most n slots are held at once (n in 1..1000). Every holder of the resource must ask the
@@ -265,9 +252,9 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		opt(&o)
 	}
 	if o.requestID == "" {
-		o.requestID, o.freshID = newRequestID(), true
+		o.requestID = newRequestID()
 	}
-	in := &intent{fresh: o.freshID} // numbers every attempt of this call, waiting or not
+	in := &intent{} // numbers every attempt of this call, waiting or not
 	if o.margin == 0 {
 		o.margin = o.ttl / 10
 	}

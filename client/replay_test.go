@@ -40,7 +40,7 @@ func serveLeases(t *testing.T, s leasepb.LeasesServer) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	leasepb.RegisterLeasesServer(srv, s)
+	leasepb.RegisterLeasesServer(srv, viaUnary{s})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })

@@ -24,9 +24,7 @@ import (
 //
 // A stream that breaks fails the writes waiting on it as a call that broke would (their outcome unknown:
 // they may have been delivered) and the next batch opens another. A node that drains (shuts down) says so:
-// the stream takes no more requests, its side is closed, and the answers to what it carries still come. A
-// node that predates Writes answers Unimplemented: the writes it held go again as Batch or their own
-// calls, and the connection stops trying the stream.
+// the stream takes no more requests, its side is closed, and the answers to what it carries still come.
 
 // writeStream is one open Writes stream.
 type writeStream struct {
@@ -48,23 +46,15 @@ type streamedBatch struct {
 	sent  time.Time
 }
 
-// viaStream sends calls as one request on the connection's Writes stream, opening it if need be. It reports
-// false, having done nothing, when the connection does not carry the stream (the node predates it).
-func (b *batcher) viaStream(calls []*batchedWrite) bool {
+// viaStream sends calls as one request on the connection's Writes stream, opening it if need be.
+func (b *batcher) viaStream(calls []*batchedWrite) {
 	ws, err := b.openStream(calls[0].ctx)
-	if errors.Is(err, errNoStream) {
-		return false
-	}
 	if err != nil {
 		deliver(calls, nil, err, peer.Peer{}) // never sent
-		return true
+		return
 	}
 	ws.send(calls)
-	return true
 }
-
-// errNoStream: the connection does not carry the Writes stream.
-var errNoStream = errors.New("no Writes stream on this connection")
 
 // openStream returns the connection's open stream, or opens one. Opening waits for the connection at
 // most as long as ctx (the first caller's) allows, though the stream outlives it.
@@ -72,8 +62,6 @@ func (b *batcher) openStream(ctx context.Context) (*writeStream, error) {
 	b.streamMu.Lock()
 	defer b.streamMu.Unlock()
 	switch {
-	case b.noStream.Load():
-		return nil, errNoStream
 	case b.closed:
 		return nil, status.Error(codes.Canceled, "the client is closed")
 	case b.stream != nil && !b.stream.isClosing():
@@ -173,21 +161,13 @@ func (ws *writeStream) drain() {
 	_ = ws.stream.CloseSend()
 }
 
-// end fails the requests left unanswered when the stream ended with err. A node that predates the
-// stream ran none of them: they go again the older way.
+// end fails the requests left unanswered when the stream ended with err.
 func (ws *writeStream) end(err error) {
 	ws.markClosing()
 	ws.mu.Lock()
 	left := ws.pending
 	ws.pending = nil
 	ws.mu.Unlock()
-	if status.Code(err) == codes.Unimplemented {
-		ws.b.noStream.Store(true)
-		for _, sb := range left {
-			ws.b.resend(sb.calls)
-		}
-		return
-	}
 	if errors.Is(err, io.EOF) {
 		err = status.Error(codes.Unavailable, "the node ended the write stream without answering")
 	}

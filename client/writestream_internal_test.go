@@ -19,8 +19,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// streamNode is a gRPC server whose Writes streams run serve (nil: it predates Writes and answers
-// Unimplemented). Its unary Acquire grants every resource.
+// streamNode is a gRPC server whose Writes streams run serve. Its unary Acquire grants every resource.
 type streamNode struct {
 	leasepb.UnimplementedLeasesServer
 	serve   func(st grpc.BidiStreamingServer[leasepb.WritesRequest, leasepb.WritesResponse]) error
@@ -29,9 +28,6 @@ type streamNode struct {
 }
 
 func (n *streamNode) Writes(st grpc.BidiStreamingServer[leasepb.WritesRequest, leasepb.WritesResponse]) error {
-	if n.serve == nil {
-		return n.UnimplementedLeasesServer.Writes(st)
-	}
 	n.streams.Add(1)
 	return n.serve(st)
 }
@@ -196,21 +192,6 @@ func TestStreamThatBreaksFailsItsWritesAsMaybeSent(t *testing.T) {
 	}
 	if resp, _, err := acquireOne(t, b, "next"); err != nil || resp.GetLease().GetResource() != "next" || n.streams.Load() != 2 {
 		t.Fatalf("the next write: %v, %v on %d streams; want granted on a new stream", resp, err, n.streams.Load())
-	}
-}
-
-// A node that predates the Writes stream ran nothing: the write goes again as its own call, and later
-// writes do not try the stream.
-func TestNodeWithoutTheStreamGetsTheWritesAsCalls(t *testing.T) {
-	n := &streamNode{}
-	b := startStreamNode(t, n)
-	for _, r := range []string{"first", "second"} {
-		if resp, _, err := acquireOne(t, b, r); err != nil || resp.GetLease().GetResource() != r {
-			t.Fatalf("%s: %v, %v", r, resp, err)
-		}
-	}
-	if n.unary.Load() != 2 || !b.noStream.Load() {
-		t.Fatalf("%d calls of their own (stream off: %v); want both writes as calls", n.unary.Load(), b.noStream.Load())
 	}
 }
 

@@ -18,7 +18,7 @@ const (
 // acqAs is an Acquire of this version by an authenticated identity.
 func acqAs(identity, resource, holder, requestID string, ttlMs int64) *wirepb.Command {
 	return acqWith(&wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: ttlMs, RequestId: requestID,
-		Identity: identity, CheckRequestParams: true})
+		Identity: identity})
 }
 
 func relAs(identity, resource string, token uint64) *wirepb.Command {
@@ -125,7 +125,7 @@ func TestRequestIDsAreScopedToTheIdentity(t *testing.T) {
 
 func TestRequestIDReuseWithOtherParametersIsRefused(t *testing.T) {
 	a := newApplier(t)
-	base := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 30_000, Value: []byte("v"), RequestId: "r1", LockDelayMs: 5, CheckRequestParams: true}
+	base := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 30_000, Value: []byte("v"), RequestId: "r1", LockDelayMs: 5}
 	first := a.apply(acqWith(proto.Clone(base).(*wirepb.AcquireCmd)))
 	for _, tc := range []struct {
 		field  string
@@ -156,13 +156,6 @@ func TestRequestIDReuseWithOtherParametersIsRefused(t *testing.T) {
 	c.TtlMs = 50_000
 	if res := a.apply(acqWith(c)); res.Code != OK || res.Replayed {
 		t.Fatalf("after the release = %v", res.Code)
-	}
-	// An entry of an earlier version (no check_request_params) replays as it did.
-	old := proto.Clone(base).(*wirepb.AcquireCmd)
-	old.CheckRequestParams = false
-	old.TtlMs = 50_000
-	if res := a.apply(acqWith(old)); res.Code != OK || !res.Replayed {
-		t.Fatalf("old-version retry = %v replayed=%v, want the replay it always got", res.Code, res.Replayed)
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 //
 // A live grant under the key is answered as before (replayed, or RequestReused), whatever the attempt:
 // that is the intent's answer. A numbered attempt above the highest refused one proceeds normally. An
-// entry without an attempt number (a log of an earlier version, an old client) is neither checked nor
-// remembered as refused, so an old log applies to the same state as before.
+// entry without an attempt number (from a client that does not number its attempts) is neither checked
+// nor remembered as refused: each is decided on its own, as such a client expects.
 //
 // A blocking acquire's proposals (wait set) are retried by the server while it waits: their Held and
 // lock-delay refusals are not answers to the client, so they are not remembered.

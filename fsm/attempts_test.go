@@ -10,8 +10,7 @@ import (
 
 // attempt is an Acquire of resource by holder under request id, numbered n, as the SDK sends it.
 func attempt(resource, holder, requestID string, n uint32) *wirepb.Command {
-	return acqWith(&wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID,
-		CheckRequestParams: true, Attempt: n})
+	return acqWith(&wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID, Attempt: n})
 }
 
 func waitingAttempt(resource, holder, requestID string, n uint32) *wirepb.Command {
@@ -155,7 +154,7 @@ func TestAnsweredRequestsSurviveSnapshot(t *testing.T) {
 	a.apply(attempt("r", "w5", "X", 3))  // refused at 3
 	a.apply(rel("r", 1))                 // r1's grant ended
 	a.apply(attempt("q", "w6", "Y", 1))  // index 4, granted
-	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "q", Holder: "h", Identity: "alice", TtlMs: 10_000, RequestId: "Z", CheckRequestParams: true, Attempt: 2}))
+	a.apply(acqWith(&wirepb.AcquireCmd{Resource: "q", Holder: "h", Identity: "alice", TtlMs: 10_000, RequestId: "Z", Attempt: 2}))
 	snap := mustSnapshot(t, a.f)
 	g, err := Restore(snap)
 	if err != nil {
@@ -172,7 +171,7 @@ func TestAnsweredRequestsSurviveSnapshot(t *testing.T) {
 	}{
 		{"X attempt 2", attempt("r", "w5", "X", 2), Superseded},
 		{"r1 after its grant ended", attempt("r", "w1", "r1", 5), Superseded},
-		{"alice's Z attempt 1", acqWith(&wirepb.AcquireCmd{Resource: "q", Holder: "h", Identity: "alice", TtlMs: 10_000, RequestId: "Z", CheckRequestParams: true, Attempt: 1}), Superseded},
+		{"alice's Z attempt 1", acqWith(&wirepb.AcquireCmd{Resource: "q", Holder: "h", Identity: "alice", TtlMs: 10_000, RequestId: "Z", Attempt: 1}), Superseded},
 		{"X attempt 4", attempt("r", "w5", "X", 4), OK},
 	} {
 		wantCode(t, c.what, b.apply(c.cmd), c.want)

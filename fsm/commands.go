@@ -81,35 +81,6 @@ func (f *FSM) refuse(c *wirepb.AcquireCmd) Result {
 	return Result{Code: f.overLimit(c)}
 }
 
-// HeldRefusal reports whether applying c now would refuse it because another grant holds its resource,
-// and that refusal (Code Held), changing nothing. It answers only for a plain lease (no limit, not a
-// semaphore's resource) that the ACL allows, is no stale attempt and has no live grant under its request
-// id; for anything else it reports false, and only applying c can tell. A caller that answers from it
-// instead of applying c skips what the apply would remember of the refusal (the attempt it answered,
-// attempts.go), so it must know that no other attempt of c's request id exists.
-func (f *FSM) HeldRefusal(c *wirepb.AcquireCmd) (Result, bool) {
-	if c.GetLimit() > 0 || c.GetResource() == "" || c.GetHolder() == "" || c.GetTtlMs() <= 0 || c.GetLockDelayMs() < 0 {
-		return Result{}, false
-	}
-	if c.Identity != "" && !f.Allows(c.Identity, c.Resource, leasepb.Permission_PERMISSION_LEASE) {
-		return Result{}, false
-	}
-	if _, stale := f.staleAttempt(c); stale {
-		return Result{}, false
-	}
-	if _, same := f.sameRequest(c); same {
-		return Result{}, false
-	}
-	if _, sem := f.semaphores[c.Resource]; sem {
-		return Result{}, false
-	}
-	cur, ok := f.lookup(c.Resource)
-	if !ok || (c.RequestId != "" && keyOf(cur) == keyOfCmd(c)) { // the key holds the request id: the same request's grant
-		return Result{}, false
-	}
-	return Result{Code: Held, Lease: cur.export()}, true
-}
-
 func (f *FSM) release(index uint64, c *wirepb.ReleaseCmd) Result {
 	l, ok := f.current(c.GetResource(), c.GetToken())
 	if plantedReleaseIgnoresToken { // tests/chaos planted bug: a constant false unless built with -tags plantbug

@@ -65,7 +65,7 @@ type endLog struct {
 	head    int        // the oldest slot once the ring is full
 	byToken map[uint64]uint32
 	// forgottenThrough: every lease that ended at an index above it is remembered. It is the index of the
-	// last end evicted (or, after restoring a snapshot older than ends, that snapshot's applied index).
+	// last end evicted.
 	forgottenThrough uint64
 }
 

@@ -169,30 +169,6 @@ func TestSnapshotCarriesRememberedEnds(t *testing.T) {
 	}
 }
 
-func TestRestoreOfASnapshotWithoutEnds(t *testing.T) {
-	// A snapshot of the previous version: no ends and no forgotten_through.
-	a := newApplier(t)
-	a.apply(acq("r", "h", "")) // 1
-	a.apply(rel("r", 1))       // 2
-	a.apply(acq("s", "h", "")) // 3
-	body := &wirepb.SnapshotBody{AppliedIndex: 3, HighestToken: 3, Leases: []*wirepb.LeaseRecord{
-		{Resource: "s", Holder: "h", Token: 3, TtlMs: 10_000, Renewed: true}}}
-	old := sealed(t, body)
-	g := mustRestore(t, old)
-	if e := g.EndOf("r", 1); e.How != EndForgotten {
-		t.Fatalf("an end before the old snapshot = %+v, want forgotten", e)
-	}
-	if res, _ := g.Apply(4, rel("s", 3)); res.Code != OK || res.Replayed || len(res.Events) != 1 {
-		t.Fatalf("release after restoring an old snapshot = %+v", res)
-	}
-	if res, _ := g.Apply(5, rel("s", 3)); res.Code != OK || !res.Replayed {
-		t.Fatalf("retry = %+v, want replayed", res)
-	}
-	if e := g.EndOf("s", 9); e.How != EndNone {
-		t.Fatalf("a token never granted = %+v, want EndNone", e)
-	}
-}
-
 func sealed(t *testing.T, body *wirepb.SnapshotBody) []byte {
 	t.Helper()
 	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(body)
@@ -216,8 +192,7 @@ func TestRestoreRejectsInconsistentEnds(t *testing.T) {
 	lease := []*wirepb.LeaseRecord{{Resource: "a", Holder: "h", Token: 5, TtlMs: 1}}
 	rel := leasepb.EventType_EVENT_TYPE_RELEASED
 	tests := map[string]*wirepb.SnapshotBody{
-		"ends without forgotten_through": {AppliedIndex: 9, HighestToken: 5,
-			Ends: []*wirepb.LeaseEndRecord{{Resource: "b", Token: 1, Index: 2, How: rel}}},
+		"no forgotten_through":             {AppliedIndex: 9, HighestToken: 5},
 		"forgotten_through beyond applied": {AppliedIndex: 9, HighestToken: 5, ForgottenThrough: proto.Uint64(10)},
 		"unknown kind": {AppliedIndex: 9, HighestToken: 5, ForgottenThrough: proto.Uint64(0),
 			Ends: []*wirepb.LeaseEndRecord{{Resource: "b", Token: 1, Index: 2}}},

@@ -9,7 +9,7 @@ import (
 )
 
 func waiterCmd(resource, holder, requestID string) *wirepb.AcquireCmd {
-	return &wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID, CheckRequestParams: true}
+	return &wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, RequestId: requestID}
 }
 
 // A ReleaseHandoff releases the lease and grants the resource to the waiter in one entry: the grant's

@@ -86,11 +86,11 @@ func sampleCommands() []*wirepb.Command {
 		renew("cron/backup", 2),
 		endDelay("cron/vacuum", 3),
 		setACL(false, rule("alice", "jobs/", leasepb.Permission_PERMISSION_LEASE)),
-		acqWith(&wirepb.AcquireCmd{Resource: "jobs/a", Holder: "h", TtlMs: 10, RequestId: "r", Identity: "alice", CheckRequestParams: true}),
-		acqWith(&wirepb.AcquireCmd{Resource: "sem", Holder: "h", TtlMs: 10, Limit: 2, CheckRequestParams: true}),
-		acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-9", TtlMs: 10, RequestId: "q", CheckRequestParams: true, Attempt: 2, Wait: true}),
+		acqWith(&wirepb.AcquireCmd{Resource: "jobs/a", Holder: "h", TtlMs: 10, RequestId: "r", Identity: "alice"}),
+		acqWith(&wirepb.AcquireCmd{Resource: "sem", Holder: "h", TtlMs: 10, Limit: 2}),
+		acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-9", TtlMs: 10, RequestId: "q", Attempt: 2, Wait: true}),
 		{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{Resource: "svc/leader", Token: 1, Value: []byte("v")}}},
-		handoff("svc/leader", 1, &wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-2", TtlMs: 10, RequestId: "w", CheckRequestParams: true}),
+		handoff("svc/leader", 1, &wirepb.AcquireCmd{Resource: "svc/leader", Holder: "node-2", TtlMs: 10, RequestId: "w"}),
 	}
 }
 

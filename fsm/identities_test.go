@@ -13,7 +13,7 @@ import (
 // acqAs is an acquire of resource by holder as identity, with the limits a proposer of this version sets.
 func acqLimited(identity, holder, resource string, holderLimit, identityLimit uint32) *wirepb.Command {
 	return acqWith(&wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, Identity: identity,
-		HolderLimit: holderLimit, IdentityLimit: identityLimit, HolderLimitPerIdentity: identity != "", CheckRequestParams: true})
+		HolderLimit: holderLimit, IdentityLimit: identityLimit, HolderLimitPerIdentity: identity != ""})
 }
 
 // identityApplier is an applier whose ACL lets alice and bob lease anything.

@@ -21,7 +21,7 @@ func TestLeaseFitsTheSmallerSizeClass(t *testing.T) {
 func TestDurationsBeyondTheStoredRangeSaturate(t *testing.T) {
 	f := New()
 	c := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1 << 40, LockDelayMs: MaxDurationMs + 1, RequestId: "q",
-		Value: []byte("v"), CheckRequestParams: true}
+		Value: []byte("v")}
 	res, err := f.Apply(1, acqWith(c))
 	if err != nil || res.Code != OK {
 		t.Fatalf("acquire: %v %v", res.Code, err)

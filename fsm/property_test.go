@@ -78,11 +78,31 @@ func newInvariantChecker() *invariantChecker {
 		model: map[string]*wirepb.AcquireCmd{}, delayed: map[string]uint64{}, ended: map[uint64]End{}}
 }
 
+// sameRequest models decision 5: an acquire whose holder and request id name a live grant is answered
+// by it: replayed if it repeats the grant's parameters, else refused as a reused request id.
+func (c *invariantChecker) sameRequest(a *wirepb.AcquireCmd) (Code, bool) {
+	if a.RequestId == "" {
+		return 0, false
+	}
+	for _, l := range c.model {
+		if l.Holder == a.Holder && l.RequestId == a.RequestId {
+			if l.Resource == a.Resource && l.TtlMs == a.TtlMs && l.LockDelayMs == a.LockDelayMs {
+				return OK, true
+			}
+			return RequestReused, true
+		}
+	}
+	return 0, false
+}
+
 // expect predicts the result code and event count of cmd from the reference model, and updates the model.
 func (c *invariantChecker) expect(index uint64, cmd *wirepb.Command) (Code, int) {
 	switch op := cmd.Op.(type) {
 	case *wirepb.Command_Acquire:
 		a := op.Acquire
+		if code, same := c.sameRequest(a); same {
+			return code, 0
+		}
 		if cur, held := c.model[a.Resource]; held {
 			if cur.Holder == a.Holder && a.RequestId != "" && cur.RequestId == a.RequestId {
 				return OK, 0

@@ -16,9 +16,6 @@ import (
 // Not part of the fingerprint: wait. It says how to obtain the grant, not what the grant is, and the SDK
 // asks for one intent first without waiting and then waiting, under one request id: a grant made by either
 // attempt must answer the other (docs/design.md, "Request ids").
-//
-// The check applies to entries whose proposer set check_request_params (every proposer of this version);
-// older entries replay as they did, so an old log applies to the same state.
 
 // requestKey is a dedup key. holder is empty when identity is set: the holder is then only a label, and
 // a retry that changes it is a different request (RequestReused on "holder").
@@ -40,8 +37,8 @@ func keyOfCmd(c *wirepb.AcquireCmd) requestKey {
 	return requestKey{holder: c.GetHolder(), id: c.GetRequestId()}
 }
 
-// indexRequest records a new live lease's key. Logs of earlier versions may hold two live leases under one
-// key (different resources); the first keeps the key.
+// indexRequest records a new live lease's key. Only the first live lease under a key holds it (two
+// cannot be made: sameRequest answers the second with the first).
 func (f *FSM) indexRequest(l *lease) {
 	if l.requestID != "" {
 		f.byRequest.add(keyOf(l), l)
@@ -267,10 +264,9 @@ func (x *requestIndex) resize(tab *leaseTable, n int) {
 }
 
 // sameRequest answers an Acquire whose dedup key names a live grant: replayed if its parameters match,
-// refused otherwise. ok is false when the key names no live grant (or the entry predates the check).
+// refused otherwise. ok is false when the key names no live grant.
 func (f *FSM) sameRequest(c *wirepb.AcquireCmd) (Result, bool) {
-	// Semaphore slots are newer than the check: every slot request is checked, whoever proposed it.
-	if (!c.GetCheckRequestParams() && c.GetLimit() == 0) || c.GetRequestId() == "" {
+	if c.GetRequestId() == "" {
 		return Result{}, false
 	}
 	l, ok := f.byRequest.get(keyOfCmd(c))

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
 	"github.com/leased/leased/api/leasepb"
@@ -14,7 +15,7 @@ import (
 
 func slot(resource, holder string, limit uint32, requestID string) *wirepb.Command {
 	return acqWith(&wirepb.AcquireCmd{Resource: resource, Holder: holder, TtlMs: 10_000, Limit: limit,
-		RequestId: requestID, CheckRequestParams: true})
+		RequestId: requestID})
 }
 
 func proclaimCmd(resource string, token uint64, value string) *wirepb.Command {
@@ -112,7 +113,7 @@ func TestSemaphoreRequestIDReplaysItsSlot(t *testing.T) {
 
 func TestProclaimKeepsTheTokenAndChangesTheValue(t *testing.T) {
 	a := newApplier(t)
-	g := a.apply(acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "n1", TtlMs: 10_000, Value: []byte("10.0.0.1"), RequestId: "q", CheckRequestParams: true}))
+	g := a.apply(acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "n1", TtlMs: 10_000, Value: []byte("10.0.0.1"), RequestId: "q"}))
 	res := a.apply(proclaimCmd("svc/leader", g.Lease.Token, "10.0.0.2"))
 	if res.Code != OK || res.Lease.Token != g.Lease.Token || string(res.Lease.Value) != "10.0.0.2" {
 		t.Fatalf("proclaim: %v %+v", res.Code, res.Lease)
@@ -124,7 +125,7 @@ func TestProclaimKeepsTheTokenAndChangesTheValue(t *testing.T) {
 		t.Fatalf("after proclaim: %+v", l)
 	}
 	// The grant's own retry still replays (its value is no longer compared once proclaimed).
-	if r := a.apply(acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "n1", TtlMs: 10_000, Value: []byte("10.0.0.1"), RequestId: "q", CheckRequestParams: true})); !r.Replayed {
+	if r := a.apply(acqWith(&wirepb.AcquireCmd{Resource: "svc/leader", Holder: "n1", TtlMs: 10_000, Value: []byte("10.0.0.1"), RequestId: "q"})); !r.Replayed {
 		t.Fatalf("retry after proclaim: %v %+v", r.Code, r.Reuse)
 	}
 	if r := a.apply(proclaimCmd("svc/leader", g.Lease.Token+100, "x")); r.Code != NotCurrent {
@@ -191,7 +192,7 @@ func TestSnapshotRefusesTooManySlots(t *testing.T) {
 	for range 2 {
 		a.apply(slot("b", "h", 2, ""))
 	}
-	body := &wirepb.SnapshotBody{AppliedIndex: 3, HighestToken: 3, Leases: []*wirepb.LeaseRecord{
+	body := &wirepb.SnapshotBody{AppliedIndex: 3, HighestToken: 3, ForgottenThrough: proto.Uint64(0), Leases: []*wirepb.LeaseRecord{
 		{Resource: "b", Holder: "h", Token: 1, TtlMs: 1, Limit: 2},
 		{Resource: "b", Holder: "h", Token: 2, TtlMs: 1, Limit: 2},
 		{Resource: "b", Holder: "h", Token: 3, TtlMs: 1, Limit: 2},

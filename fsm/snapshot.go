@@ -112,16 +112,11 @@ var endEventType = [...]leasepb.EventType{
 	EndForgotten: leasepb.EventType_EVENT_TYPE_UNSPECIFIED, // never stored
 }
 
-// restoreEnds rebuilds the remembered ends. A snapshot without forgotten_through predates them: nothing
-// is remembered, and every lease that ended at or below its applied index is forgotten. A snapshot with
-// more ends than this binary keeps (a larger MaxRememberedEnds before) keeps its newest ones.
+// restoreEnds rebuilds the remembered ends. A snapshot with more ends than this binary keeps (a larger
+// MaxRememberedEnds before) keeps its newest ones.
 func (f *FSM) restoreEnds(body *wirepb.SnapshotBody) error {
 	if body.ForgottenThrough == nil {
-		if len(body.Ends) > 0 {
-			return fmt.Errorf("%w: lease ends without forgotten_through", ErrBadSnapshot)
-		}
-		f.ends.forgottenThrough = f.applied
-		return nil
+		return fmt.Errorf("%w: no forgotten_through", ErrBadSnapshot)
 	}
 	f.ends.forgottenThrough = body.GetForgottenThrough()
 	if f.ends.forgottenThrough > f.applied {

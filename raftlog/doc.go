@@ -83,9 +83,7 @@ it opens it.
     not move the mark, which would cost a second fsync each.
   - A second Open of the same directory, from this or another process, fails
     with ErrLocked after about a second instead of blocking.
-  - A data dir written by the format 1 code (entries inside raft.db) is
-    migrated to the WAL on its first Open, safely against a crash at any
-    step; a format newer than this code knows is ErrCorrupt saying so.
+  - A format newer than this code knows is ErrCorrupt saying so.
 
 # Caveats
 
@@ -157,10 +155,8 @@ big-endian CRC-32C of the rest, written as "sealed"). Buckets:
 	snapshot
 	    "data"       sealed snapshot payload; absent when the snapshot has none
 
-In a format 2 file any other key in these buckets is ErrCorrupt: a damaged
-key must not read as a missing "acked". Format 1 also had an entries bucket (8-byte big-endian index -> sealed
-raftpb.Entry, starting with the dummy entry at the offset) and a
-"hardstate" key; migrateV1 moves them into segment 1.
+Any other key in these buckets is ErrCorrupt: a damaged key must not read
+as a missing "acked".
 
 Replay starts at the batch walfrom points at, or, once compaction deleted
 that segment, at the base record of the first segment left, and applies

@@ -19,43 +19,23 @@ const (
 	// (a restore).
 	FileName = fileName
 
-	// formatVersion is written when a file is created or migrated. Bump it
-	// only together with code that migrates or rejects older files.
-	// Format 1 kept entries and the HardState in raft.db (see migrate.go);
-	// format 2 keeps them in the WAL.
+	// formatVersion is written when a file is created. Bump it only together
+	// with code that migrates or rejects older files. Format 2 keeps entries
+	// and the HardState in the WAL; no released build wrote another.
 	formatVersion uint32 = 2
-	formatV1      uint32 = 1
 )
 
 var (
 	bucketMeta     = []byte("meta")
 	bucketSnapshot = []byte("snapshot")
-	bucketEntries  = []byte("entries")
 
-	keyFormat    = []byte("format")    // uint32 big-endian
-	keyIdentity  = []byte("identity")  // sealed ClusterID, NodeID (big-endian)
-	keyHardState = []byte("hardstate") // sealed raftpb.HardState
-	keySnapMeta  = []byte("snapmeta")  // sealed raftpb.SnapshotMetadata
-	keySnapData  = []byte("data")      // sealed snapshot payload, in bucketSnapshot
-	keyWALFrom   = []byte("walfrom")   // sealed walFrom: where WAL replay starts
-	keyAcked     = []byte("acked")     // sealed ackMark: how far the log had got (guard.go)
+	keyFormat   = []byte("format")   // uint32 big-endian
+	keyIdentity = []byte("identity") // sealed ClusterID, NodeID (big-endian)
+	keySnapMeta = []byte("snapmeta") // sealed raftpb.SnapshotMetadata
+	keySnapData = []byte("data")     // sealed snapshot payload, in bucketSnapshot
+	keyWALFrom  = []byte("walfrom")  // sealed walFrom: where WAL replay starts
+	keyAcked    = []byte("acked")    // sealed ackMark: how far the log had got (guard.go)
 )
-
-// indexKey encodes a log index as an entries-bucket key. Big-endian keeps
-// bbolt's byte order equal to index order, so a cursor walks the log in order.
-func indexKey(i uint64) []byte {
-	var k [8]byte
-	binary.BigEndian.PutUint64(k[:], i)
-	return k[:]
-}
-
-// keyIndex decodes an entries-bucket key; ok is false for any other length.
-func keyIndex(k []byte) (i uint64, ok bool) {
-	if len(k) != 8 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint64(k), true
-}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -19,7 +19,7 @@ type dbState struct {
 	format uint32
 	snap   *raftpb.SnapshotMetadata
 	from   walFrom // format 2 only
-	mark   ackMark // format 2 only; zero if never written
+	mark   ackMark // zero if never written
 }
 
 // initLayout writes a fresh file's buckets, format version, identity, an
@@ -95,7 +95,7 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 	switch ds.format = binary.BigEndian.Uint32(v); {
 	case ds.format > formatVersion:
 		return ds, fmt.Errorf("format version %d is newer than this build knows (%d): use a newer leased", ds.format, formatVersion)
-	case ds.format != formatVersion && ds.format != formatV1:
+	case ds.format != formatVersion:
 		return ds, fmt.Errorf("unknown format version %d, want %d", ds.format, formatVersion)
 	}
 	if ds.id, err = decodeIdentity(meta.Get(keyIdentity)); err != nil {
@@ -109,12 +109,6 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 		if _, err := unseal(v); err != nil {
 			return ds, fmt.Errorf("snapshot data: %w", err)
 		}
-	}
-	if ds.format == formatV1 {
-		return ds, nil
-	}
-	if tx.Bucket(bucketEntries) != nil {
-		return ds, errors.New("format 2 file with a format 1 entries bucket")
 	}
 	if err := onlyKnownKeys(meta, keyFormat, keyIdentity, keySnapMeta, keyWALFrom, keyAcked); err != nil {
 		return ds, err

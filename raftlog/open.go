@@ -25,8 +25,7 @@ const lockTimeout = time.Second
 // existing log is checked completely before Open returns: bbolt's page
 // structure, this package's buckets and format version, and every WAL
 // record. A log that fails any check is reported as ErrCorrupt and left
-// untouched; Open never replaces it. A format 1 file (entries inside
-// raft.db) is migrated to the WAL first (see migrateV1).
+// untouched; Open never replaces it.
 //
 // A non-zero id must equal the identity the file records, else Open fails
 // with ErrIdentityMismatch. A zero id accepts any recorded identity.
@@ -59,13 +58,7 @@ func openLocked(dir, path string, db *bolt.DB, id Identity) (*Storage, error) {
 	if !id.IsZero() && id != ds.id {
 		return nil, fmt.Errorf("raftlog: open %s: %w: file has %v, caller is %v", path, ErrIdentityMismatch, ds.id, id)
 	}
-	walDir := filepath.Join(dir, walDirName)
-	if ds.format == formatV1 {
-		if ds.from, err = migrateV1(db, path, walDir); err != nil {
-			return nil, err
-		}
-	}
-	st, w, err := replayWAL(walDir, ds.from, ds.mark, path)
+	st, w, err := replayWAL(filepath.Join(dir, walDirName), ds.from, ds.mark, path)
 	if err != nil {
 		return nil, err
 	}

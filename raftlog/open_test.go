@@ -91,19 +91,11 @@ func TestOpenRejectsForeignFilesAndLeavesThemAlone(t *testing.T) {
 			}
 			return tx.Bucket(bucketMeta).Put(keyFormat, []byte{0, 0, 0, 99})
 		})},
-		{"format 1 file with a gap in the log", writeBolt(func(tx *bolt.Tx) error {
-			if err := initV1Layout(tx, testID); err != nil {
+		{"bbolt file of format 1, which no released build wrote", writeBolt(func(tx *bolt.Tx) error {
+			if err := initLayout(tx, testID, walFrom{}); err != nil {
 				return err
 			}
-			return putV1Entry(tx, entry(2, 1))
-		})},
-		{"format 1 file with a damaged entry", writeBolt(func(tx *bolt.Tx) error {
-			if err := initV1Layout(tx, testID); err != nil {
-				return err
-			}
-			v, _ := sealProto(entry(1, 1))
-			v[len(v)-1] ^= 1
-			return tx.Bucket(bucketEntries).Put(indexKey(1), v)
+			return putFormat(tx.Bucket(bucketMeta), 1)
 		})},
 		{"template truncated to one page", func(t *testing.T, path string) {
 			writeBytes(templateFile(t)[:4096])(t, path)
@@ -173,5 +165,19 @@ func TestOpenCreatesDirWithPrivateMode(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(dir, fileName+".init-*"))
 	if len(leftovers) != 0 {
 		t.Fatalf("temporary files left behind: %v", leftovers)
+	}
+}
+
+func TestNewerFormatIsAClearError(t *testing.T) {
+	dir := t.TempDir()
+	writeBolt(func(tx *bolt.Tx) error {
+		if err := initLayout(tx, testID, walFrom{}); err != nil {
+			return err
+		}
+		return putFormat(tx.Bucket(bucketMeta), formatVersion+1)
+	})(t, filepath.Join(dir, fileName))
+	_, err := Open(dir, testID)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "newer than this build knows") {
+		t.Fatalf("Open of a format %d file: %v", formatVersion+1, err)
 	}
 }

@@ -13,24 +13,15 @@ import (
 	"github.com/leased/leased/api/wirepb"
 )
 
-// MaxBatchWrites is the most writes one Batch call carries (leases.proto). It is part of the API rather
-// than a flag, so that a client never has to learn a node's value before it batches.
+// MaxBatchWrites is the most writes one Writes request carries (leases.proto). It is part of the API
+// rather than a flag, so that a client never has to learn a node's value before it batches.
 const MaxBatchWrites = 64
 
-// Batch runs each write of the batch as its own call would run (node.write: validated, authorized,
-// forwarded to the leader if need be, answered with its own response or status), all at once, and answers
-// them in order. Nothing is shared between the writes but the call: the point is to pay for one gRPC call
-// (its stream, headers, handler goroutine, interceptors and flushes) instead of one per write, on both
-// sides, when a client has several quick writes ready at the same moment.
-func (s *leasesService) Batch(ctx context.Context, req *leasepb.BatchRequest) (*leasepb.BatchResponse, error) {
-	// The call itself counts one against --max-streams-per-conn already: its other writes count one each.
-	leave, err := s.admitBatch(ctx, req.GetWrites(), len(req.GetWrites())-1)
-	if err != nil {
-		return nil, s.n.status(err)
-	}
-	defer leave()
-	return &leasepb.BatchResponse{Results: s.runBatch(ctx, time.Now(), req.GetWrites())}, nil
-}
+// A batch is the writes of one Writes request (writes.go). Each runs as its own call would run
+// (node.write: validated, authorized, forwarded to the leader if need be, answered with its own response
+// or status), all at once, answered in order. Nothing is shared between the writes but the request: the
+// point is to pay for one message instead of one gRPC call per write, on both sides, when a client has
+// several quick writes ready at the same moment.
 
 // admitBatch checks a batch against its limits and counts extra of its writes against the connection's
 // calls (--max-streams-per-conn); the returned func gives them back.

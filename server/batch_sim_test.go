@@ -11,9 +11,10 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// TestSimBatchWriteEndsAtItsOwnTimeout: each write of a Batch is bounded by its own timeout_ms, as its own
-// call would be by its deadline, while the others go on. The leader hears none of its followers, so
-// nothing commits: the write with 50 ms ends DeadlineExceeded; the one bounded only by the call runs
+// TestSimBatchWriteEndsAtItsOwnTimeout: each write of a Writes request is bounded by its own timeout_ms,
+// as its own call would be by its deadline, while the others go on. The leader hears none of its
+// followers, so nothing commits: the write with 50 ms ends DeadlineExceeded; the one bounded only by the
+// stream runs
 // until the leader steps down (CheckQuorum), and ends Unavailable with its outcome unknown.
 func TestSimBatchWriteEndsAtItsOwnTimeout(t *testing.T) {
 	runSim(t, 3, nil, func(t *testing.T, c *simCluster) {
@@ -30,20 +31,16 @@ func TestSimBatchWriteEndsAtItsOwnTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()
-		resp, err := c.leases(li).Batch(ctx, &leasepb.BatchRequest{Writes: []*leasepb.BatchWrite{
-			acquire("t/short", 50), acquire("t/call", 0)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, long := status.FromProto(resp.GetResults()[0].GetError()), status.FromProto(resp.GetResults()[1].GetError())
+		results := c.leases(li).runBatch(ctx, start, []*leasepb.BatchWrite{acquire("t/short", 50), acquire("t/call", 0)})
+		short, long := status.FromProto(results[0].GetError()), status.FromProto(results[1].GetError())
 		if short.Code() != codes.DeadlineExceeded {
 			t.Errorf("the write with timeout_ms 50: %v, want DeadlineExceeded", short.Err())
 		}
 		if long.Code() != codes.Unavailable || !leaderHintOf(long.Err()).GetOutcomeUnknown() {
-			t.Errorf("the write bounded by the call: %v, want Unavailable with outcome_unknown (the leader stepped down)", long.Err())
+			t.Errorf("the write bounded by the stream: %v, want Unavailable with outcome_unknown (the leader stepped down)", long.Err())
 		}
 		if took := time.Since(start); took >= 5*time.Second {
-			t.Errorf("the batch took %v, its call's whole deadline", took)
+			t.Errorf("the request took %v, the stream's whole deadline", took)
 		}
 	})
 }

@@ -1,12 +1,11 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
@@ -26,6 +25,28 @@ func batchRelease(resource string, token uint64) *leasepb.BatchWrite {
 	return &leasepb.BatchWrite{Write: &leasepb.BatchWrite_Release{Release: &leasepb.ReleaseRequest{Resource: resource, Token: token}}}
 }
 
+// writeOnce sends writes as one request on a new Writes stream to lc and returns its answer; a request
+// refused as a whole is the error.
+func writeOnce(ctx context.Context, lc leasepb.LeasesClient, writes []*leasepb.BatchWrite) (*leasepb.WritesResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream
+	st, err := lc.Writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(&leasepb.WritesRequest{Id: 1, Writes: writes}); err != nil {
+		return nil, err
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if resp.GetError() != nil {
+		return nil, status.ErrorProto(resp.GetError())
+	}
+	return resp, nil
+}
+
 // resultErr is a batch result's status as the error its own call would have returned.
 func resultErr(r *leasepb.BatchResult) error {
 	if st := r.GetError(); st != nil {
@@ -34,7 +55,7 @@ func resultErr(r *leasepb.BatchResult) error {
 	return nil
 }
 
-// TestBatchAnswersEachWriteAsItsOwnCall: the writes of one Batch, sent to the leader and to a follower
+// TestBatchAnswersEachWriteAsItsOwnCall: the writes of one Writes request, sent to the leader and to a follower
 // (which forwards each), are answered one by one, in order, each with what its own call would have
 // answered — grants, refusals with their details, renewals, releases, invalid fields — and one failing
 // changes nothing for the others.
@@ -53,7 +74,7 @@ func TestBatchAnswersEachWriteAsItsOwnCall(t *testing.T) {
 	for _, through := range []int{li, c.Follower()} {
 		p := fmt.Sprintf("b/%d/", through)
 		kept, done := take(p+"kept", "h"), take(p+"done", "h")
-		resp, err := c.Leases(through).Batch(ctx, &leasepb.BatchRequest{Writes: []*leasepb.BatchWrite{
+		resp, err := writeOnce(ctx, c.Leases(through), []*leasepb.BatchWrite{
 			batchAcquire(p+"new", "h"),       // 0: granted
 			batchAcquire("b/held", "h"),      // 1: held by other
 			batchRenew(p+"kept", kept),       // 2: renewed
@@ -61,7 +82,7 @@ func TestBatchAnswersEachWriteAsItsOwnCall(t *testing.T) {
 			batchAcquire("b//bad", "h"),      // 4: an invalid name
 			batchRelease(p+"kept", kept+1e6), // 5: not the current token
 			batchAcquire(p+"other", "h"),     // 6: granted
-		}})
+		})
 		if err != nil {
 			t.Fatalf("through node %d: %v", through, err)
 		}
@@ -115,7 +136,7 @@ func TestBatchThatBreaksItsOwnLimitsRunsNothing(t *testing.T) {
 		{"a waiting acquire", []*leasepb.BatchWrite{batchAcquire("l/a", "h"), waiting}, "writes[1].acquire.wait"},
 		{"a write of no kind", []*leasepb.BatchWrite{batchAcquire("l/b", "h"), {}}, "writes[1]"},
 	} {
-		_, err := c.Leases(0).Batch(ctx, &leasepb.BatchRequest{Writes: tc.writes})
+		_, err := writeOnce(ctx, c.Leases(0), tc.writes)
 		if code(err) != codes.InvalidArgument || badField(err) != tc.field {
 			t.Errorf("%s: %v, want InvalidArgument naming %s", tc.name, err, tc.field)
 		}
@@ -126,60 +147,7 @@ func TestBatchThatBreaksItsOwnLimitsRunsNothing(t *testing.T) {
 	}
 }
 
-// TestBatchWritesCountAgainstTheConnectionLimit: --max-streams-per-conn bounds the writes a connection has
-// in flight however they travel: a Batch of more writes than it allows is refused as a whole.
-func TestBatchWritesCountAgainstTheConnectionLimit(t *testing.T) {
-	c := servertest.Start(t, 1, func(cfg *server.Config) { cfg.Limits.MaxStreamsPerConn = 4 })
-	ctx := ctxT(t)
-	writes := func(n int) []*leasepb.BatchWrite {
-		w := make([]*leasepb.BatchWrite, n)
-		for i := range w {
-			w[i] = batchAcquire(fmt.Sprintf("c/%d/%d", n, i), "h")
-		}
-		return w
-	}
-	if _, err := c.Leases(0).Batch(ctx, &leasepb.BatchRequest{Writes: writes(5)}); code(err) != codes.ResourceExhausted {
-		t.Fatalf("a batch of 5 writes on a connection allowed 4 calls: %v, want ResourceExhausted", err)
-	}
-	resp, err := c.Leases(0).Batch(ctx, &leasepb.BatchRequest{Writes: writes(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range resp.GetResults() {
-		if err := resultErr(r); err != nil {
-			t.Fatalf("write %d of 4: %v", i, err)
-		}
-	}
-}
-
-// TestBatchWritesAreAuthorizedOneByOne: with client certificates, every write of a Batch belongs to the
-// connection's identity and is checked against the ACL on its own: one write the identity may not make is
-// refused, the others run.
-func TestBatchWritesAreAuthorizedOneByOne(t *testing.T) {
-	ca := servertest.NewCA(t)
-	c := servertest.StartWithACL(t, 3, ca, "ops", aclTestRules, nil)
-	ctx := ctxT(t)
-	li := c.WaitLeader()
-	conn, err := grpc.NewClient(c.Config(li).ClientAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientTLS("alice"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := leasepb.NewLeasesClient(conn).Batch(ctx, &leasepb.BatchRequest{Writes: []*leasepb.BatchWrite{
-		batchAcquire("jobs/mine", "h"), batchAcquire("other/not-mine", "h"),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resp.GetResults()[0].GetAcquire().GetLease(); got.GetIdentity() != "alice" {
-		t.Errorf("alice's acquire under jobs/ = %v, %v; want granted to alice", got, resultErr(resp.GetResults()[0]))
-	}
-	if err := resultErr(resp.GetResults()[1]); code(err) != codes.PermissionDenied {
-		t.Errorf("alice's acquire outside jobs/ = %v, want PermissionDenied", err)
-	}
-}
-
-// TestBatchRetriedWriteIsTheSameGrant: an acquire sent again with its request id, in a later batch or
+// TestBatchRetriedWriteIsTheSameGrant: an acquire sent again with its request id, in a later request or
 // twice in one, is the same grant (decision 5), as for Acquire calls.
 func TestBatchRetriedWriteIsTheSameGrant(t *testing.T) {
 	c := servertest.Start(t, 1, nil)
@@ -190,7 +158,7 @@ func TestBatchRetriedWriteIsTheSameGrant(t *testing.T) {
 	}
 	var tokens []uint64
 	for range 2 {
-		resp, err := c.Leases(0).Batch(ctx, &leasepb.BatchRequest{Writes: []*leasepb.BatchWrite{w(), w()}})
+		resp, err := writeOnce(ctx, c.Leases(0), []*leasepb.BatchWrite{w(), w()})
 		if err != nil {
 			t.Fatal(err)
 		}

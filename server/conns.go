@@ -60,8 +60,9 @@ func (c *connLimiter) enter(ctx context.Context) (func(), error) {
 }
 
 // enterCalls counts n calls on ctx's connection, or none past limit (--max-streams-per-conn); the
-// returned func ends them. A Batch's writes count as calls of their own (beyond the Batch call itself),
-// so the bound stays one on the writes a connection has in flight, however they travel.
+// returned func ends them. The writes of a Writes request count as calls of their own (beyond the
+// stream's call itself), so the bound stays one on the writes a connection has in flight, however they
+// travel.
 func enterCalls(ctx context.Context, n, limit int) (func(), error) {
 	cc := connOf(ctx)
 	if cc == nil || n == 0 {
@@ -69,7 +70,7 @@ func enterCalls(ctx context.Context, n, limit int) (func(), error) {
 	}
 	if cc.streams.Add(int64(n)) > int64(limit) {
 		cc.streams.Add(-int64(n))
-		return nil, limited("--max-streams-per-conn", "this connection has %d calls open, the most it may (a Batch's writes count one each)", limit)
+		return nil, limited("--max-streams-per-conn", "this connection has %d calls open, the most it may (a Writes request's writes count one each)", limit)
 	}
 	return func() { cc.streams.Add(-int64(n)) }, nil
 }

@@ -134,37 +134,11 @@ func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, ide
 	if err := n.admitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
-	cmd := n.acquireCmd(req, identity)
-	res, held, err := n.refuseFromRead(ctx, req, cmd)
+	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: n.acquireCmd(req, identity)}})
 	if err != nil {
 		return nil, err
 	}
-	if !held {
-		if res, _, err = n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: cmd}}); err != nil {
-			return nil, err
-		}
-	}
 	return n.acquireAnswer(req, identity, res)
-}
-
-// refuseFromRead answers the first attempt of a fresh request id (AcquireRequest.fresh_request_id) with
-// the state machine's "held" refusal, read linearizably instead of written: no other attempt of the
-// request id exists, so nothing needs the refusal remembered, and a try-lock that finds the resource held
-// writes nothing. held is false when the acquire must be proposed (it qualifies only without wait or
-// limit; and the resource looked free here, or was freed by the time the read returned).
-func (n *node) refuseFromRead(ctx context.Context, req *leasepb.AcquireRequest, cmd *wirepb.AcquireCmd) (res fsm.Result, held bool, err error) {
-	if !req.GetFreshRequestId() || req.GetAttempt() != 1 || req.GetRequestId() == "" || req.GetWait() || req.GetLimit() > 0 {
-		return fsm.Result{}, false, nil
-	}
-	// A resource that looks free here is proposed at once: a read first would only delay its grant.
-	if !n.held(req.GetResource()) {
-		return fsm.Result{}, false, nil
-	}
-	if err := n.linearizable(ctx); err != nil {
-		return fsm.Result{}, false, err
-	}
-	n.readFSM(func(sm *fsm.FSM) { res, held = sm.HeldRefusal(cmd) })
-	return res, held, nil
 }
 
 // acquireCmd is the entry's command for req. With an identity, the per-holder limit counts the holder's
@@ -175,18 +149,17 @@ func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.
 		identityLimit = uint32(n.cfg.Limits.MaxLeasesPerIdentity)
 	}
 	return &wirepb.AcquireCmd{
-		Resource:           req.GetResource(),
-		Holder:             req.GetHolder(),
-		TtlMs:              req.GetTtlMs(),
-		Value:              req.GetValue(),
-		RequestId:          req.GetRequestId(),
-		LockDelayMs:        req.GetLockDelayMs(),
-		Limit:              req.GetLimit(),
-		HolderLimit:        uint32(n.cfg.Limits.MaxLeasesPerHolder),
-		Identity:           identity,
-		CheckRequestParams: true,
-		Attempt:            req.GetAttempt(),
-		Wait:               req.GetWait(),
+		Resource:    req.GetResource(),
+		Holder:      req.GetHolder(),
+		TtlMs:       req.GetTtlMs(),
+		Value:       req.GetValue(),
+		RequestId:   req.GetRequestId(),
+		LockDelayMs: req.GetLockDelayMs(),
+		Limit:       req.GetLimit(),
+		HolderLimit: uint32(n.cfg.Limits.MaxLeasesPerHolder),
+		Identity:    identity,
+		Attempt:     req.GetAttempt(),
+		Wait:        req.GetWait(),
 		// Set with an identity only, so that entries without one read exactly as before.
 		IdentityLimit:          identityLimit,
 		HolderLimitPerIdentity: identity != "",

@@ -101,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		keepAliveSize: histogram("leased_keepalive_batch_size",
 			"Leases renewed per KeepAlive message.", prometheus.ExponentialBuckets(1, 4, 8)),
 		batchSize: histogram("leased_batch_writes",
-			"Writes per Batch call or Writes stream request this node served (the SDK's coalesced quick writes).", prometheus.ExponentialBuckets(1, 2, 7)),
+			"Writes per Writes stream request this node served (the SDK's coalesced quick writes).", prometheus.ExponentialBuckets(1, 2, 7)),
 		expiryLag: histogram("leased_expiry_lag_seconds",
 			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
 			prometheus.ExponentialBuckets(0.001, 2, 16)),

@@ -12,13 +12,12 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// Writes serves Batch's requests over one long-lived stream. A unary call costs the client and the node
+// Writes serves batches of quick writes (batch.go) over one long-lived stream. A unary call costs the client and the node
 // tens of microseconds whatever it carries (its HTTP/2 stream, headers and trailers, the handler
 // goroutine, the interceptors); a message on an open stream costs a fraction of that, and the difference
 // is about a tenth of an acquire's time at one client (docs/benchmarks.md, "Writes over one stream").
 //
-// Each request runs as a Batch call with the same writes would (admitBatch, runBatch) on a goroutine of
-// its own, and is answered under its id when its writes are; the stream's own call counts one against
+// Each request runs as a batch (admitBatch, runBatch) on a goroutine of its own, and is answered under its id when its writes are; the stream's own call counts one against
 // --max-streams-per-conn and each request's writes one each while they run. When the node begins to shut
 // down it tells the client (draining), which closes its side; the handler answers what it received and
 // returns, so that the graceful stop ends without cutting a request off.

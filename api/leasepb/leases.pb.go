@@ -17,7 +17,7 @@
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
-//   - Batch: 1..64 writes per call.
+//   - Writes: 1..64 writes per request.
 //
 // Errors are gRPC status codes with details a program can act on:
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
@@ -437,20 +437,15 @@ type AcquireRequest struct {
 	// "limit". A semaphore takes no lock_delay_ms. Its slots are addressed by (resource, token).
 	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
 	// attempt numbers the attempts of one intent (one request_id): 1, 2, 3... in the order the client sends
-	// them (0: not numbered, as clients of earlier versions). An attempt that arrives after a later one of
-	// the same request_id was answered with a refusal, or after the request_id's grant ended, is stale:
-	// it changes nothing and is ABORTED with an ErrorInfo (reason ATTEMPT_SUPERSEDED or GRANT_ENDED,
-	// metadata request_id and answered_attempt). Requires request_id.
-	Attempt uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// fresh_request_id: the client drew request_id for this call and this is its first attempt (attempt
-	// 1), so no earlier request carries it. A refusal because another grant holds the resource then needs
-	// no log entry: it is answered from a linearizable read (FAILED_PRECONDITION with LeaseHeld, as
-	// always), since no late attempt of the request id can be waiting to be superseded. Ignored with
-	// wait, limit, or an attempt other than 1. A client that sets it for a request id it sent before loses
-	// the retry safety above: that earlier request may still arrive and be granted after the refusal.
-	FreshRequestId bool `protobuf:"varint,71,opt,name=fresh_request_id,json=freshRequestId,proto3" json:"fresh_request_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// them. An attempt that arrives after a later one of the same request_id was answered with a refusal,
+	// or after the request_id's grant ended, is stale: it changes nothing and is ABORTED with an ErrorInfo
+	// (reason ATTEMPT_SUPERSEDED or GRANT_ENDED, metadata request_id and answered_attempt). Requires
+	// request_id. 0 leaves the attempts unnumbered, for a client that does not track them (one on
+	// HTTP/JSON, say): each such request is decided on its own, a retry after a refusal afresh, and a late
+	// copy of an earlier one is not recognised as stale. The Go SDK numbers every attempt.
+	Attempt       uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -551,13 +546,6 @@ func (x *AcquireRequest) GetAttempt() uint32 {
 		return x.Attempt
 	}
 	return 0
-}
-
-func (x *AcquireRequest) GetFreshRequestId() bool {
-	if x != nil {
-		return x.FreshRequestId
-	}
-	return false
 }
 
 // AcquireResponse carries the grant.
@@ -2134,52 +2122,7 @@ func (x *ProclaimResponse) GetLease() *Lease {
 	return nil
 }
 
-// BatchRequest carries the writes of a Batch call: 1..64 of them.
-type BatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Writes        []*BatchWrite          `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchRequest) Reset() {
-	*x = BatchRequest{}
-	mi := &file_leased_v1_leases_proto_msgTypes[28]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchRequest) ProtoMessage() {}
-
-func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[28]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
-func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{28}
-}
-
-func (x *BatchRequest) GetWrites() []*BatchWrite {
-	if x != nil {
-		return x.Writes
-	}
-	return nil
-}
-
-// BatchWrite is one write of a Batch.
+// BatchWrite is one write of a WritesRequest.
 type BatchWrite struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Write:
@@ -2188,8 +2131,8 @@ type BatchWrite struct {
 	//	*BatchWrite_Renew
 	//	*BatchWrite_Release
 	Write isBatchWrite_Write `protobuf_oneof:"write"`
-	// timeout_ms bounds this write as a call's deadline would, counted from when the node received the batch;
-	// 0: only the Batch call's own deadline bounds it. A write that runs out of it ends DEADLINE_EXCEEDED, its
+	// timeout_ms bounds this write as a call's deadline would, counted from when the node received the
+	// request; 0: only the stream bounds it. A write that runs out of it ends DEADLINE_EXCEEDED, its
 	// outcome unknown, while the others go on.
 	TimeoutMs     uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2198,7 +2141,7 @@ type BatchWrite struct {
 
 func (x *BatchWrite) Reset() {
 	*x = BatchWrite{}
-	mi := &file_leased_v1_leases_proto_msgTypes[29]
+	mi := &file_leased_v1_leases_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2153,7 @@ func (x *BatchWrite) String() string {
 func (*BatchWrite) ProtoMessage() {}
 
 func (x *BatchWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[29]
+	mi := &file_leased_v1_leases_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2166,7 @@ func (x *BatchWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWrite.ProtoReflect.Descriptor instead.
 func (*BatchWrite) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{29}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchWrite) GetWrite() isBatchWrite_Write {
@@ -2290,52 +2233,7 @@ func (*BatchWrite_Renew) isBatchWrite_Write() {}
 
 func (*BatchWrite_Release) isBatchWrite_Write() {}
 
-// BatchResponse answers a Batch: one result per write, in the order of the request.
-type BatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchResponse) Reset() {
-	*x = BatchResponse{}
-	mi := &file_leased_v1_leases_proto_msgTypes[30]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchResponse) ProtoMessage() {}
-
-func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[30]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
-func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{30}
-}
-
-func (x *BatchResponse) GetResults() []*BatchResult {
-	if x != nil {
-		return x.Results
-	}
-	return nil
-}
-
-// WritesRequest is one request on a Writes stream: a Batch's writes (1..64), under an id the client picks.
+// WritesRequest is one request on a Writes stream: 1..64 writes, under an id the client picks.
 type WritesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the request in its answer; the node does not interpret it (the Go SDK counts from 1).
@@ -2347,7 +2245,7 @@ type WritesRequest struct {
 
 func (x *WritesRequest) Reset() {
 	*x = WritesRequest{}
-	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	mi := &file_leased_v1_leases_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2257,7 @@ func (x *WritesRequest) String() string {
 func (*WritesRequest) ProtoMessage() {}
 
 func (x *WritesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[31]
+	mi := &file_leased_v1_leases_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2270,7 @@ func (x *WritesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritesRequest.ProtoReflect.Descriptor instead.
 func (*WritesRequest) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{31}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WritesRequest) GetId() uint64 {
@@ -2394,7 +2292,7 @@ type WritesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is the request's id; 0 on a message that only sets draining.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// results: one per write, in the order of the request, as in BatchResponse; empty when error is set.
+	// results: one per write, in the order of the request; empty when error is set.
 	Results []*BatchResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// error: the request as a whole was refused (INVALID_ARGUMENT for a batch that breaks its limits,
 	// RESOURCE_EXHAUSTED at --max-streams-per-conn) and none of its writes ran.
@@ -2408,7 +2306,7 @@ type WritesResponse struct {
 
 func (x *WritesResponse) Reset() {
 	*x = WritesResponse{}
-	mi := &file_leased_v1_leases_proto_msgTypes[32]
+	mi := &file_leased_v1_leases_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2318,7 @@ func (x *WritesResponse) String() string {
 func (*WritesResponse) ProtoMessage() {}
 
 func (x *WritesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[32]
+	mi := &file_leased_v1_leases_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2331,7 @@ func (x *WritesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WritesResponse.ProtoReflect.Descriptor instead.
 func (*WritesResponse) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{32}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WritesResponse) GetId() uint64 {
@@ -2481,7 +2379,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_leased_v1_leases_proto_msgTypes[33]
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2391,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leased_v1_leases_proto_msgTypes[33]
+	mi := &file_leased_v1_leases_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2404,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_leased_v1_leases_proto_rawDescGZIP(), []int{33}
+	return file_leased_v1_leases_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchResult) GetResult() isBatchResult_Result {
@@ -2606,7 +2504,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1a\n" +
 	"\bidentity\x18\x14 \x01(\tR\bidentity\x12\x14\n" +
-	"\x05limit\x18< \x01(\rR\x05limit\"\xbb\x02\n" +
+	"\x05limit\x18< \x01(\rR\x05limit\"\xa9\x02\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
@@ -2618,8 +2516,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\await_ms\x18\b \x01(\x03R\x06waitMs\x12\"\n" +
 	"\rlock_delay_ms\x18\a \x01(\x03R\vlockDelayMs\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
-	"\aattempt\x18F \x01(\rR\aattempt\x12(\n" +
-	"\x10fresh_request_id\x18G \x01(\bR\x0efreshRequestId\"\x88\x01\n" +
+	"\aattempt\x18F \x01(\rR\aattemptJ\x04\bG\x10HR\x10fresh_request_id\"\x88\x01\n" +
 	"\x0fAcquireResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\x12\x1a\n" +
@@ -2726,9 +2623,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\"m\n" +
 	"\x10ProclaimResponse\x121\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.leased.v1.ResponseHeaderR\x06header\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"=\n" +
-	"\fBatchRequest\x12-\n" +
-	"\x06writes\x18\x01 \x03(\v2\x15.leased.v1.BatchWriteR\x06writes\"\xd3\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.leased.v1.LeaseR\x05lease\"\xd3\x01\n" +
 	"\n" +
 	"BatchWrite\x125\n" +
 	"\aacquire\x18\x01 \x01(\v2\x19.leased.v1.AcquireRequestH\x00R\aacquire\x12/\n" +
@@ -2736,9 +2631,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\arelease\x18\x03 \x01(\v2\x19.leased.v1.ReleaseRequestH\x00R\arelease\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMsB\a\n" +
-	"\x05write\"A\n" +
-	"\rBatchResponse\x120\n" +
-	"\aresults\x18\x01 \x03(\v2\x16.leased.v1.BatchResultR\aresults\"N\n" +
+	"\x05write\"N\n" +
 	"\rWritesRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
 	"\x06writes\x18\x02 \x03(\v2\x15.leased.v1.BatchWriteR\x06writes\"\x98\x01\n" +
@@ -2764,7 +2657,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPERMISSION_READ\x10\x01\x12\x14\n" +
 	"\x10PERMISSION_LEASE\x10\x02\x12\x14\n" +
-	"\x10PERMISSION_ADMIN\x10\x032\xaa\a\n" +
+	"\x10PERMISSION_ADMIN\x10\x032\xee\x06\n" +
 	"\x06Leases\x12_\n" +
 	"\aAcquire\x12\x19.leased.v1.AcquireRequest\x1a\x1a.leased.v1.AcquireResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/leases/acquire\x12W\n" +
 	"\x05Renew\x12\x17.leased.v1.RenewRequest\x1a\x18.leased.v1.RenewResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/leases/renew\x12J\n" +
@@ -2773,8 +2666,7 @@ const file_leased_v1_leases_proto_rawDesc = "" +
 	"\x03Get\x12\x15.leased.v1.GetRequest\x1a\x16.leased.v1.GetResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/leases/{resource=**}\x12K\n" +
 	"\x04List\x12\x16.leased.v1.ListRequest\x1a\x17.leased.v1.ListResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/leases\x12r\n" +
-	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12:\n" +
-	"\x05Batch\x12\x17.leased.v1.BatchRequest\x1a\x18.leased.v1.BatchResponse\x12A\n" +
+	"\rValidateToken\x12\x1f.leased.v1.ValidateTokenRequest\x1a .leased.v1.ValidateTokenResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/validate\x12A\n" +
 	"\x06Writes\x12\x18.leased.v1.WritesRequest\x1a\x19.leased.v1.WritesResponse(\x010\x01\x12<\n" +
 	"\x05Watch\x12\x17.leased.v1.WatchRequest\x1a\x18.leased.v1.WatchResponse0\x01\x12c\n" +
 	"\bProclaim\x12\x1a.leased.v1.ProclaimRequest\x1a\x1b.leased.v1.ProclaimResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/leases/proclaimB&Z$github.com/leased/leased/api/leasepbb\x06proto3"
@@ -2792,7 +2684,7 @@ func file_leased_v1_leases_proto_rawDescGZIP() []byte {
 }
 
 var file_leased_v1_leases_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_leased_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_leased_v1_leases_proto_goTypes = []any{
 	(EventType)(0),                // 0: leased.v1.EventType
 	(Permission)(0),               // 1: leased.v1.Permission
@@ -2824,13 +2716,11 @@ var file_leased_v1_leases_proto_goTypes = []any{
 	(*AccessDenied)(nil),          // 27: leased.v1.AccessDenied
 	(*ProclaimRequest)(nil),       // 28: leased.v1.ProclaimRequest
 	(*ProclaimResponse)(nil),      // 29: leased.v1.ProclaimResponse
-	(*BatchRequest)(nil),          // 30: leased.v1.BatchRequest
-	(*BatchWrite)(nil),            // 31: leased.v1.BatchWrite
-	(*BatchResponse)(nil),         // 32: leased.v1.BatchResponse
-	(*WritesRequest)(nil),         // 33: leased.v1.WritesRequest
-	(*WritesResponse)(nil),        // 34: leased.v1.WritesResponse
-	(*BatchResult)(nil),           // 35: leased.v1.BatchResult
-	(*status.Status)(nil),         // 36: google.rpc.Status
+	(*BatchWrite)(nil),            // 30: leased.v1.BatchWrite
+	(*WritesRequest)(nil),         // 31: leased.v1.WritesRequest
+	(*WritesResponse)(nil),        // 32: leased.v1.WritesResponse
+	(*BatchResult)(nil),           // 33: leased.v1.BatchResult
+	(*status.Status)(nil),         // 34: google.rpc.Status
 }
 var file_leased_v1_leases_proto_depIdxs = []int32{
 	2,  // 0: leased.v1.AcquireResponse.header:type_name -> leased.v1.ResponseHeader
@@ -2854,45 +2744,41 @@ var file_leased_v1_leases_proto_depIdxs = []int32{
 	1,  // 18: leased.v1.AccessDenied.permission:type_name -> leased.v1.Permission
 	2,  // 19: leased.v1.ProclaimResponse.header:type_name -> leased.v1.ResponseHeader
 	3,  // 20: leased.v1.ProclaimResponse.lease:type_name -> leased.v1.Lease
-	31, // 21: leased.v1.BatchRequest.writes:type_name -> leased.v1.BatchWrite
-	4,  // 22: leased.v1.BatchWrite.acquire:type_name -> leased.v1.AcquireRequest
-	6,  // 23: leased.v1.BatchWrite.renew:type_name -> leased.v1.RenewRequest
-	12, // 24: leased.v1.BatchWrite.release:type_name -> leased.v1.ReleaseRequest
-	35, // 25: leased.v1.BatchResponse.results:type_name -> leased.v1.BatchResult
-	31, // 26: leased.v1.WritesRequest.writes:type_name -> leased.v1.BatchWrite
-	35, // 27: leased.v1.WritesResponse.results:type_name -> leased.v1.BatchResult
-	36, // 28: leased.v1.WritesResponse.error:type_name -> google.rpc.Status
-	5,  // 29: leased.v1.BatchResult.acquire:type_name -> leased.v1.AcquireResponse
-	7,  // 30: leased.v1.BatchResult.renew:type_name -> leased.v1.RenewResponse
-	13, // 31: leased.v1.BatchResult.release:type_name -> leased.v1.ReleaseResponse
-	36, // 32: leased.v1.BatchResult.error:type_name -> google.rpc.Status
-	4,  // 33: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
-	6,  // 34: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
-	9,  // 35: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
-	12, // 36: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
-	14, // 37: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
-	16, // 38: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
-	18, // 39: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
-	30, // 40: leased.v1.Leases.Batch:input_type -> leased.v1.BatchRequest
-	33, // 41: leased.v1.Leases.Writes:input_type -> leased.v1.WritesRequest
-	20, // 42: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
-	28, // 43: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
-	5,  // 44: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
-	7,  // 45: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
-	11, // 46: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
-	13, // 47: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
-	15, // 48: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
-	17, // 49: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
-	19, // 50: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
-	32, // 51: leased.v1.Leases.Batch:output_type -> leased.v1.BatchResponse
-	34, // 52: leased.v1.Leases.Writes:output_type -> leased.v1.WritesResponse
-	22, // 53: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
-	29, // 54: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
-	44, // [44:55] is the sub-list for method output_type
-	33, // [33:44] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	4,  // 21: leased.v1.BatchWrite.acquire:type_name -> leased.v1.AcquireRequest
+	6,  // 22: leased.v1.BatchWrite.renew:type_name -> leased.v1.RenewRequest
+	12, // 23: leased.v1.BatchWrite.release:type_name -> leased.v1.ReleaseRequest
+	30, // 24: leased.v1.WritesRequest.writes:type_name -> leased.v1.BatchWrite
+	33, // 25: leased.v1.WritesResponse.results:type_name -> leased.v1.BatchResult
+	34, // 26: leased.v1.WritesResponse.error:type_name -> google.rpc.Status
+	5,  // 27: leased.v1.BatchResult.acquire:type_name -> leased.v1.AcquireResponse
+	7,  // 28: leased.v1.BatchResult.renew:type_name -> leased.v1.RenewResponse
+	13, // 29: leased.v1.BatchResult.release:type_name -> leased.v1.ReleaseResponse
+	34, // 30: leased.v1.BatchResult.error:type_name -> google.rpc.Status
+	4,  // 31: leased.v1.Leases.Acquire:input_type -> leased.v1.AcquireRequest
+	6,  // 32: leased.v1.Leases.Renew:input_type -> leased.v1.RenewRequest
+	9,  // 33: leased.v1.Leases.KeepAlive:input_type -> leased.v1.KeepAliveRequest
+	12, // 34: leased.v1.Leases.Release:input_type -> leased.v1.ReleaseRequest
+	14, // 35: leased.v1.Leases.Get:input_type -> leased.v1.GetRequest
+	16, // 36: leased.v1.Leases.List:input_type -> leased.v1.ListRequest
+	18, // 37: leased.v1.Leases.ValidateToken:input_type -> leased.v1.ValidateTokenRequest
+	31, // 38: leased.v1.Leases.Writes:input_type -> leased.v1.WritesRequest
+	20, // 39: leased.v1.Leases.Watch:input_type -> leased.v1.WatchRequest
+	28, // 40: leased.v1.Leases.Proclaim:input_type -> leased.v1.ProclaimRequest
+	5,  // 41: leased.v1.Leases.Acquire:output_type -> leased.v1.AcquireResponse
+	7,  // 42: leased.v1.Leases.Renew:output_type -> leased.v1.RenewResponse
+	11, // 43: leased.v1.Leases.KeepAlive:output_type -> leased.v1.KeepAliveResponse
+	13, // 44: leased.v1.Leases.Release:output_type -> leased.v1.ReleaseResponse
+	15, // 45: leased.v1.Leases.Get:output_type -> leased.v1.GetResponse
+	17, // 46: leased.v1.Leases.List:output_type -> leased.v1.ListResponse
+	19, // 47: leased.v1.Leases.ValidateToken:output_type -> leased.v1.ValidateTokenResponse
+	32, // 48: leased.v1.Leases.Writes:output_type -> leased.v1.WritesResponse
+	22, // 49: leased.v1.Leases.Watch:output_type -> leased.v1.WatchResponse
+	29, // 50: leased.v1.Leases.Proclaim:output_type -> leased.v1.ProclaimResponse
+	41, // [41:51] is the sub-list for method output_type
+	31, // [31:41] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_leased_v1_leases_proto_init() }
@@ -2900,12 +2786,12 @@ func file_leased_v1_leases_proto_init() {
 	if File_leased_v1_leases_proto != nil {
 		return
 	}
-	file_leased_v1_leases_proto_msgTypes[29].OneofWrappers = []any{
+	file_leased_v1_leases_proto_msgTypes[28].OneofWrappers = []any{
 		(*BatchWrite_Acquire)(nil),
 		(*BatchWrite_Renew)(nil),
 		(*BatchWrite_Release)(nil),
 	}
-	file_leased_v1_leases_proto_msgTypes[33].OneofWrappers = []any{
+	file_leased_v1_leases_proto_msgTypes[31].OneofWrappers = []any{
 		(*BatchResult_Acquire)(nil),
 		(*BatchResult_Renew)(nil),
 		(*BatchResult_Release)(nil),
@@ -2917,7 +2803,7 @@ func file_leased_v1_leases_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leased_v1_leases_proto_rawDesc), len(file_leased_v1_leases_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

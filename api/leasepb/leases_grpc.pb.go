@@ -17,7 +17,7 @@
 //   - leases per holder: 10,000 (--max-leases-per-holder).
 //   - a gRPC message: 4 MiB (--max-request-bytes); a KeepAlive message renews at most 10,000 leases.
 //   - List: at most 1,000 leases per page.
-//   - Batch: 1..64 writes per call.
+//   - Writes: 1..64 writes per request.
 //
 // Errors are gRPC status codes with details a program can act on:
 //   - INVALID_ARGUMENT: a field breaks a limit; details carry google.rpc.BadRequest naming the field.
@@ -64,7 +64,6 @@ const (
 	Leases_Get_FullMethodName           = "/leased.v1.Leases/Get"
 	Leases_List_FullMethodName          = "/leased.v1.Leases/List"
 	Leases_ValidateToken_FullMethodName = "/leased.v1.Leases/ValidateToken"
-	Leases_Batch_FullMethodName         = "/leased.v1.Leases/Batch"
 	Leases_Writes_FullMethodName        = "/leased.v1.Leases/Writes"
 	Leases_Watch_FullMethodName         = "/leased.v1.Leases/Watch"
 	Leases_Proclaim_FullMethodName      = "/leased.v1.Leases/Proclaim"
@@ -97,23 +96,19 @@ type LeasesClient interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
-	// Batch runs up to 64 quick writes — Acquire without wait, Renew, Release — in one call, each exactly as
-	// its own call would run: validated, authorized, forwarded to the leader if need be, and answered on its
-	// own, with its own response or status, in the order of the request. The writes run concurrently and are
-	// not atomic together: one failing changes nothing for the others. The call returns when every write has
-	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
-	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
-	// writes that its callers make at the same moment as one Writes request (below), and as one Batch to a
-	// node without Writes (docs/client.md, "Batching").
-	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
-	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
-	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
-	// writes would, and its WritesResponse answers it under the same id. Requests run concurrently and are
-	// answered as they finish, not in order. A request that breaks a limit (the batch's, or
-	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the node
-	// begins to shut down it sends a WritesResponse with draining set: the client should send nothing more on
-	// the stream and close its side; the node answers every request it received, then ends the stream. The
-	// Go SDK sends its quick writes this way (docs/client.md, "Batching"). Not served over HTTP/JSON.
+	// Writes runs quick writes — Acquire without wait, Renew, Release — over one long-lived stream, so
+	// that a client pays for a gRPC call once per connection instead of once per write. Each WritesRequest
+	// carries up to 64 writes, and each runs exactly as its own call would run: validated, authorized,
+	// forwarded to the leader if need be, and answered on its own, with its own response or status, in the
+	// order of the request. The writes run concurrently and are not atomic together: one failing changes
+	// nothing for the others. The WritesResponse answers the request under the same id when every write
+	// has its answer. Requests run concurrently and are answered as they finish, not in order. A request
+	// that breaks a limit (no writes, more than 64, a write of another kind, an Acquire with wait, or
+	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the
+	// node begins to shut down it sends a WritesResponse with draining set: the client should send nothing
+	// more on the stream and close its side; the node answers every request it received, then ends the
+	// stream. The Go SDK sends the writes that its callers make at the same moment as one request
+	// (docs/client.md, "Batching"). Not served over HTTP/JSON.
 	Writes(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WritesRequest, WritesResponse], error)
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
@@ -204,16 +199,6 @@ func (c *leasesClient) ValidateToken(ctx context.Context, in *ValidateTokenReque
 	return out, nil
 }
 
-func (c *leasesClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(BatchResponse)
-	err := c.cc.Invoke(ctx, Leases_Batch_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *leasesClient) Writes(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WritesRequest, WritesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[1], Leases_Writes_FullMethodName, cOpts...)
@@ -283,23 +268,19 @@ type LeasesServer interface {
 	// CheckSequencer). It is advisory: the answer can be stale by the time the caller acts on it; storage that
 	// can keep a token should use the fence contract instead.
 	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
-	// Batch runs up to 64 quick writes — Acquire without wait, Renew, Release — in one call, each exactly as
-	// its own call would run: validated, authorized, forwarded to the leader if need be, and answered on its
-	// own, with its own response or status, in the order of the request. The writes run concurrently and are
-	// not atomic together: one failing changes nothing for the others. The call returns when every write has
-	// its answer. A call whose batch itself breaks a limit (no writes, more than 64, a write of another kind,
-	// an Acquire with wait) fails as a whole with INVALID_ARGUMENT and runs nothing. The Go SDK sends the
-	// writes that its callers make at the same moment as one Writes request (below), and as one Batch to a
-	// node without Writes (docs/client.md, "Batching").
-	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
-	// Writes carries Batch's requests over one long-lived stream, so that a client pays for a gRPC call once
-	// per connection instead of once per write: each WritesRequest runs exactly as a Batch call with the same
-	// writes would, and its WritesResponse answers it under the same id. Requests run concurrently and are
-	// answered as they finish, not in order. A request that breaks a limit (the batch's, or
-	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the node
-	// begins to shut down it sends a WritesResponse with draining set: the client should send nothing more on
-	// the stream and close its side; the node answers every request it received, then ends the stream. The
-	// Go SDK sends its quick writes this way (docs/client.md, "Batching"). Not served over HTTP/JSON.
+	// Writes runs quick writes — Acquire without wait, Renew, Release — over one long-lived stream, so
+	// that a client pays for a gRPC call once per connection instead of once per write. Each WritesRequest
+	// carries up to 64 writes, and each runs exactly as its own call would run: validated, authorized,
+	// forwarded to the leader if need be, and answered on its own, with its own response or status, in the
+	// order of the request. The writes run concurrently and are not atomic together: one failing changes
+	// nothing for the others. The WritesResponse answers the request under the same id when every write
+	// has its answer. Requests run concurrently and are answered as they finish, not in order. A request
+	// that breaks a limit (no writes, more than 64, a write of another kind, an Acquire with wait, or
+	// --max-streams-per-conn) is answered with the error and runs nothing; the stream goes on. When the
+	// node begins to shut down it sends a WritesResponse with draining set: the client should send nothing
+	// more on the stream and close its side; the node answers every request it received, then ends the
+	// stream. The Go SDK sends the writes that its callers make at the same moment as one request
+	// (docs/client.md, "Batching"). Not served over HTTP/JSON.
 	Writes(grpc.BidiStreamingServer[WritesRequest, WritesResponse]) error
 	// Watch streams granted / released / expired / value-changed events, in log index order, starting at from_index.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
@@ -337,9 +318,6 @@ func (UnimplementedLeasesServer) List(context.Context, *ListRequest) (*ListRespo
 }
 func (UnimplementedLeasesServer) ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ValidateToken not implemented")
-}
-func (UnimplementedLeasesServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
 }
 func (UnimplementedLeasesServer) Writes(grpc.BidiStreamingServer[WritesRequest, WritesResponse]) error {
 	return status.Error(codes.Unimplemented, "method Writes not implemented")
@@ -486,24 +464,6 @@ func _Leases_ValidateToken_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Leases_Batch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(BatchRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(LeasesServer).Batch(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Leases_Batch_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(LeasesServer).Batch(ctx, req.(*BatchRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Leases_Writes_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(LeasesServer).Writes(&grpc.GenericServerStream[WritesRequest, WritesResponse]{ServerStream: stream})
 }
@@ -570,10 +530,6 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ValidateToken",
 			Handler:    _Leases_ValidateToken_Handler,
-		},
-		{
-			MethodName: "Batch",
-			Handler:    _Leases_Batch_Handler,
 		},
 		{
 			MethodName: "Proclaim",

@@ -253,21 +253,16 @@ type AcquireCmd struct {
 	// belongs to it; with it set the state machine requires the lease permission on resource, and a
 	// request id is scoped to (identity, request_id) instead of (holder, request_id).
 	Identity string `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
-	// check_request_params is set by every proposer of this version: a request id reused with other
-	// parameters (resource, TTL, value, lock-delay, holder) is refused instead of replaying the grant.
-	// Entries of earlier versions lack it and apply as they did.
-	CheckRequestParams bool `protobuf:"varint,21,opt,name=check_request_params,json=checkRequestParams,proto3" json:"check_request_params,omitempty"`
 	// identity_limit is the most live leases identity may hold (0: unlimited), fixed by the proposer
 	// (--max-leases-per-identity) so every node decides the same. Ignored without identity.
 	IdentityLimit uint32 `protobuf:"varint,22,opt,name=identity_limit,json=identityLimit,proto3" json:"identity_limit,omitempty"`
 	// holder_limit_per_identity makes holder_limit count only the holder's leases that belong to identity,
 	// so that another identity using the same holder label cannot use up this one's allowance. Set by
-	// every proposer of this version that has an identity; entries of earlier versions lack it and count
-	// the holder's leases of every identity, as they did.
+	// every proposer that has an identity.
 	HolderLimitPerIdentity bool `protobuf:"varint,23,opt,name=holder_limit_per_identity,json=holderLimitPerIdentity,proto3" json:"holder_limit_per_identity,omitempty"`
 	// limit > 0 asks for one slot of a counting semaphore of limit slots (leases.proto, AcquireRequest).
 	Limit uint32 `protobuf:"varint,60,opt,name=limit,proto3" json:"limit,omitempty"`
-	// attempt is AcquireRequest.attempt (0: a proposer or client without attempt numbers). With it set,
+	// attempt is AcquireRequest.attempt (0: a client that does not number its attempts). With it set,
 	// the state machine refuses a stale attempt (Superseded): one whose request id was already answered
 	// with a refusal at this attempt or a later one, or whose grant already ended (fsm/attempts.go).
 	Attempt uint32 `protobuf:"varint,70,opt,name=attempt,proto3" json:"attempt,omitempty"`
@@ -362,13 +357,6 @@ func (x *AcquireCmd) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
-}
-
-func (x *AcquireCmd) GetCheckRequestParams() bool {
-	if x != nil {
-		return x.CheckRequestParams
-	}
-	return false
 }
 
 func (x *AcquireCmd) GetIdentityLimit() uint32 {
@@ -953,11 +941,10 @@ type SnapshotBody struct {
 	LockDelays   []*LockDelayRecord     `protobuf:"bytes,4,rep,name=lock_delays,json=lockDelays,proto3" json:"lock_delays,omitempty"`
 	// ends are the remembered ends of recent leases (at most fsm.MaxRememberedEnds), oldest first, in the
 	// order they happened (index order; the ends of one Expire entry in the command's order). They let a
-	// retried Release learn that its first attempt took effect. Absent in snapshots of earlier versions.
+	// retried Release learn that its first attempt took effect.
 	Ends []*LeaseEndRecord `protobuf:"bytes,5,rep,name=ends,proto3" json:"ends,omitempty"`
-	// forgotten_through: every lease that ended at an index above it is in ends. Set in every snapshot of
-	// this version (so its presence says ends is meaningful); a snapshot without it predates ends, and its
-	// applied_index plays this role.
+	// forgotten_through: every lease that ended at an index above it is in ends. Set in every snapshot: a
+	// snapshot without it is refused.
 	ForgottenThrough *uint64 `protobuf:"varint,6,opt,name=forgotten_through,json=forgottenThrough,proto3,oneof" json:"forgotten_through,omitempty"`
 	// acl is the cluster's ACL; absent when no rules were ever set.
 	Acl *AclState `protobuf:"bytes,20,opt,name=acl,proto3" json:"acl,omitempty"`
@@ -1502,7 +1489,7 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x1d.leased.internal.v1.SetAclCmdH\x00R\x06setAcl\x12=\n" +
 	"\bproclaim\x182 \x01(\v2\x1f.leased.internal.v1.ProclaimCmdH\x00R\bproclaim\x12P\n" +
 	"\x0frelease_handoff\x183 \x01(\v2%.leased.internal.v1.ReleaseHandoffCmdH\x00R\x0ereleaseHandoffB\x04\n" +
-	"\x02op\"\xc7\x03\n" +
+	"\x02op\"\xb1\x03\n" +
 	"\n" +
 	"AcquireCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x16\n" +
@@ -1513,13 +1500,12 @@ const file_leased_internal_v1_fsm_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\"\n" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12!\n" +
 	"\fholder_limit\x18\a \x01(\rR\vholderLimit\x12\x1a\n" +
-	"\bidentity\x18\x14 \x01(\tR\bidentity\x120\n" +
-	"\x14check_request_params\x18\x15 \x01(\bR\x12checkRequestParams\x12%\n" +
+	"\bidentity\x18\x14 \x01(\tR\bidentity\x12%\n" +
 	"\x0eidentity_limit\x18\x16 \x01(\rR\ridentityLimit\x129\n" +
 	"\x19holder_limit_per_identity\x18\x17 \x01(\bR\x16holderLimitPerIdentity\x12\x14\n" +
 	"\x05limit\x18< \x01(\rR\x05limit\x12\x18\n" +
 	"\aattempt\x18F \x01(\rR\aattempt\x12\x12\n" +
-	"\x04wait\x18G \x01(\bR\x04wait\"Z\n" +
+	"\x04wait\x18G \x01(\bR\x04waitJ\x04\b\x15\x10\x16R\x14check_request_params\"Z\n" +
 	"\n" +
 	"ReleaseCmd\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +

@@ -99,8 +99,8 @@ func (r *run) countBatchCalls(reg *prometheus.Registry) {
 					code = l.GetValue()
 				}
 			}
-			// Their writes travel as requests on the Writes stream (as Batch calls to a node without it).
-			if (method == "Writes" || method == "Batch") && m.GetCounter().GetValue() > 0 {
+			// Their writes travel as requests on the Writes stream.
+			if method == "Writes" && m.GetCounter().GetValue() > 0 {
 				r.stats.add("batch-call/"+code, int(m.GetCounter().GetValue()))
 			}
 		}

@@ -184,13 +184,7 @@ func (r *run) acquire(ctx context.Context, cl *client.Client, id int, holder, re
 func (r *run) acquireMaybeWaiting(ctx context.Context, cl *client.Client, id int, holder, res, reqID string, ttl time.Duration, retries int, wait bool) (*client.Lease, outcome) {
 	for attempt := 0; ; attempt++ {
 		in := opInput{Kind: opAcquire, Resource: res, Holder: holder, ReqID: reqID}
-		// reqID is new to the first try, which says so (a held refusal then costs no entry); the retries
-		// ask about it again.
-		withID := client.WithRequestID
-		if attempt == 0 {
-			withID = client.WithFreshRequestID
-		}
-		opts := []client.AcquireOption{client.WithTTL(ttl), withID(reqID), client.WithHolder(holder)}
+		opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(reqID), client.WithHolder(holder)}
 		waiting := wait && attempt == 0
 		if waiting {
 			opts = append(opts, client.WithWait())
