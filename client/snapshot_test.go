@@ -23,7 +23,7 @@ func TestSnapshotOfARealClusterSpansChunks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	value := bytes.Repeat([]byte("v"), 4096)
-	const n = 300 // 300 × 4 KiB values: about 1.2 MiB of state
+	const n = 300      // 300 × 4 KiB values: about 1.2 MiB of state
 	for i := range n { // raw acquires: no SDK keep-alive for each of them
 		resource := fmt.Sprintf("snap/%03d", i)
 		req := &leasepb.AcquireRequest{Resource: resource, Holder: "h", TtlMs: time.Hour.Milliseconds(), Value: value, RequestId: resource}
