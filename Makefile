@@ -17,7 +17,7 @@ test-short: ## the inner loop: every package's unit tests, no cluster started, n
 proto: ## regenerate api/leasepb and api/wirepb from api/proto (pinned buf and plugins, fetched as Go modules)
 	./scripts/proto.sh
 
-proto-check: ## lint the protos, check the generated code is current, buf breaking of the public API vs HEAD~1
+proto-check: ## lint the protos, check the generated code is current, buf breaking of the public API vs the latest release tag
 	./scripts/proto.sh check
 
 # VERSION overrides the version the binaries report (-ldflags -X); left empty, they report what the Go

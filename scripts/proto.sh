@@ -4,8 +4,8 @@
 #   scripts/proto.sh          lint api/proto and regenerate api/leasepb and api/wirepb, the HTTP/JSON gateway
 #                             (api/leasepb/*.pb.gw.go) and api/openapi/leased.swagger.json (what `make proto` runs)
 #   scripts/proto.sh check    lint, fail if the committed generated code is not what the sources generate,
-#                             and run `buf breaking` on the public leased.v1 package against the previous
-#                             commit (what `make proto-check` and scripts/test.sh run)
+#                             and run `buf breaking` on the public leased.v1 package against the latest
+#                             release tag, if any (what `make proto-check` and scripts/test.sh run)
 #
 # The internal package (api/proto/leased/internal/v1: raft transport, FSM commands, snapshots) is exempt
 # from the breaking check: it is not an API. Its compatibility rules are in docs/design.md, "Upgrades".
@@ -55,11 +55,14 @@ check)
 		fi
 	done
 	[[ $stale -eq 0 ]]
-	echo "== buf breaking (public API) against the previous commit"
-	if git rev-parse -q --verify 'HEAD~1^{commit}' >/dev/null && git cat-file -e 'HEAD~1:api/proto' 2>/dev/null; then
-		buf breaking --against '.git#ref=HEAD~1'
+	# Compatibility is promised between tagged releases only (docs/design.md, "Upgrades"): the public API
+	# must not break against the latest release tag; before the first tag there is nothing to keep.
+	tag=$(git describe --tags --abbrev=0 2>/dev/null || true)
+	if [[ -n "$tag" ]] && git cat-file -e "$tag:api/proto" 2>/dev/null; then
+		echo "== buf breaking (public API) against the latest release, $tag"
+		buf breaking --against ".git#tag=$tag"
 	else
-		echo "proto.sh: no previous commit with api/proto here (a shallow clone?); skipping buf breaking" >&2
+		echo "== buf breaking: no release tag yet (compatibility is promised between tagged releases only); skipped"
 	fi
 	;;
 *)
