@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -86,47 +87,21 @@ func validBase64(s string) bool {
 	return errStd == nil || errURL == nil
 }
 
-// idFields are the JSON names of raft ids: the response header's and the LeaderHint detail's.
-var idFields = map[string]bool{"clusterId": true, "memberId": true, "leaderId": true}
+// idField matches a raft id field of a JSON answer (the response header's and the LeaderHint detail's)
+// with protojson's decimal string. Inside a JSON string a quote is escaped, so no user text can match.
+var idField = regexp.MustCompile(`"(clusterId|memberId|leaderId)":(\s*)"([0-9]+)"`)
 
-// hexIDs respells every id field of a JSON answer from protojson's decimal string to leasepb.FormatID.
+// hexIDs respells every id field of a JSON answer from protojson's decimal string to leasepb.FormatID,
+// in place: the answer keeps protojson's field order.
 func hexIDs(b []byte) ([]byte, error) {
-	if !bytes.Contains(b, []byte(`Id"`)) {
-		return b, nil
-	}
-	var v any
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	respellIDs(v)
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
-}
-
-func respellIDs(v any) {
-	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			if s, ok := e.(string); ok && idFields[k] {
-				if id, err := strconv.ParseUint(s, 10, 64); err == nil {
-					v[k] = leasepb.FormatID(id)
-				}
-				continue
-			}
-			respellIDs(e)
+	return idField.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := idField.FindSubmatch(m)
+		id, err := strconv.ParseUint(string(sub[3]), 10, 64)
+		if err != nil {
+			return m
 		}
-	case []any:
-		for _, e := range v {
-			respellIDs(e)
-		}
-	}
+		return fmt.Appendf(nil, `"%s":%s"%s"`, sub[1], sub[2], leasepb.FormatID(id))
+	}), nil
 }
 
 // allowedMethod is the method a path of the API is served with, "" for a path that is not the API's.
