@@ -73,12 +73,13 @@ FLOOD ?=
 PEERFORGE ?=
 DISK ?=
 WIPE ?=
-chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m [NODES=5] [GRAY=1] [STRICT=1] [TLS=1] [MEMBERSHIP=1] [FLOOD=1] [DISK=1] [WIPE=1] [PEERFORGE=1] [PLANT=gray-sdk,release-lost-answer] [LOG_LEVEL=debug]
+DISKERR ?=
+chaos: ## fault-injection soak: make chaos SEED=42 DURATION=30m [NODES=5] [GRAY=1] [STRICT=1] [TLS=1] [MEMBERSHIP=1] [FLOOD=1] [DISK=1] [WIPE=1] [PEERFORGE=1] [DISKERR=1] [PLANT=gray-sdk,release-lost-answer] [LOG_LEVEL=debug]
 	mkdir -p $(CHAOS_OUT)
 	LEASED_CHAOS_SEED=$(SEED) LEASED_CHAOS_DURATION=$(DURATION) LEASED_CHAOS_OUT=$(CHAOS_OUT) LEASED_CHAOS_NODES=$(NODES) \
 		LEASED_CHAOS_GRAY=$(GRAY) LEASED_CHAOS_STRICT=$(STRICT) LEASED_CHAOS_PLANT=$(PLANT) LEASED_CHAOS_TLS=$(TLS) \
 		LEASED_CHAOS_MEMBERSHIP=$(MEMBERSHIP) LEASED_CHAOS_FLOOD=$(FLOOD) LEASED_CHAOS_LOG_LEVEL=$(LOG_LEVEL) \
-		LEASED_CHAOS_DISK=$(DISK) LEASED_CHAOS_WIPE=$(WIPE) LEASED_CHAOS_PEERFORGE=$(PEERFORGE) \
+		LEASED_CHAOS_DISK=$(DISK) LEASED_CHAOS_WIPE=$(WIPE) LEASED_CHAOS_PEERFORGE=$(PEERFORGE) LEASED_CHAOS_DISKERR=$(DISKERR) \
 		$(GO) test -run '^TestChaos$$' -count=1 -timeout=0 -v ./tests/chaos/
 
 chaos-plants: ## the planted-bug runs of the chaos checkers (server plantbug build, gray-sdk, release-lost-answer)

@@ -32,8 +32,10 @@ func (n *node) diskWrite(op string, write func() error) error {
 func (n *node) watchedWrite(slot *writeSlot, op string, write func() error) error {
 	slot.op.Store(&op)
 	slot.start.Store(int64(time.Since(n.epoch)) + 1)
-	n.faults.beforeWrite(n.stopped)
-	err := write()
+	err := n.faults.beforeWrite(n.stopped, func() string { return n.writePath(op) })
+	if err == nil {
+		err = write()
+	}
 	slot.start.Store(0)
 	if p := n.fatalErr.Load(); err == nil && p != nil {
 		err = fmt.Errorf("%w: %v", ErrStopped, *p)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,5 +115,96 @@ func TestInjectedDiskStallExitsOne(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node kept running with a stalled disk")
+	}
+}
+
+type erroringNode struct {
+	fakeNode
+	errno syscall.Errno
+}
+
+func (n *erroringNode) InjectDiskError(e syscall.Errno) { n.errno = e }
+
+// TestDiskErrorHookContract: the chaos harness's contract for POST /debug/fault/disk-error.
+func TestDiskErrorHookContract(t *testing.T) {
+	node := &erroringNode{}
+	srv := httptest.NewServer((&adminServer{}).handler(node))
+	defer srv.Close()
+	post := func(query string) int {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/debug/fault/disk-error"+query, "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for q, want := range map[string]syscall.Errno{"?errno=EIO": syscall.EIO, "?errno=ENOSPC": syscall.ENOSPC} {
+		node.errno = 0
+		if code := post(q); code != 200 || node.errno != want {
+			t.Errorf("%s: %d, errno %v", q, code, node.errno)
+		}
+	}
+	for _, q := range []string{"", "?errno=", "?errno=eio", "?errno=EPERM", "?errno=5"} {
+		node.errno = 0
+		if code := post(q); code != 400 || node.errno != 0 {
+			t.Errorf("%q: %d, errno %v; want 400 and no error injected", q, code, node.errno)
+		}
+	}
+}
+
+// TestInjectedDiskErrorExitsOne: a one-node leased whose next raft log write fails with EIO or ENOSPC
+// acknowledges nothing more and exits with status 1, its log naming the error and the WAL segment.
+func TestInjectedDiskErrorExitsOne(t *testing.T) {
+	for name, errno := range map[string]syscall.Errno{"EIO": syscall.EIO, "ENOSPC": syscall.ENOSPC} {
+		t.Run(name, func(t *testing.T) {
+			addrs := freeAddrs(t, 3)
+			client, peer, admin := addrs[0], addrs[1], addrs[2]
+			stderr := &syncBuffer{}
+			args := []string{
+				"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
+				"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--tick=10ms",
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(stderr.String(), `msg="became leader"`) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no leader after 10s:\n%s", stderr.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			resp, err := http.Post("http://"+admin+"/debug/fault/disk-error?errno="+name, "text/plain", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("POST disk-error: %d", resp.StatusCode)
+			}
+			conn, err := grpc.NewClient(client, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			defer acancel()
+			if _, err := leasepb.NewLeasesClient(conn).Acquire(actx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 60_000}); err == nil {
+				t.Fatal("a write was acknowledged after its raft log write failed")
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, errno) || exitCode(err, io.Discard) != 1 {
+					t.Fatalf("run returned %v (exit %d), want %v and exit 1", err, exitCode(err, io.Discard), errno)
+				}
+				if log := stderr.String(); !strings.Contains(log, errno.Error()) || !strings.Contains(log, ".wal") {
+					t.Errorf("the log does not name the error and the file:\n%s", log)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the node kept running after a failed raft log write")
+			}
+		})
 	}
 }

@@ -47,6 +47,7 @@ func TestChaos(t *testing.T) {
 		Flood: os.Getenv("LEASED_CHAOS_FLOOD") == "1", LogLevel: os.Getenv("LEASED_CHAOS_LOG_LEVEL"),
 		DiskDamage: os.Getenv("LEASED_CHAOS_DISK") == "1",
 		Wipe:       os.Getenv("LEASED_CHAOS_WIPE") == "1", PeerForge: os.Getenv("LEASED_CHAOS_PEERFORGE") == "1",
+		DiskErr: os.Getenv("LEASED_CHAOS_DISKERR") == "1",
 	}
 	if s := os.Getenv("LEASED_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)

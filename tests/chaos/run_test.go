@@ -71,6 +71,7 @@ type runConfig struct {
 	// DiskDamage adds the disk-damage nemesis (a byte flipped in a stopped node's WAL or raft.db) and its
 	// "disk" findings: LEASED_CHAOS_DISK=1 (diskdamage_test.go).
 	DiskDamage bool
+	DiskErr    bool // the stalled-follower-disk and full-disk nemeses: LEASED_CHAOS_DISKERR=1 (diskerr_test.go)
 	// LogLevel, if set, is the nodes' --log-level instead of info: LEASED_CHAOS_LOG_LEVEL=debug (make
 	// chaos LOG_LEVEL=debug) puts raft's own account of elections and probes in the node logs.
 	LogLevel string
@@ -640,6 +641,10 @@ func (r *run) nemesis(ctx context.Context) {
 		}
 		if r.cfg.DiskDamage && rng.IntN(4) == 0 {
 			r.diskDamageNemesis(ctx, rng, ld)
+			continue
+		}
+		if r.cfg.DiskErr && rng.IntN(4) == 0 {
+			r.diskErrNemesis(ctx, rng, ld)
 			continue
 		}
 		if r.cfg.Wipe && rng.IntN(4) == 0 {

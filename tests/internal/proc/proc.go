@@ -430,6 +430,20 @@ func (c *Cluster) Running(i int) bool {
 	}
 }
 
+// Exited reports whether node i's latest process has exited, and its exit code if so (-1: a signal).
+func (c *Cluster) Exited(i int) (code int, exited bool) {
+	cmd, done := c.Nodes[i].current()
+	if cmd == nil {
+		return 0, false
+	}
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode(), true
+	default:
+		return 0, false
+	}
+}
+
 // current returns node i's latest process and the channel closed when it has exited (nil, nil if it was
 // never started).
 func (n *Node) current() (*exec.Cmd, <-chan struct{}) {
