@@ -70,7 +70,7 @@ func TestContainerImage(t *testing.T) {
 			"--timeout=10s", "-o", "json"}, args...)...)
 	}
 	var grant struct {
-		Token string `json:"token"`
+		Token json.Number `json:"token"`
 	}
 	decodeJSON(t, leasectl("acquire", "deploy/container", "--ttl=5m", "--holder=container-test"), &grant)
 	if grant.Token == "" {
@@ -500,7 +500,7 @@ func (c *composeRun) leader(ctx context.Context, ctl string) string {
 }
 
 // waitLease waits until resource is held with token, asked through the nodes other than skip.
-func (c *composeRun) waitLease(ctx context.Context, ctl, resource, token, skip string) {
+func (c *composeRun) waitLease(ctx context.Context, ctl, resource string, token json.Number, skip string) {
 	c.t.Helper()
 	var eps []string
 	for i, s := range []string{"n1", "n2", "n3"} {
@@ -512,7 +512,7 @@ func (c *composeRun) waitLease(ctx context.Context, ctl, resource, token, skip s
 	err := proc.Poll(time.Minute, func() bool {
 		out, err := runErr(ctx, nil, ctl, "--endpoints="+strings.Join(eps, ","), "--timeout=3s", "-o", "json", "get", resource)
 		var got struct {
-			Token string `json:"token"`
+			Token json.Number `json:"token"`
 		}
 		last = fmt.Sprintf("%s %v", strings.TrimSpace(out), err)
 		return err == nil && json.Unmarshal([]byte(strings.TrimSpace(out)), &got) == nil && got.Token == token
