@@ -253,7 +253,15 @@ func withBuildCache(ctx context.Context, t *testing.T, base string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("docker build %s: %v\n%s", tag, err, tail(string(out)))
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", tag).Run() })
+	t.Cleanup(func() {
+		// The build stage leaves untagged images (the legacy builder keeps them as its layer cache), each
+		// holding a copy of the cache: remove those made since this base, then the base.
+		out, _ := exec.Command("docker", "images", "--quiet", "--filter=dangling=true", "--filter=since="+tag).Output()
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			_ = exec.Command("docker", append([]string{"rmi", "-f"}, ids...)...).Run()
+		}
+		_ = exec.Command("docker", "rmi", "-f", tag).Run()
+	})
 	return tag
 }
 
