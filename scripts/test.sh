@@ -7,8 +7,11 @@
 # The default run (no arguments) also checks the protobuf sources and generated code (scripts/proto.sh check:
 # lint, stale generated code, buf breaking of the public API) and the Prometheus alerting rules
 # (scripts/promtool.sh: promtool check rules and the rules' unit tests; as root it installs Debian's
-# prometheus package for promtool). Arguments replace the default `./...`, e.g.
-# `scripts/test.sh -run Fence ./client/...`, and skip those checks.
+# prometheus package for promtool), and decodes deploy/kubernetes against the Kubernetes API types
+# (tests/deploy/kubeapi, a module of its own). Every run has a Docker engine beside it for the container
+# test (scripts/docker.sh: as root it installs Debian's docker.io and docker-compose and starts dockerd).
+# Arguments replace the default `./...`, e.g. `scripts/test.sh -run Fence ./client/...`, and skip those
+# checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,9 +20,11 @@ if [[ $# -eq 0 ]]; then
 	./scripts/proto.sh check
 	echo "== scripts/promtool.sh"
 	./scripts/promtool.sh
+	echo "== tests/deploy/kubeapi"
+	(cd tests/deploy/kubeapi && go vet ./... && go test -count=1 ./...)
 	set -- ./...
 fi
 echo "== go vet ./..."
 go vet ./...
 echo "== go test -race $*"
-exec ./scripts/services.sh go test -race -timeout 25m -count=1 "$@"
+exec ./scripts/docker.sh ./scripts/services.sh go test -race -timeout 25m -count=1 "$@"

@@ -98,7 +98,8 @@ type k8sObject struct {
 	Metadata   struct {
 		Name string `yaml:"name"`
 	} `yaml:"metadata"`
-	Spec yaml.Node `yaml:"spec"`
+	Spec yaml.Node         `yaml:"spec"`
+	Data map[string]string `yaml:"data"` // a ConfigMap's
 }
 
 type container struct {
