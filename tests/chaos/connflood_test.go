@@ -20,8 +20,7 @@ import (
 //     a client connected before the flood still gets answers (the harness's own connection);
 //   - through the term check of floodNemesis, the flood costs no election.
 //
-// The limit reaches the nodes as LEASED_MAX_CONNECTIONS (connFloodEnv), not a flag: a build that
-// predates the flag (make chaos MIXED=...) ignores the variable instead of refusing to start.
+// The limit reaches the nodes as LEASED_MAX_CONNECTIONS (connFloodEnv), the flag's environment form.
 
 const (
 	connFloodLimit  = 256
