@@ -171,19 +171,21 @@ func TestMaxWaitersPerIdentity(t *testing.T) {
 		waited <- err
 	}()
 	defer stopWaiting()
-	// Until bob's first waiter is queued, a second one waits its 100 ms and answers held; then it is
-	// refused at once.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := bob.Acquire(ctx, &leasepb.AcquireRequest{Resource: "q/2", Holder: "w", TtlMs: 60_000, Wait: true, WaitMs: 100})
-		if limitFlag(err) == "--max-waiters-per-identity" {
-			break
+	// Probe only once the first waiter is queued: a probe queued before it would hold bob's one slot and
+	// turn the first waiter away.
+	eventually(t, 10*time.Second, "bob's first waiter to queue", func() bool {
+		select {
+		case err := <-waited:
+			t.Fatalf("bob's first waiter ended before queueing: %v", err)
+		default:
 		}
-		if code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
-			t.Fatalf("bob's second blocking acquire at limit 1: %v, want ResourceExhausted naming --max-waiters-per-identity", err)
-		}
+		return c.Node(0).Waiters() == 1
+	})
+	_, err := bob.Acquire(ctx, &leasepb.AcquireRequest{Resource: "q/2", Holder: "w", TtlMs: 60_000, Wait: true, WaitMs: 100})
+	if limitFlag(err) != "--max-waiters-per-identity" {
+		t.Fatalf("bob's second blocking acquire at limit 1: %v, want ResourceExhausted naming --max-waiters-per-identity", err)
 	}
-	_, err := alice.Acquire(ctx, &leasepb.AcquireRequest{Resource: "q/2", Holder: "w", TtlMs: 60_000, Wait: true, WaitMs: 100})
+	_, err = alice.Acquire(ctx, &leasepb.AcquireRequest{Resource: "q/2", Holder: "w", TtlMs: 60_000, Wait: true, WaitMs: 100})
 	if code(err) != codes.FailedPrecondition || heldDetail(err) == nil {
 		t.Fatalf("alice's blocking acquire while bob is at his limit: %v, want it queued and answered held", err)
 	}
