@@ -54,7 +54,7 @@ func (r *run) diskDamageNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 	r.checkDamagedOpen(n.Name, n.DataDir, path, off, want)
 	id := r.faultStart("disk-flip-"+role, i)
 	defer r.faultEnd(id)
-	logStart := fileSize(n.LogPath)
+	logStart := n.LogSize()
 	r.c.Start(i)
 	refused, err := r.refusedOrServing(i)
 	rel, _ := filepath.Rel(n.DataDir, path)
@@ -68,7 +68,7 @@ func (r *run) diskDamageNemesis(ctx context.Context, rng *rand.Rand, ld int) {
 		return
 	default:
 		code := r.c.Stop(i, syscall.SIGKILL, time.Second) // exited already: its exit code
-		out := logSince(n.LogPath, logStart)
+		out := n.LogFrom(logStart)
 		if code != 1 || !strings.Contains(out, path) {
 			r.diskFinding("%s (%s) with %s offset %d flipped exited %d without naming the file: %s", n.Name, how, rel, off, code, lastLine(out))
 		}
@@ -170,23 +170,6 @@ func (r *run) diskFinding(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.diskFindings = append(r.diskFindings, fmt.Sprintf(format, args...))
-}
-
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// logSince returns what a node's log file holds from offset on.
-func logSince(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-	return string(b[offset:])
 }
 
 func lastLine(s string) string {

@@ -219,7 +219,7 @@ func TestEveryBlockOfEveryFile(t *testing.T) {
 // stopped.
 func startDamaged(t *testing.T, c *cluster, i int, d blockDamage, grants map[string]uint64) {
 	n := c.Nodes[i]
-	logStart := fileSize(n.LogPath)
+	logStart := n.LogSize()
 	c.Start(i)
 	var st *leasepb.StatusResponse
 	if err := proc.Poll(20*time.Second, func() bool {
@@ -234,11 +234,11 @@ func startDamaged(t *testing.T, c *cluster, i int, d blockDamage, grants map[str
 		return false
 	}); err != nil {
 		c.Kill(i)
-		t.Fatalf("%v: the node neither refused nor caught up: %v\n%s", d, err, logSince(n.LogPath, logStart))
+		t.Fatalf("%v: the node neither refused nor caught up: %v\n%s", d, err, n.LogFrom(logStart))
 	}
 	if st == nil {
 		code := c.Stop(i, syscall.SIGTERM, time.Second)
-		out := logSince(n.LogPath, logStart)
+		out := n.LogFrom(logStart)
 		if code != 1 || !strings.Contains(out, filepath.Join(n.DataDir, d.file)) || !strings.Contains(out, "docs/operations.md") {
 			t.Fatalf("%v: exited %d; want 1 with a message naming %s and the runbook:\n%s", d, code, d.file, out)
 		}
@@ -267,21 +267,4 @@ func maxToken(grants map[string]uint64) uint64 {
 		m = max(m, tok)
 	}
 	return m
-}
-
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// logSince returns what a node's log file holds from offset on.
-func logSince(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-	return string(b[offset:])
 }
