@@ -140,8 +140,14 @@ func (w *gatedWriter) shut() chan struct{} {
 // loop — grants are answered while the log sink is not reading — and a node that stops writes every line
 // it had handed over before Close returns.
 func TestAuditTrailIsWrittenOffTheLoopAndCompleteAtClose(t *testing.T) {
+	// Only the audit sink is stuck: the operational log is written where it happens, the Ready loop included, and a node
+	// under load logs from it (a slow fsync, say).
 	logs := &gatedWriter{}
-	_, s, cl := startAuditedNode(t, logs)
+	cfg := server.TestConfig()
+	cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	cfg.AuditLog = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s := startSingleNode(t, &cfg)
+	cl := dial(t, s.ClientAddr())
 	gate := logs.shut()
 	openGate := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(openGate) // before the node's Close: a loop stuck writing a line could not stop
