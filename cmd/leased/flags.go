@@ -232,7 +232,7 @@ name (data-dir: /var/lib/leased). The command line wins over the variable, the v
 	if all {
 		fmt.Fprintln(w, "Flags:")
 	} else {
-		fmt.Fprintln(w, "Flags (the essentials; leased --help-all lists the limits and tuning flags too, docs/operations.md\n\"Configuration file\" how to set them in a file):")
+		fmt.Fprintln(w, "Flags (the essentials: leased --help-all lists every flag, the limits and tuning too, and\ndocs/operations.md, \"Configuration file\", says how to set them in a file):")
 	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if all || essentialFlags[f.Name] {
