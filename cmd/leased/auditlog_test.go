@@ -33,7 +33,7 @@ func TestAuditLogFlag(t *testing.T) {
 			stderr := &syncBuffer{}
 			args := []string{"--name=solo", "--data-dir=" + filepath.Join(dir, "solo"), "--client-addr=" + client,
 				"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
-				"--tick=5ms", "--audit-log=" + flag}
+				"--election-timeout=50ms", "--audit-log=" + flag}
 			done := make(chan error, 1)
 			go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
 			defer func() {

@@ -38,7 +38,7 @@ func TestBinaryServesMetricsAndAuditTrail(t *testing.T) {
 	client, peer, admin, httpAddr := addrs[0], addrs[1], addrs[2], addrs[3]
 	stderr := &syncBuffer{}
 	cmd := exec.Command(bin, "--name=solo", "--data-dir="+filepath.Join(dir, "solo"), "--client-addr="+client,
-		"--peer-addr="+peer, "--admin-addr="+admin, "--http-addr="+httpAddr, "--initial-cluster=solo="+peer, "--tick=10ms", "--log-format=json")
+		"--peer-addr="+peer, "--admin-addr="+admin, "--http-addr="+httpAddr, "--initial-cluster=solo="+peer, "--election-timeout=100ms", "--log-format=json")
 	cmd.Stderr = stderr
 	cmd.Env = append(withoutEnv(os.Environ(), "GOGC", "GOMEMLIMIT"), "GOMEMLIMIT=1GiB")
 	if err := cmd.Start(); err != nil {

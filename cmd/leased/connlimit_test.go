@@ -33,7 +33,7 @@ func TestAdminAnswersAtTheConnectionLimit(t *testing.T) {
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--http-addr=" + httpAddr, "--initial-cluster=solo=" + peer,
-		"--tick=5ms", fmt.Sprintf("--max-connections=%d", limit),
+		"--election-timeout=50ms", fmt.Sprintf("--max-connections=%d", limit),
 	}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()

@@ -73,7 +73,7 @@ func TestInjectedDiskStallExitsOne(t *testing.T) {
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
-		"--tick=10ms", "--disk-stall-timeout=300ms",
+		"--election-timeout=100ms", "--disk-stall-timeout=300ms",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,7 +163,7 @@ func TestInjectedDiskErrorExitsOne(t *testing.T) {
 			stderr := &syncBuffer{}
 			args := []string{
 				"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
-				"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--tick=10ms",
+				"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--election-timeout=100ms",
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -47,7 +47,7 @@ func TestDescriptorLimitLeavesRoomForHealth(t *testing.T) {
 	stderr := &syncBuffer{}
 	cmd := exec.Command("/bin/sh", "-c", `ulimit -n "$0" && exec "$@"`, "512", bin,
 		"--name=solo", "--data-dir="+filepath.Join(dir, "solo"), "--client-addr="+client, "--peer-addr="+peer,
-		"--admin-addr="+admin, "--initial-cluster=solo="+peer, "--tick=10ms")
+		"--admin-addr="+admin, "--initial-cluster=solo="+peer, "--election-timeout=100ms")
 	cmd.Stderr = stderr
 	cmd.Env = os.Environ()
 	if err := cmd.Start(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leased/leased/server"
 )
@@ -20,7 +21,7 @@ const envPrefix = "LEASED_"
 
 // notFromEnv are the flags no environment variable sets: LEASED_VERSION is a common name for the version
 // a deployment runs (an image tag), and must not turn a node into a process that prints its version.
-var notFromEnv = map[string]bool{"version": true}
+var notFromEnv = map[string]bool{"version": true, "help-all": true}
 
 // options is everything the command line decides: the node's configuration plus what only the binary
 // needs (the admin listener, the logger, --version).
@@ -31,7 +32,11 @@ type options struct {
 	logFormat   string
 	auditLog    string // --audit-log: "stderr", "off" or a file path
 	showVersion bool
-	tls         tlsOptions
+	helpAll     bool   // --help-all
+	configFile  string // --config-file
+	// electionTimeout is --election-timeout, which sets cfg's raft timing unless the detailed flags do.
+	electionTimeout time.Duration
+	tls             tlsOptions
 	// gossipKeyFile is read by main into cfg.GossipKey.
 	gossipKeyFile string
 }
@@ -50,13 +55,68 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseFlags turns the command line and the environment (looked up with getenv) into options. It does not
-// validate the resulting server.Config: server.New does, and main reports that as a configuration error.
-// On --help it writes the usage to stdout and returns errHelp; a bad flag or variable is a usageError.
+// parseFlags turns the command line, the environment (looked up with getenv) and the --config-file into
+// options: a flag on the command line wins over its variable, which wins over the file (configfile.go).
+// It does not validate the resulting server.Config: server.New does, and main reports that as a
+// configuration error. On --help or --help-all it writes the usage to stdout and returns errHelp; a bad
+// flag, variable or file is a usageError.
 func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (options, error) {
-	o := options{cfg: server.DefaultConfig(), logLevel: slog.LevelInfo, logFormat: "text", auditLog: "stderr"}
+	o := defaultOptions()
+	fs := newFlagSet(&o)
+	// The environment first, so that the command line, parsed next, overrides it; the file last, for
+	// what neither set.
+	if err := applyEnv(fs, getenv); err != nil {
+		return o, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs, false)
+			return o, errHelp
+		}
+		return o, usageError{dashDash(err)}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Errorf("unexpected argument %q (every setting is a --flag)", fs.Arg(0))}
+	}
+	if o.helpAll {
+		printUsage(stdout, fs, true)
+		return o, errHelp
+	}
+	if o.configFile != "" {
+		if err := applyConfigFile(fs, o.configFile); err != nil {
+			return o, err
+		}
+	}
+	return o, applyElectionTimeout(&o, fs)
+}
+
+// applyEnv sets every flag whose variable getenv has.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if notFromEnv[f.Name] {
+			return
+		}
+		v := getenv(envName(f.Name))
+		if v == "" || err != nil {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageError{fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), e)}
+		}
+	})
+	return err
+}
+
+func defaultOptions() options {
+	cfg := server.DefaultConfig()
+	return options{cfg: cfg, logLevel: slog.LevelInfo, logFormat: "text", auditLog: "stderr", electionTimeout: cfg.ElectionTimeout()}
+}
+
+// newFlagSet defines every flag of leased on o.
+func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("leased", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by usage below
+	fs.SetOutput(io.Discard) // errors are returned as one line; --help is printed by printUsage
 	c, l := &o.cfg, &o.cfg.Limits
 
 	fs.StringVar(&c.Name, "name", "", "this node's name; a founding node's must be one of the names in --initial-cluster, a joining node's the name given to leasectl member add (required)")
@@ -67,6 +127,10 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:7401", "host:port of the admin HTTP server (/healthz, /readyz, /metrics); loopback by default, empty disables it")
 	fs.StringVar(&c.AdvertiseClientAddr, "advertise-client-addr", "", "host:port clients reach this node's client address at (member table, leader hints, status); default --client-addr, which must then not be 0.0.0.0 or [::]")
 	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", "", "host:port other nodes reach this node's peer address at; default --peer-addr, which must then not be 0.0.0.0 or [::]")
+	fs.StringVar(&o.configFile, "config-file", "", "YAML `file` of settings, keyed by flag name (docs/operations.md, \"Configuration file\"); the command line and the environment win over it")
+	fs.BoolVar(&o.helpAll, "help-all", false, "list every flag, the limits and tuning ones too, and exit")
+	fs.DurationVar(&o.electionTimeout, "election-timeout", o.electionTimeout, "how long a follower waits without hearing from a leader before it campaigns (the raft tick is this over --election-ticks); "+
+		"the TTL floor is 8 election timeouts. The same on every node")
 	fs.Var((*clusterFlag)(&c.InitialCluster), "initial-cluster", "the founding `members` as name=peer-host:port,... (comma-separated); identical on every founding node. "+
 		"With --initial-cluster-state existing: some current members, asked for the cluster. Read on the first start only: after it, the member table in the data dir is the authority (required on a first start)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "", "host:port for memberlist gossip (node discovery and metadata; it never changes who votes); empty disables gossip")
@@ -81,7 +145,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.Var(stateFlag{&c.InitialClusterState}, "initial-cluster-state", "`state` on a first start: new (found the cluster in --initial-cluster) or existing (join a cluster that added this node with leasectl member add)")
 	fs.Var(&aclFileFlag{rules: &c.InitialACL}, "initial-acl-file", "YAML `file` of the ACL rules a new cluster starts with (docs/security.md); used only while the cluster has no rules, ignored once any are set")
 
-	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval")
+	fs.DurationVar(&c.TickInterval, "tick", c.TickInterval, "raft tick interval: the detailed alternative to --election-timeout, which is --tick × --election-ticks")
 	fs.IntVar(&c.ElectionTicks, "election-ticks", c.ElectionTicks, "ticks without a leader before a follower campaigns")
 	fs.IntVar(&c.HeartbeatTicks, "heartbeat-ticks", c.HeartbeatTicks, "ticks between leader heartbeats")
 	fs.Uint64Var(&c.SnapshotEntries, "snapshot-entries", c.SnapshotEntries, "applied entries between snapshots and log compactions (the voters stagger theirs over the interval)")
@@ -125,34 +189,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (op
 	fs.StringVar(&o.auditLog, "audit-log", o.auditLog, "where the audit trail (a line per grant, release and expiry, written by the leader) goes: stderr (with the log), off, or a `file` to append to; at --log-level and --log-format")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 
-	// The environment first, so that the command line, parsed next, overrides it.
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if notFromEnv[f.Name] {
-			return
-		}
-		v := getenv(envName(f.Name))
-		if v == "" || err != nil {
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = usageError{fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), e)}
-		}
-	})
-	if err != nil {
-		return o, err
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stdout, fs)
-			return o, errHelp
-		}
-		return o, usageError{dashDash(err)}
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{fmt.Errorf("unexpected argument %q (every setting is a --flag)", fs.Arg(0))}
-	}
-	return o, nil
+	return fs
 }
 
 // dashDash spells flags in the flag package's errors the way --help does (--name, not -name).
@@ -161,7 +198,23 @@ func dashDash(err error) error {
 	return errors.New(msg)
 }
 
-func printUsage(w io.Writer, fs *flag.FlagSet) {
+// essentialFlags are the flags `leased --help` lists: what most deployments set (names, addresses,
+// bootstrap, TLS, logs, timing). The others — limits and tuning — keep their defaults in most
+// deployments; `leased --help-all` lists them, and they are as valid as these on the command line, in
+// the environment and in the --config-file.
+var essentialFlags = map[string]bool{
+	"name": true, "data-dir": true, "config-file": true,
+	"client-addr": true, "peer-addr": true, "http-addr": true, "admin-addr": true,
+	"advertise-client-addr": true, "advertise-peer-addr": true,
+	"initial-cluster": true, "initial-cluster-state": true, "initial-cluster-token": true,
+	"gossip-addr": true, "join": true, "gossip-key-file": true,
+	"cert-file": true, "key-file": true, "trusted-ca-file": true, "client-cert-auth": true,
+	"peer-cert-file": true, "peer-key-file": true, "peer-trusted-ca-file": true,
+	"election-timeout": true, "log-level": true, "log-format": true, "enable-pprof": true, "version": true,
+}
+
+// printUsage writes the usage: the essential flags, or with all every flag.
+func printUsage(w io.Writer, fs *flag.FlagSet, all bool) {
 	fmt.Fprintf(w, `leased is one node of a leased cluster: a lease and fencing-token server on Raft.
 
 Usage:
@@ -171,30 +224,64 @@ Usage:
                                                     join one after leasectl member add NAME
   leased health [--admin-addr HOST:PORT] [--live] [--timeout D]   (see leased health --help)
 
-Every flag but --version can also be set with an environment variable: LEASED_ and the flag's name in
-upper snake case (--data-dir is LEASED_DATA_DIR). A flag on the command line wins over the variable.
+Every flag but --version and --help-all can also be set with an environment variable: LEASED_ and the
+flag's name in upper snake case (--data-dir is LEASED_DATA_DIR), or in the YAML --config-file under its
+name (data-dir: /var/lib/leased). The command line wins over the variable, the variable over the file.
 
-Flags:
 `)
+	if all {
+		fmt.Fprintln(w, "Flags:")
+	} else {
+		fmt.Fprintln(w, "Flags (the essentials: leased --help-all lists every flag, the limits and tuning too, and\ndocs/operations.md, \"Configuration file\", says how to set them in a file):")
+	}
 	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		if name != "" {
-			name = " " + name
+		if all || essentialFlags[f.Name] {
+			printFlag(w, f)
 		}
-		fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, name, usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			fmt.Fprintf(w, " (default %s)", f.DefValue)
-		}
-		if notFromEnv[f.Name] {
-			fmt.Fprintln(w)
-			return
-		}
-		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
 	})
 	fmt.Fprint(w, `
 Exit status: 0 after a clean shutdown (SIGTERM or SIGINT) or --help / --version; 1 on a configuration
-error or a fatal error of the node (for example a failed disk); 2 on a bad flag.
+error or a fatal error of the node (for example a failed disk); 2 on a bad flag, variable or config file.
 `)
+}
+
+func printFlag(w io.Writer, f *flag.Flag) {
+	name, usage := flag.UnquoteUsage(f)
+	if name != "" {
+		name = " " + name
+	}
+	fmt.Fprintf(w, "  --%s%s\n    \t%s", f.Name, name, usage)
+	if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		fmt.Fprintf(w, " (default %s)", f.DefValue)
+	}
+	if notFromEnv[f.Name] {
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+}
+
+// applyElectionTimeout turns --election-timeout, when it is set, into the raft tick: the election timeout
+// divided by --election-ticks (10 by default), so that the heartbeat (--heartbeat-ticks, 1) keeps its share
+// of it. --tick is the detailed alternative; both at once is an error.
+func applyElectionTimeout(o *options, fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["election-timeout"] {
+		return nil
+	}
+	if set["tick"] {
+		return usageError{errors.New("--election-timeout and --tick both set the raft tick: give one")}
+	}
+	if o.cfg.ElectionTicks <= 0 {
+		return nil // server.Config.Validate says why
+	}
+	tick := o.electionTimeout / time.Duration(o.cfg.ElectionTicks)
+	if tick < time.Millisecond {
+		return usageError{fmt.Errorf("--election-timeout %v over %d election ticks is a tick of %v: want at least 1ms", o.electionTimeout, o.cfg.ElectionTicks, tick)}
+	}
+	o.cfg.TickInterval = tick
+	return nil
 }
 
 // clusterFlag parses --initial-cluster: name=host:port pairs separated by commas. Names and addresses must

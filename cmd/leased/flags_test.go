@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -49,7 +50,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	args := []string{
 		"--name=n2", "--data-dir=/d", "--client-addr=h:1", "--peer-addr=h:2", "--admin-addr=h:3", "--http-addr=h:4",
 		"--initial-cluster=n1=h:10, n2=h:2 ,n3=h:30",
-		"--tick=7ms", "--election-ticks=21", "--heartbeat-ticks=3", "--snapshot-entries=11",
+		"--election-timeout=210ms", "--snapshot-entries=11",
 		"--snapshot-catchup=12", "--checkpoint-interval=13s", "--expiry-batch=14", "--expiry-rate=39", "--watch-history=15",
 		"--proposal-timeout=16s", "--disk-stall-timeout=27s", "--max-resource-bytes=17", "--max-holder-bytes=18", "--max-value-bytes=19",
 		"--min-ttl=20ms", "--max-ttl=21m", "--max-lock-delay=22s", "--max-leases-per-holder=23",
@@ -70,7 +71,7 @@ func TestEveryFlagSetsItsField(t *testing.T) {
 	want := server.DefaultConfig()
 	want.Name, want.DataDir, want.ClientAddr, want.PeerAddr, want.HTTPAddr = "n2", "/d", "h:1", "h:2", "h:4"
 	want.InitialCluster = map[string]string{"n1": "h:10", "n2": "h:2", "n3": "h:30"}
-	want.TickInterval, want.ElectionTicks, want.HeartbeatTicks = 7*time.Millisecond, 21, 3
+	want.TickInterval = 21 * time.Millisecond // --election-timeout over the default 10 election ticks
 	want.SnapshotEntries, want.SnapshotCatchUp = 11, 12
 	want.CheckpointInterval, want.ExpiryBatch, want.ExpiryRate, want.WatchHistory = 13*time.Second, 14, 39, 15
 	want.ProposalTimeout, want.DiskStallTimeout = 16*time.Second, 27*time.Second
@@ -100,7 +101,7 @@ func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
 	getenv := env(
 		"LEASED_NAME", "from-env",
 		"LEASED_DATA_DIR", "/env/dir",
-		"LEASED_TICK", "50ms",
+		"LEASED_ELECTION_TIMEOUT", "500ms",
 		"LEASED_INITIAL_CLUSTER", "from-env=127.0.0.1:1",
 		"LEASED_MAX_KEEPALIVE_LEASES", "9",
 		"LEASED_QUOTA_BYTES", "1048576",
@@ -117,7 +118,7 @@ func TestEnvironmentAppliesAndFlagsOverrideIt(t *testing.T) {
 		t.Errorf("environment not applied: %+v (format %q)", o.cfg, o.logFormat)
 	}
 
-	o, err = parse(t, []string{"--name", "from-flag", "--tick=5ms", "--initial-cluster=from-flag=127.0.0.1:2"}, getenv)
+	o, err = parse(t, []string{"--name", "from-flag", "--election-timeout=50ms", "--initial-cluster=from-flag=127.0.0.1:2"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		getenv func(string) string
 		want   string // in the message
 	}{
-		{"bad duration", []string{"--tick=soon"}, nil, "--tick"},
+		{"bad duration", []string{"--election-timeout=soon"}, nil, "--election-timeout"},
 		{"bad duration in env", nil, env("LEASED_CHECKPOINT_INTERVAL", "5"), "LEASED_CHECKPOINT_INTERVAL"},
 		{"bad int", []string{"--expiry-batch=many"}, nil, "--expiry-batch"},
 		{"unknown flag", []string{"--no-such-flag"}, nil, "--no-such-flag"},
@@ -178,19 +179,43 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 	}
 }
 
-func TestHelpListsEveryFlagAndItsVariable(t *testing.T) {
-	var out bytes.Buffer
-	_, err := parseFlags([]string{"--help"}, env(), &out)
-	if !errors.Is(err, errHelp) {
-		t.Fatalf("got %v, want errHelp", err)
+// --help lists the essentials and points to --help-all and the config file; --help-all lists every flag
+// with its variable.
+func TestHelpListsTheEssentialsAndHelpAllEveryFlag(t *testing.T) {
+	help := func(arg string) string {
+		var out bytes.Buffer
+		_, err := parseFlags([]string{arg}, env(), &out)
+		if !errors.Is(err, errHelp) {
+			t.Fatalf("%s: got %v, want errHelp", arg, err)
+		}
+		if code := exitCode(err, &bytes.Buffer{}); code != 0 {
+			t.Errorf("exit code %d for %s, want 0", code, arg)
+		}
+		return out.String()
 	}
-	if code := exitCode(err, &bytes.Buffer{}); code != 0 {
-		t.Errorf("exit code %d for --help, want 0", code)
-	}
-	for _, want := range []string{"--initial-cluster", "LEASED_INITIAL_CLUSTER", "--max-list-limit", "LEASED_MAX_LIST_LIMIT", "--version"} {
-		if !strings.Contains(out.String(), want) {
+	short, all := help("--help"), help("--help-all")
+	for _, want := range []string{"--initial-cluster ", "LEASED_INITIAL_CLUSTER", "--election-timeout ", "--config-file ", "--cert-file ", "--version",
+		"leased --help-all", `"Configuration file"`} {
+		if !strings.Contains(short, want) {
 			t.Errorf("--help does not mention %s", want)
 		}
+	}
+	for _, tuning := range []string{"--max-leases ", "--quota-bytes ", "--tick ", "--election-ticks ", "--snapshot-entries ", "--max-connections "} {
+		if strings.Contains(short, tuning) {
+			t.Errorf("--help lists the tuning flag %s", tuning)
+		}
+		if !strings.Contains(all, tuning) {
+			t.Errorf("--help-all does not list %s", tuning)
+		}
+	}
+	listed := func(s string) int { return strings.Count(s, "\n  --") }
+	newFlagSet(&options{}).VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(all, "\n  --"+f.Name+" ") && !strings.Contains(all, "\n  --"+f.Name+"\n") {
+			t.Errorf("--help-all does not list --%s", f.Name)
+		}
+	})
+	if n := listed(short); n != len(essentialFlags) || n > 30 {
+		t.Errorf("--help lists %d flags, want the %d essentials (about two dozen)", n, len(essentialFlags))
 	}
 }
 

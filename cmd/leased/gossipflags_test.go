@@ -22,7 +22,7 @@ func TestInsecureGossipIsWarned(t *testing.T) {
 	stderr := &syncBuffer{}
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=127.0.0.1:0",
-		"--peer-addr=" + peer, "--admin-addr=", "--initial-cluster=solo=" + peer, "--tick=5ms",
+		"--peer-addr=" + peer, "--admin-addr=", "--initial-cluster=solo=" + peer, "--election-timeout=50ms",
 		"--gossip-addr=0.0.0.0:" + port, "--advertise-gossip-addr=" + gossip, "--insecure-gossip",
 	}
 	done := make(chan error, 1)

@@ -1,8 +1,9 @@
 // Command leased runs one node of a leased cluster: the Raft-replicated lease state machine, the gRPC
 // Leases and Cluster services for clients, raft traffic for peers, and a small admin HTTP server.
 //
-// Flags (each also settable as LEASED_<FLAG_IN_UPPER_SNAKE>, except --version) become a server.Config;
-// `leased --help` lists them. `leased health` asks a running node's admin port whether it is ready
+// Flags (each also settable as LEASED_<FLAG_IN_UPPER_SNAKE> and in the YAML --config-file, except
+// --version and --help-all) become a server.Config; `leased --help` lists the essential ones, `leased
+// --help-all` every one. `leased health` asks a running node's admin port whether it is ready
 // (health.go), for container health checks. SIGTERM or SIGINT shuts the node down cleanly (it hands leadership to a follower first) and
 // exits 0. Exit status 1 is a configuration error or a fatal error of the node, 2 a bad flag.
 package main
@@ -114,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"client_addr", srv.ClientAddr(), "peer_addr", srv.PeerAddr(), "http_addr", srv.HTTPAddr(), "admin_addr", admin.addr(),
 		"client_tls", certs.client != nil, "client_cert_auth", o.cfg.ClientCertAuth, "peer_tls", certs.peer != nil,
 		"admin_tls", certs.admin != nil, "pprof", o.tls.enablePprof,
-		"initial_cluster", formatCluster(o.cfg.InitialCluster), "gogc", gcPercent(),
+		"initial_cluster", formatCluster(o.cfg.InitialCluster), "election_timeout", o.cfg.ElectionTimeout(), "gogc", gcPercent(),
 		"memory_limit", formatLimit(debug.SetMemoryLimit(-1)))
 	srv.Start()
 	admin.serve(srv)

@@ -92,7 +92,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=127.0.0.1:0",
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
-		"--tick=5ms", "--log-level=debug",
+		"--election-timeout=50ms", "--log-level=debug",
 	}
 	gogc := gcPercent() // the runtime's, before leased starts
 	done := make(chan error, 1)

@@ -35,7 +35,7 @@ func TestQuotaBytesEndToEnd(t *testing.T) {
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
 		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
-		"--tick=5ms", "--quota-bytes=2000",
+		"--election-timeout=50ms", "--quota-bytes=2000",
 	}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()

@@ -27,7 +27,7 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 	client, peer, admin := addrs[0], addrs[1], addrs[2]
 	args := []string{
 		"--name=solo", "--data-dir=" + filepath.Join(dir, "data"), "--client-addr=" + client,
-		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--tick=5ms",
+		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--election-timeout=50ms",
 		"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + caFile, "--client-cert-auth",
 		"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + caFile,
 		"--admin-cert-file=" + cert, "--admin-key-file=" + key,

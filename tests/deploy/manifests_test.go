@@ -20,7 +20,7 @@ import (
 
 // The deployment files — deploy/kubernetes, deploy/systemd, compose.yaml, the Dockerfile — configure
 // leased through LEASED_* variables and --flags. These tests check that they parse and that every one
-// of them names a flag the built binary's --help lists, so renaming a flag fails here, not in a rollout.
+// of them names a flag the built binary's --help-all lists, so renaming a flag fails here, not in a rollout.
 
 const (
 	kubernetesDir = "../../deploy/kubernetes"
@@ -38,7 +38,7 @@ var pendingFlags = map[string]string{}
 // exercise them on real processes).
 var adminRoutes = []string{"/healthz", "/readyz", "/metrics"}
 
-// leasedFlags builds cmd/leased and returns the flags its --help lists, and the binary.
+// leasedFlags builds cmd/leased and returns the flags its --help-all lists, and the binary.
 func leasedFlags(t *testing.T) (map[string]bool, string) {
 	t.Helper()
 	if testing.Short() {
@@ -48,9 +48,9 @@ func leasedFlags(t *testing.T) (map[string]bool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "--help").Output()
+	out, err := exec.Command(bin, "--help-all").Output()
 	if err != nil {
-		t.Fatalf("leased --help: %v", err)
+		t.Fatalf("leased --help-all: %v", err)
 	}
 	flags := map[string]bool{}
 	re := regexp.MustCompile(`^  --([a-z0-9-]+)`)
@@ -61,7 +61,7 @@ func leasedFlags(t *testing.T) (map[string]bool, string) {
 		}
 	}
 	if len(flags) < 10 || !flags["initial-cluster"] {
-		t.Fatalf("found only %v in leased --help", flags)
+		t.Fatalf("found only %v in leased --help-all", flags)
 	}
 	return flags, bin
 }
@@ -86,7 +86,7 @@ func checkFlags(t *testing.T, where string, known map[string]bool, referenced []
 		case known[f] && pending:
 			t.Errorf("%s: --%s exists now: remove it from pendingFlags", where, f)
 		case !known[f] && !pending:
-			t.Errorf("%s sets --%s, which leased --help does not list", where, f)
+			t.Errorf("%s sets --%s, which leased --help-all does not list", where, f)
 		}
 	}
 }

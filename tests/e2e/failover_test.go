@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,8 +155,13 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 // least 5 s.
 func TestLeaderCrashElectsBeforeTheElectionTimeout(t *testing.T) {
 	const electionTimeout = 5 * time.Second
+	// The test clusters' 20 ms tick, so that only the election timeout differs: a file's election-ticks.
+	ticks := filepath.Join(t.TempDir(), "leased.yaml")
+	if err := os.WriteFile(ticks, fmt.Appendf(nil, "election-ticks: %d\n", electionTimeout/proc.Tick), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c := prepareClusterWith(t, proc.Config{Size: 3,
-		Args: []string{fmt.Sprintf("--election-ticks=%d", electionTimeout/proc.Tick)}})
+		Args: []string{"--election-timeout=" + electionTimeout.String(), "--config-file=" + ticks}})
 	for i := range c.Nodes {
 		c.Start(i)
 	}

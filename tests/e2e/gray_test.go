@@ -17,7 +17,7 @@ import (
 // stall a client that has other endpoints.
 
 // defaultTiming overrides the test clusters' fast timing with leased's defaults.
-var defaultTiming = []string{"--tick=100ms", "--election-ticks=10", "--checkpoint-interval=5s", "--proposal-timeout=5s"}
+var defaultTiming = []string{"--election-timeout=1s", "--checkpoint-interval=5s", "--proposal-timeout=5s"}
 
 // leasectl starts the CLI against endpoints; the caller waits for it.
 func leasectl(t *testing.T, endpoints []string, args ...string) (*exec.Cmd, *bytes.Buffer) {

@@ -269,7 +269,7 @@ func TestUnspecifiedAddressNeedsAdvertise(t *testing.T) {
 	_, clientPort, _ := strings.Cut(addrs[0], ":")
 	dir := t.TempDir()
 	base := []string{"--name=solo", "--data-dir=" + dir, "--client-addr=0.0.0.0:" + clientPort,
-		"--peer-addr=" + addrs[1], "--admin-addr=", "--initial-cluster=solo=" + addrs[1], "--tick=20ms"}
+		"--peer-addr=" + addrs[1], "--admin-addr=", "--initial-cluster=solo=" + addrs[1], "--election-timeout=200ms"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, leasedBin, base...).CombinedOutput()

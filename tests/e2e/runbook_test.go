@@ -113,8 +113,7 @@ func startRunbookNode(t *testing.T, logPath string, args []string) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	args = append(args, fmt.Sprintf("--tick=%v", proc.Tick), fmt.Sprintf("--election-ticks=%d", proc.ElectionTicks),
-		"--heartbeat-ticks=1", "--admin-addr=")
+	args = append(args, "--election-timeout="+proc.ElectionTimeout.String(), "--admin-addr=")
 	cmd := exec.Command(leasedBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -33,8 +33,8 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// Timing of the test clusters: a 20 ms tick and 10 election ticks give a 200 ms election timeout (raft
-// randomizes it to 200..400 ms), so a TTL floor of 1.6 s. The checkpoint interval is 5 × the election
+// Timing of the test clusters: a 200 ms election timeout (--election-timeout: a 20 ms tick, 10 election
+// ticks; raft randomizes it to 200..400 ms), so a TTL floor of 1.6 s. The checkpoint interval is 5 × the election
 // timeout, as in production (5 s at 1 s): shorter than a lease's renewal interval, it would make every
 // renewal a durable entry (a lease idle since the last checkpoint is renewed through the log), which a
 // production cluster never does at the floor.
@@ -382,7 +382,7 @@ func (c *Cluster) Start(i int) {
 		args = append(args, "--initial-cluster="+initial)
 	}
 	args = append(append(args,
-		fmt.Sprintf("--tick=%v", Tick), fmt.Sprintf("--election-ticks=%d", ElectionTicks), "--heartbeat-ticks=1",
+		"--election-timeout="+ElectionTimeout.String(),
 		"--proposal-timeout=2s", "--checkpoint-interval="+CheckpointInterval.String(), "--log-level=info"),
 		c.nodeArgs(i)...)
 	if n.GossipAddr != "" {
