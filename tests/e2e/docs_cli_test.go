@@ -418,6 +418,7 @@ func httpTLSDocExamples(t *testing.T, md, certs string, httpAddrs []string) {
 			if got := shownStatus.FindStringSubmatch(out); got == nil || got[1] != want {
 				t.Errorf("docs/http.md: %s\nanswered %s, want HTTP status %s", cmd, out, want)
 			}
+			checkShownAnswer(t, cmd, after, out)
 			for _, m := range regexp.MustCompile(`(?m)^# \.\.\. (.+) \.\.\.$`).FindAllStringSubmatch(after, -1) {
 				if !strings.Contains(out, m[1]) {
 					t.Errorf("docs/http.md: %s\nanswered %s, which lacks %s", cmd, out, m[1])
@@ -428,5 +429,27 @@ func httpTLSDocExamples(t *testing.T, md, certs string, httpAddrs []string) {
 	}
 	if ran < 2 {
 		t.Fatalf("docs/http.md: ran %d TLS curl examples: the examples were not found", ran)
+	}
+}
+
+// checkShownAnswer checks the answer docs/http.md shows after a curl command (the lines up to the next
+// comment or blank line), when it is whole JSON (not elided with […]) and then perhaps its HTTP status:
+// the command's answer must have the same keys, nested ones too.
+func checkShownAnswer(t *testing.T, cmd, after, out string) {
+	t.Helper()
+	var shown strings.Builder
+	for line := range strings.Lines(strings.TrimLeft(after, "\n")) {
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			break
+		}
+		shown.WriteString(strings.TrimSpace(line))
+	}
+	var want, got any
+	if json.Unmarshal([]byte(shownStatus.ReplaceAllString(shown.String()+"\n", "}")), &want) != nil {
+		return // no answer shown, or an elided one
+	}
+	answer := shownStatus.ReplaceAllString(out, "}")
+	if err := json.Unmarshal([]byte(answer), &got); err != nil || keysOf(got) != keysOf(want) {
+		t.Errorf("docs/http.md: %s\nanswered %s, which has other fields than the answer shown:\n%s", cmd, out, shown.String())
 	}
 }

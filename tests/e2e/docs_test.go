@@ -365,6 +365,7 @@ func httpDocExamples(t *testing.T, md string, httpAddrs []string) {
 			if got := shownStatus.FindStringSubmatch(out); got == nil || got[1] != want {
 				t.Errorf("docs/http.md: %s\nanswered %s, want HTTP status %s", cmd, out, want)
 			}
+			checkShownAnswer(t, cmd, block[loc[1]:end], out)
 			if m := regexp.MustCompile(`"lease":\s*\{"resource":\s*"jobs/nightly",\s*"holder":\s*"[^"]*",\s*"token":\s*"(\d+)"`).FindStringSubmatch(out); m != nil && token == "" {
 				token = m[1]
 			}
