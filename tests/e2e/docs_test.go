@@ -186,16 +186,22 @@ func shellDir(t *testing.T) string {
 // under test too.
 func runShellIn(t *testing.T, dir, script string, env ...string) string {
 	t.Helper()
+	out, err := shellOutput(dir, script, env...)
+	if err != nil {
+		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
+	}
+	return out
+}
+
+// shellOutput is runShellIn's run, returning its error instead of failing a test.
+func shellOutput(dir, script string, env ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append(env, "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"))...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // exampleMarker, on the line before a ```go block (blank lines between allowed), names the Go function
