@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -353,7 +354,8 @@ func runGrpcurlExamples(t *testing.T, md string, endpoints []string) {
 	}
 }
 
-// TestDocTLSExamplesRun runs docs/http.md's examples with TLS and client certificates against a cluster
+// TestDocTLSExamplesRun runs docs/http.md's and docs/security.md's examples with TLS and client
+// certificates against a cluster
 // set up as `scripts/cluster.sh --tls` sets it up: certificates from scripts/certs.sh, client
 // certificates required, the ACL of scripts/acl.example.yaml, the default timing. It also checks what
 // the page says of a client without a certificate (curl exits 56) and of plain http:// to the HTTPS port
@@ -371,7 +373,7 @@ func TestDocTLSExamplesRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	httpAddrs := proc.FreeAddrs(t, 3)
-	newClusterWith(t, proc.Config{Size: 3, Args: defaultTiming, ClientTLS: certsClientTLS(t, certs, "ops"),
+	c := newClusterWith(t, proc.Config{Size: 3, Args: defaultTiming, ClientTLS: certsClientTLS(t, certs, "ops"),
 		NodeArgs: func(i int) []string {
 			name := fmt.Sprintf("n%d", i+1)
 			f := func(p string) string { return filepath.Join(certs, p) }
@@ -382,6 +384,7 @@ func TestDocTLSExamplesRun(t *testing.T) {
 		}})
 	md := readDoc(t, "docs/http.md")
 	httpTLSDocExamples(t, md, certs, httpAddrs)
+	securityDocExamples(t, readDoc(t, "docs/security.md"), certs, c.Endpoints())
 
 	// The prose after the examples.
 	if !strings.Contains(md, "Without a client certificate the TLS handshake fails (curl exits 56); plain `http://` to the HTTPS port\nanswers 400.") {
@@ -481,5 +484,42 @@ func checkShownAnswer(t *testing.T, cmd, after, out string) {
 	answer := shownStatus.ReplaceAllString(out, "}")
 	if err := json.Unmarshal([]byte(answer), &got); err != nil || keysOf(got) != keysOf(want) {
 		t.Errorf("docs/http.md: %s\nanswered %s, which has other fields than the answer shown:\n%s", cmd, out, shown.String())
+	}
+}
+
+// shownExit is the exit status a docs example shows in its comment: "# exit 6: ...".
+var shownExit = regexp.MustCompile(`#\s*exit (\d+)`)
+
+// securityDocExamples runs the leasectl commands of docs/security.md's ```sh blocks against the TLS
+// cluster (its endpoints; data/certs/ is certs): each must exit with the status its comment shows, else 0.
+// `scripts/cluster.sh --tls` is what the test's cluster stands in for.
+func securityDocExamples(t *testing.T, md, certs string, endpoints []string) {
+	ran := 0
+	for _, block := range codeBlocks(md, "sh") {
+		for line := range strings.Lines(block) {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "leasectl ") {
+				continue
+			}
+			want := 0
+			if m := shownExit.FindStringSubmatch(line); m != nil {
+				want, _ = strconv.Atoi(m[1])
+			}
+			cmd := strings.ReplaceAll(line, "data/certs/", certs+"/")
+			out, err := shellOutput(shellDir(t), cmd, "LEASECTL_ENDPOINTS="+strings.Join(endpoints, ","))
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != want {
+				t.Errorf("docs/security.md: %s\nexited %d, the docs show %d:\n%s", line, code, want, out)
+			}
+			ran++
+		}
+	}
+	if ran < 2 {
+		t.Fatalf("docs/security.md: ran %d leasectl examples: the examples were not found", ran)
 	}
 }
