@@ -105,7 +105,7 @@ func TestFlippedWALByteIsRefusedOrLosesNothing(t *testing.T) {
 	positions := append(headers, rng.Perm(end+sectorSize)...)
 	budget := 20 * time.Second
 	if testing.Short() {
-		budget = 3 * time.Second
+		budget = time.Second
 	}
 	deadline := time.Now().Add(budget)
 	tried, refused := 0, 0
@@ -169,7 +169,7 @@ func TestDamagedRaftDBPageIsRefusedOrLosesNothing(t *testing.T) {
 	positions := append(metas, rng.Perm(used)...)
 	budget := 15 * time.Second
 	if testing.Short() {
-		budget = 3 * time.Second
+		budget = time.Second
 	}
 	deadline := time.Now().Add(budget)
 	tried, refused := 0, 0

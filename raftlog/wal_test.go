@@ -51,9 +51,14 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 	}
 	torn := map[string][]byte{}
 	// Every byte of the header and of the first inner record, then a
-	// sample (each Open costs several fsyncs), and around sector ends.
+	// sample (each Open costs several fsyncs; a sparser one under -short),
+	// and around sector ends.
+	every := 29
+	if testing.Short() {
+		every = 97
+	}
 	for cut := lastStart; cut < lastEnd; cut++ {
-		if cut-lastStart < 64 || cut%sectorSize < 2 || cut%sectorSize > sectorSize-2 || cut%29 == 0 {
+		if cut-lastStart < 64 || cut%sectorSize < 2 || cut%sectorSize > sectorSize-2 || cut%every == 0 {
 			torn[fmt.Sprintf("file ends at %d", cut)] = seg[:cut]
 		}
 	}
@@ -160,7 +165,11 @@ func TestDamageBeforeTheLastSegmentIsCorrupt(t *testing.T) {
 			t.Fatal(err)
 		}
 		end := recordsEnd(img)
-		for off := 0; off < end; off += 3 {
+		step := 3
+		if testing.Short() { // a sample: every 13th byte
+			step = 13
+		}
+		for off := 0; off < end; off += step {
 			dir := copyLog(t, src)
 			path := filepath.Join(dir, walDirName, filepath.Base(seg.path))
 			bad := append([]byte(nil), img...)

@@ -8,7 +8,8 @@
 # lint, stale generated code, buf breaking of the public API) and the Prometheus alerting rules
 # (scripts/promtool.sh: promtool check rules and the rules' unit tests; as root it installs Debian's
 # prometheus package for promtool), and decodes deploy/kubernetes against the Kubernetes API types
-# (tests/deploy/kubeapi, a module of its own). Every run has a Docker engine beside it for the container
+# (tests/deploy/kubeapi, a module of its own). A run of ./... or ./tests/e2e builds a pinned grpcurl for the
+# docs' examples (scripts/grpcurl.sh, once). Every run has a Docker engine beside it for the container
 # test (scripts/docker.sh: as root it installs Debian's docker.io and docker-compose and starts dockerd).
 # Arguments replace the default `./...`, e.g. `scripts/test.sh -run Fence ./client/...`, and skip those
 # checks.
@@ -23,6 +24,14 @@ if [[ $# -eq 0 ]]; then
 	echo "== tests/deploy/kubeapi"
 	(cd tests/deploy/kubeapi && go vet ./... && go test -count=1 ./...)
 	set -- ./...
+fi
+# The docs' grpcurl examples (tests/e2e) need grpcurl: without it they skip, or fail under CI=true.
+if [[ -z ${LEASED_TEST_GRPCURL:-} && " $* " =~ \ (\./\.\.\.|\./tests/e2e/?(\.\.\.)?)\  ]]; then
+	if LEASED_TEST_GRPCURL=$(./scripts/grpcurl.sh); then
+		export LEASED_TEST_GRPCURL
+	else
+		printf '\n!!! test.sh WARNING: grpcurl could not be built: the docs'"'"' grpcurl examples will not run\n\n' >&2
+	fi
 fi
 echo "== go vet ./..."
 go vet ./...

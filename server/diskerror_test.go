@@ -20,6 +20,7 @@ type faultCluster struct {
 }
 
 func startFaultCluster(t *testing.T) *faultCluster {
+	skipShort(t)
 	t.Helper()
 	const size = 3
 	cfgs, lis := make([]server.Config, size), make([]server.Listeners, size)

@@ -89,6 +89,7 @@ func rogueMemberID(cluster uint64, name string) uint64 {
 // address that answers for a cluster 0xbad of its making: the joiner refuses that cluster, since its
 // --initial-cluster-token names another, and writes nothing into its data dir.
 func TestRogueGossipCannotCaptureAJoiner(t *testing.T) {
+	skipShort(t)
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

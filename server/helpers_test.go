@@ -132,6 +132,7 @@ func listRetrying(c *servertest.Cluster, ctx context.Context, req *leasepb.ListR
 // startSingleNode starts a one-node cluster on loopback from cfg (filling in its name, data dir,
 // addresses and initial cluster), waits until it leads, and stops it when the test ends.
 func startSingleNode(t *testing.T, cfg *server.Config) *server.Server {
+	skipShort(t)
 	t.Helper()
 	cfg.Name, cfg.DataDir = "n1", filepath.Join(t.TempDir(), "n1")
 	lis := server.Listeners{Client: listenLocal(t), Peer: listenLocal(t)}

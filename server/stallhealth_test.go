@@ -29,6 +29,7 @@ type faultyCluster struct {
 }
 
 func startFaultyCluster(t *testing.T) *faultyCluster {
+	skipShort(t)
 	t.Helper()
 	const size = 3
 	c := &faultyCluster{}

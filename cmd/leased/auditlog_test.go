@@ -18,6 +18,7 @@ import (
 
 // TestAuditLogFlag: --audit-log FILE puts the trail in the file and not on stderr; off writes it nowhere.
 func TestAuditLogFlag(t *testing.T) {
+	skipShort(t)
 	for _, dest := range []string{"file", "off"} {
 		t.Run(dest, func(t *testing.T) {
 			dir := t.TempDir()

@@ -24,6 +24,7 @@ import (
 // connections to the client and HTTP ports: one more is closed at once, the client connected before the
 // flood still acquires, the admin port's /healthz and /readyz answer, and /metrics counts the refusals.
 func TestAdminAnswersAtTheConnectionLimit(t *testing.T) {
+	skipShort(t)
 	const limit, flood = 8, 24
 	addrs := freeAddrs(t, 4)
 	peer, admin, client, httpAddr := addrs[0], addrs[1], addrs[2], addrs[3]

@@ -67,6 +67,7 @@ func TestDiskStallHookContract(t *testing.T) {
 // raft log write beyond --disk-stall-timeout, stops with ErrDiskStalled, which main turns into exit
 // status 1.
 func TestInjectedDiskStallExitsOne(t *testing.T) {
+	skipShort(t)
 	addrs := freeAddrs(t, 3)
 	client, peer, admin := addrs[0], addrs[1], addrs[2]
 	stderr := &syncBuffer{}
@@ -156,6 +157,7 @@ func TestDiskErrorHookContract(t *testing.T) {
 // TestInjectedDiskErrorExitsOne: a one-node leased whose next raft log write fails with EIO or ENOSPC
 // acknowledges nothing more and exits with status 1, its log naming the error and the WAL segment.
 func TestInjectedDiskErrorExitsOne(t *testing.T) {
+	skipShort(t)
 	for name, errno := range map[string]syscall.Errno{"EIO": syscall.EIO, "ENOSPC": syscall.ENOSPC} {
 		t.Run(name, func(t *testing.T) {
 			addrs := freeAddrs(t, 3)

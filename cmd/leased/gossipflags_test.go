@@ -14,6 +14,7 @@ import (
 // --insecure-gossip lets unencrypted gossip listen beyond loopback (here every interface), and the node
 // says so at start.
 func TestInsecureGossipIsWarned(t *testing.T) {
+	skipShort(t)
 	addrs := freeAddrs(t, 2)
 	peer, gossip := addrs[0], addrs[1]
 	_, port, _ := net.SplitHostPort(gossip)

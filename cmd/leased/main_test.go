@@ -80,6 +80,7 @@ func TestBadSettingsExitOne(t *testing.T) {
 // TestRunServesUntilCancelled runs a one-node cluster in process, reads its metrics, and stops it as a
 // signal would.
 func TestRunServesUntilCancelled(t *testing.T) {
+	skipShort(t)
 	// Neither a container's memory limit nor the environment's: leased leaves GOGC as the runtime has it.
 	t.Setenv("AUTOMEMLIMIT", "off")
 	prevLimit := debug.SetMemoryLimit(math.MaxInt64)

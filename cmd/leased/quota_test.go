@@ -27,6 +27,7 @@ var _ quotaReporter = (*server.Server)(nil)
 // /readyz (still 200) and leased_quota_exceeded report the NOSPACE alarm, a renewal and a release still
 // work, and the release clears the alarm so that the next grant succeeds.
 func TestQuotaBytesEndToEnd(t *testing.T) {
+	skipShort(t)
 	addrs := freeAddrs(t, 3)
 	peer, admin, client := addrs[0], addrs[1], addrs[2]
 	ctx, cancel := context.WithCancelCause(context.Background())

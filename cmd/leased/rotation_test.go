@@ -18,6 +18,7 @@ import (
 // files, replaces the files, and sees new handshakes serve the new certificate (by serial) while the
 // node keeps running.
 func TestCertificateRotationWithoutRestart(t *testing.T) {
+	skipShort(t)
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "ca")
 	first := ca.Node(t, "solo")

@@ -36,6 +36,9 @@ import (
 // per pod, CN the pod's name, serverAuth and clientAuth). The three must form a cluster whose every node
 // is ready, and serve a client with a client certificate on the client port and the HTTP/JSON port.
 func TestKubernetesTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs leased processes: skipped under -short (make test-short); make test runs it")
+	}
 	bin, err := proc.Build(t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)

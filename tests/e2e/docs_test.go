@@ -32,8 +32,10 @@ const (
 // against this module) and every ```sh block in order in one shell, with the page's addresses replaced by
 // the cluster's. The ```text blocks (install, scripts/cluster.sh on its fixed ports, go mod) are not run:
 // the cluster here is started the way scripts/cluster.sh starts it, on free ports. Then it runs the curl
-// commands of docs/http.md's examples against the same cluster (see httpDocExamples), and checks
-// docs/leasectl.md's synopses and refusals (leasectlDocExamples) and the README's commands (readmeExamples).
+// commands of docs/http.md's examples against the same cluster (see httpDocExamples; the TLS ones:
+// TestDocTLSExamplesRun), runs the README's commands (readmeExamples) and docs/operations.md's grpcurl
+// commands (runGrpcurlExamples), checks docs/leasectl.md's synopses and refusals (leasectlDocExamples)
+// and runs its examples (runLeasectlExamples).
 func TestDocExamplesRun(t *testing.T) {
 	md := readDoc(t, "docs/quickstart.md")
 	httpAddrs := proc.FreeAddrs(t, 3)
@@ -92,8 +94,13 @@ func TestDocExamplesRun(t *testing.T) {
 	})
 
 	t.Run("http.md", func(t *testing.T) { httpDocExamples(t, readDoc(t, "docs/http.md"), httpAddrs) })
-	t.Run("leasectl.md", func(t *testing.T) { leasectlDocExamples(t, readDoc(t, "docs/leasectl.md"), endpoints) })
 	t.Run("README", func(t *testing.T) { readmeExamples(t, readDoc(t, "README.md"), endpoints, httpAddrs) })
+	t.Run("operations.md grpcurl", func(t *testing.T) { runGrpcurlExamples(t, readDoc(t, "docs/operations.md"), endpoints) })
+	t.Run("leasectl.md", func(t *testing.T) { // last: its failover example pauses the leader
+		md := readDoc(t, "docs/leasectl.md")
+		leasectlDocExamples(t, md, endpoints)
+		runLeasectlExamples(t, c, md)
+	})
 }
 
 // readDoc reads a file of the repository by its path from the repository's root.
@@ -110,14 +117,20 @@ func readDoc(t *testing.T, path string) string {
 func codeBlocks(md, lang string) []string {
 	var blocks []string
 	var cur *strings.Builder
+	inside := false // a block of any language: its closing fence opens nothing
 	for line := range strings.Lines(md) {
 		trimmed := strings.TrimSpace(line)
 		switch {
-		case cur == nil && trimmed == "```"+lang:
-			cur = &strings.Builder{}
-		case cur != nil && trimmed == "```":
-			blocks = append(blocks, cur.String())
-			cur = nil
+		case !inside && strings.HasPrefix(trimmed, "```"):
+			inside = true
+			if trimmed == "```"+lang {
+				cur = &strings.Builder{}
+			}
+		case inside && trimmed == "```":
+			if cur != nil {
+				blocks = append(blocks, cur.String())
+			}
+			inside, cur = false, nil
 		case cur != nil:
 			cur.WriteString(line)
 		}
@@ -149,9 +162,15 @@ func goRun(t *testing.T, program string) string {
 	return string(out)
 }
 
-// runShell runs script with bash -euo pipefail in a directory where bin/leasectl is the CLI under test,
-// with env added to the environment, and returns its output.
+// runShell runs script with bash -euo pipefail in a directory of its own (shellDir), with env added to
+// the environment, and returns its output.
 func runShell(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	return runShellIn(t, shellDir(t), script, env...)
+}
+
+// shellDir makes a directory where bin/leasectl is the CLI under test.
+func shellDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
@@ -160,16 +179,29 @@ func runShell(t *testing.T, script string, env ...string) string {
 	if err := os.Symlink(leasectlBin, filepath.Join(dir, "bin", "leasectl")); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// runShellIn is runShell in dir, whose bin/ comes first on PATH, so that a bare `leasectl` is the CLI
+// under test too.
+func runShellIn(t *testing.T, dir, script string, env ...string) string {
+	t.Helper()
+	out, err := shellOutput(dir, script, env...)
+	if err != nil {
+		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
+	}
+	return out
+}
+
+// shellOutput is runShellIn's run, returning its error instead of failing a test.
+func shellOutput(dir, script string, env ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(os.Environ(), append(env, "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH"))...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the shell examples failed: %v\n%s\n--- the script:\n%s", err, out, script)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // exampleMarker, on the line before a ```go block (blank lines between allowed), names the Go function
@@ -306,7 +338,8 @@ var shownStatus = regexp.MustCompile(`\} (\d{3})\n`)
 // whose HTTP addresses are httpAddrs (the docs' 127.0.0.1:7501..7503). The docs show the answers of a
 // fresh local cluster, whose first grant had token 6: the commands that name that token get the token
 // this cluster granted instead. An example that shows an HTTP status must answer with it; the others must
-// answer 200. The blocks that need scripts/cluster.sh --tls (certificates in data/certs) are left out.
+// answer 200. The blocks that need scripts/cluster.sh --tls (certificates in data/certs) are
+// TestDocTLSExamplesRun's.
 func httpDocExamples(t *testing.T, md string, httpAddrs []string) {
 	ran := 0
 	token := ""
@@ -338,6 +371,7 @@ func httpDocExamples(t *testing.T, md string, httpAddrs []string) {
 			if got := shownStatus.FindStringSubmatch(out); got == nil || got[1] != want {
 				t.Errorf("docs/http.md: %s\nanswered %s, want HTTP status %s", cmd, out, want)
 			}
+			checkShownAnswer(t, cmd, block[loc[1]:end], out)
 			if m := regexp.MustCompile(`"lease":\s*\{"resource":\s*"jobs/nightly",\s*"holder":\s*"[^"]*",\s*"token":\s*"(\d+)"`).FindStringSubmatch(out); m != nil && token == "" {
 				token = m[1]
 			}
@@ -425,26 +459,10 @@ func runCLI(t *testing.T, endpoints []string, args ...string) string {
 }
 
 // readmeExamples checks the README's shell examples: the leasectl lines name only flags their commands
-// know (they are not run: they include a 10 s benchmark and scripts of the reader's), and the curl line
-// runs against the cluster and is answered 200.
+// know, and the block runs against the cluster (runReadmeExamples).
 func readmeExamples(t *testing.T, md string, endpoints, httpAddrs []string) {
-	blocks := codeBlocks(md, "sh")
-	if checked := synopsisFlags(t, "README.md", blocks, endpoints); checked < 5 {
+	if checked := synopsisFlags(t, "README.md", codeBlocks(md, "sh"), endpoints); checked < 5 {
 		t.Errorf("README.md: checked %d leasectl flags: the examples were not found", checked)
 	}
-	curls := 0
-	for _, block := range blocks {
-		for _, cmd := range curlCommand.FindAllString(block, -1) {
-			for i, a := range httpAddrs {
-				cmd = strings.ReplaceAll(cmd, fmt.Sprintf("%s%d", docHTTPAddr, i+1), a)
-			}
-			if out := runShell(t, cmd+` -w ' %{http_code}\n'`); !strings.HasSuffix(out, "} 200\n") {
-				t.Errorf("README.md: %s\nanswered %s, want HTTP status 200", cmd, out)
-			}
-			curls++
-		}
-	}
-	if curls == 0 {
-		t.Error("README.md: no curl example found")
-	}
+	runReadmeExamples(t, md, endpoints, httpAddrs)
 }
