@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// These tests cover the comparison's own arithmetic and parsing; `make bench-compare-smoke` runs it end
-// to end. They are not part of leased's test run (bench/ is its own module): cd bench && go test .
+// These tests cover the comparison's own arithmetic and parsing (and zookeeper_test.go the ZooKeeper side
+// on a real ensemble); `make bench-compare-smoke` runs it all end to end. bench/ is its own module:
+// scripts/test.sh runs them with `cd bench && go test ./...`.
 
 func TestProcReadersReadThisProcess(t *testing.T) {
 	cpu, err := cpuSeconds(os.Getpid())

@@ -90,11 +90,16 @@ func (s *zkSystem) start(ctx context.Context, dir string) error {
 			return err
 		}
 	}
+	// A JVM's start and the first election take seconds: wait until every server serves, then for a write.
+	err = poll(ctx, time.Minute, func() bool { return s.ready(ctx, 0) && s.ready(ctx, 1) && s.ready(ctx, 2) })
+	if err != nil {
+		return fmt.Errorf("ensemble not serving: %w", err)
+	}
 	op, err := s.acquire(ctx, 1, 10*time.Second)
 	if err != nil {
 		return err
 	}
-	return waitWritable(ctx, op, 60*time.Second)
+	return waitWritable(ctx, op, 30*time.Second)
 }
 
 // writeZKConfig writes server id's zoo.cfg and myid into data.
