@@ -193,13 +193,13 @@ func (quietLogger) Printf(string, ...any) {}
 // connect opens the sessions of a workload's workers (timeout ttl, which ZooKeeper clamps to 4–40 s with
 // 2 s ticks): worker w uses the result's [w % len]. Each waits until its session is established.
 func (s *zkSystem) connect(ctx context.Context, workers int, ttl time.Duration) ([]*zk.Conn, error) {
-	return s.connectTo(ctx, workers, ttl, s.clientEps)
+	return s.sessions(ctx, max((workers+loadgen.WorkersPerClient-1)/loadgen.WorkersPerClient, 1), ttl, s.clientEps)
 }
 
-// connectTo is connect with sessions on servers only.
-func (s *zkSystem) connectTo(ctx context.Context, workers int, ttl time.Duration, servers []string) ([]*zk.Conn, error) {
+// sessions opens n sessions on servers.
+func (s *zkSystem) sessions(ctx context.Context, n int, ttl time.Duration, servers []string) ([]*zk.Conn, error) {
 	var cs []*zk.Conn
-	for range max((workers+loadgen.WorkersPerClient-1)/loadgen.WorkersPerClient, 1) {
+	for range n {
 		c, events, err := zk.Connect(servers, ttl, zk.WithLogger(quietLogger{}))
 		if err != nil {
 			return nil, err
@@ -303,9 +303,11 @@ func (s *zkSystem) churn(ctx context.Context, clients int) (loadgen.Op, error) {
 }
 
 // contended is Curator's InterProcessMutex on one lock path: each worker's lock and unlock is one
-// handoff (zkMutex).
+// handoff (zkMutex). Each worker has a session of its own, as contending processes do: ZooKeeper answers
+// a session's requests in order, so workers sharing one would queue a waiter's read behind the others'
+// writes.
 func (s *zkSystem) contended(ctx context.Context, clients int) (loadgen.Op, error) {
-	cs, err := s.connect(ctx, clients, 10*time.Second)
+	cs, err := s.sessions(ctx, clients, 10*time.Second, s.clientEps)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +402,7 @@ func (s *zkSystem) read(ctx context.Context, clients int, serializable bool) (lo
 	if leader < 0 {
 		return nil, errors.New("no leader")
 	}
-	cs, err := s.connectTo(ctx, clients, 10*time.Second, s.clientEps[leader:leader+1])
+	cs, err := s.sessions(ctx, 1, 10*time.Second, s.clientEps[leader:leader+1])
 	if err != nil {
 		return nil, err
 	}
