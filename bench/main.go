@@ -224,9 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	for rep := range cfg.reps {
 		for ci, c := range cs {
-			// Each system goes first in turn: cell by cell and repetition by repetition.
-			k := (rep + ci) % len(selected)
-			for _, s := range append(slices.Clone(selected[k:]), selected[:k]...) {
+			for _, s := range inTurn(selected, rep+ci) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -262,6 +260,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
 	}
 	return nil
+}
+
+// inTurn is systems rotated to start at the k-th (modulo their number): each goes first in turn, cell by
+// cell and repetition by repetition, so that none always runs on the machine's freshest (or most tired)
+// state.
+func inTurn(systems []system, k int) []system {
+	k %= len(systems)
+	return append(slices.Clone(systems[k:]), systems[:k]...)
 }
 
 // runCell starts s fresh in dir, runs c on it and stops it again, whatever happens. Whatever dir holds
