@@ -54,9 +54,9 @@ type zkSystem struct {
 // errZKHeld is a create on a name that exists (never, with fresh names).
 var errZKHeld = errors.New("zookeeper: node already exists")
 
-func (s *zkSystem) name() string          { return "zookeeper" }
-func (s *zkSystem) nodes() []*proc        { return s.procs }
-func (s *zkSystem) readyURL(i int) string { return "" }
+func (s *zkSystem) name() string        { return "zookeeper" }
+func (s *zkSystem) nodes() []*proc      { return s.procs }
+func (s *zkSystem) readyURL(int) string { return "" } // unused: ready answers instead
 
 // ready is the readiness check of a server (see readier): it serves clients as leader or follower.
 func (s *zkSystem) ready(_ context.Context, i int) bool {
@@ -170,7 +170,10 @@ func (s *zkSystem) srvr(i int) (mode string, epoch uint64, err error) {
 
 func (s *zkSystem) leader(context.Context) int {
 	for i, p := range s.procs {
-		if mode, _, err := s.srvr(i); p.running() && err == nil && mode == "leader" {
+		if !p.running() {
+			continue
+		}
+		if mode, _, err := s.srvr(i); err == nil && mode == "leader" {
 			return i
 		}
 	}
@@ -370,7 +373,9 @@ func (m *zkMutex) lock(ctx context.Context) error {
 			continue
 		}
 		// Given up (the deadline, a lost connection): withdraw, as Curator does, lest the lock wedge.
-		_ = m.unlock(context.Background())
+		wctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_ = m.unlock(wctx)
+		cancel()
 		return err
 	}
 }
