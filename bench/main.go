@@ -96,7 +96,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	steadyClientsFlag := fs.String("steady-clients", env("STEADY_CLIENTS", "256"), "workers of the steady row (env BENCH_STEADY_CLIENTS)")
 	killsFlag := fs.String("kills", env("KILLS", "3"), "leader kills of the failover row (env BENCH_KILLS)")
 	leasesFlag := fs.String("leases", env("LEASES", "10000,100000,1000000"), "held leases of the memory and restart rows, one row each (env BENCH_LEASES)")
-	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "30m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
+	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "60m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
 	maxOpsFlag := fs.String("max-ops", env("MAX_OPS", strconv.Itoa(loadgen.DefaultMaxOps)), "most operations of one load cell (env BENCH_MAX_OPS)")
 	fs.StringVar(&cfg.dir, "dir", env("DIR", ""), "parent of the data dirs (default a new temporary dir, removed at the end; env BENCH_DIR)")
 	fs.StringVar(&cfg.out, "out", env("OUT", ""), "also write the table to this file (env BENCH_OUT)")
