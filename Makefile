@@ -42,15 +42,18 @@ bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
 	$(GO) test -run='^$$' -bench='MemoryHeld|RestartReady' -benchtime 1x -timeout 30m ./server/
 	$(GO) test -run='^$$' -bench=KeepAlive10k -benchtime 1x ./client/
 
-# bench-compare: leased against etcd, side by side (docs/benchmarks.md). bench/ is its own Go module (etcd stays
-# out of go.mod); it builds etcd from the module proxy and leased from this tree into bench/bin. BENCH_FLAGS
-# passes flags to it (bench/main.go: --rows, --duration, --reps, --clients, --leases, ...).
+# bench-compare: leased against etcd and ZooKeeper, side by side (docs/benchmarks.md). bench/ is its own Go
+# module (etcd and the ZooKeeper client stay out of go.mod); it builds etcd from the module proxy and leased
+# from this tree into bench/bin, and bench/zookeeper.sh installs Debian's zookeeper and default-jre when
+# missing (as root). BENCH_FLAGS passes flags to it (bench/main.go: --systems, --rows, --duration, --reps,
+# --clients, --leases, ...).
 BENCH_FLAGS ?=
 bench-bins:
+	./bench/zookeeper.sh
 	cd bench && $(GO) build -o bin/etcd go.etcd.io/etcd/server/v3 && $(GO) build -o bin/bench .
 	$(GO) build -ldflags "$(LDFLAGS)" -o bench/bin/leased ./cmd/leased
 
-bench-compare: bench-bins ## leased vs etcd v3.7.3, one markdown table (slow: 1M held leases; BENCH_FLAGS=--rows=acquire)
+bench-compare: bench-bins ## leased vs etcd v3.7.3 and ZooKeeper 3.8, one markdown table (slow: 1M held leases; BENCH_FLAGS=--rows=acquire)
 	cd bench && ./bin/bench $(BENCH_FLAGS)
 
 bench-compare-smoke: bench-bins ## every row of bench-compare with tiny sizes (a minute or two): proves it works, measures nothing

@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// These tests cover the comparison's own arithmetic and parsing; `make bench-compare-smoke` runs it end
-// to end. They are not part of leased's test run (bench/ is its own module): cd bench && go test .
+// These tests cover the comparison's own arithmetic and parsing (and zookeeper_test.go the ZooKeeper side
+// on a real ensemble); `make bench-compare-smoke` runs it all end to end. bench/ is its own module:
+// scripts/test.sh runs them with `cd bench && go test ./...`.
 
 func TestProcReadersReadThisProcess(t *testing.T) {
 	cpu, err := cpuSeconds(os.Getpid())
@@ -110,5 +111,36 @@ func TestRunCellStartsFromAnEmptyDir(t *testing.T) {
 	}
 	if !s.empty {
 		t.Fatal("the cell's system started on the last run's data")
+	}
+}
+
+// namedSystem is a system known by its name alone.
+type namedSystem struct {
+	system
+	n string
+}
+
+func (s namedSystem) name() string { return s.n }
+
+// Over consecutive cells each system goes first once, whether two or three run.
+func TestInTurnRotatesWhoGoesFirst(t *testing.T) {
+	for _, names := range [][]string{{"etcd", "leased"}, {"etcd", "zookeeper", "leased"}} {
+		var systems []system
+		for _, n := range names {
+			systems = append(systems, namedSystem{n: n})
+		}
+		first := map[string]int{}
+		for k := range len(names) {
+			order := inTurn(systems, k)
+			if len(order) != len(names) {
+				t.Fatalf("inTurn(%v, %d) has %d systems", names, k, len(order))
+			}
+			first[order[0].name()]++
+		}
+		for _, n := range names {
+			if first[n] != 1 {
+				t.Errorf("%v: %s went first %d times in %d cells", names, n, first[n], len(names))
+			}
+		}
 	}
 }

@@ -53,7 +53,11 @@ func cells(cfg config) []cell {
 		out = append(out, cell{"failover", failoverCell})
 	}
 	if cfg.rows["memory"] {
-		out = append(out, cell{"memory", memoryCell})
+		for _, n := range cfg.leases {
+			out = append(out, cell{memoryKey(n), func(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+				return memoryCell(ctx, s, cfg, n)
+			}})
+		}
 	}
 	return out
 }
@@ -303,9 +307,11 @@ func leaderGap(ctx context.Context, s system, op loadgen.Op, seq *int, stop func
 // garbage before it reads RSS.
 const settle = 3 * time.Second
 
-// memoryCell acquires cfg.leases leases with 64 clients (TTL 1 h, so none expires), reads each node's
-// RSS before and after, then SIGKILLs a follower and times its restart until it reports ready.
-func memoryCell(ctx context.Context, s system, cfg config) (map[string]float64, error) {
+func memoryKey(leases int) string { return fmt.Sprintf("memory-%d", leases) }
+
+// memoryCell acquires n leases with 64 clients (TTL 1 h, so none expires), reads each node's RSS
+// before and after, then SIGKILLs a follower and times its restart until it reports ready.
+func memoryCell(ctx context.Context, s system, cfg config, n int) (map[string]float64, error) {
 	before := make([]int64, 3)
 	for i, p := range s.nodes() {
 		var err error
@@ -318,12 +324,12 @@ func memoryCell(ctx context.Context, s system, cfg config) (map[string]float64, 
 	if err != nil {
 		return nil, err
 	}
-	r, err := loadgen.Run(ctx, loadgen.Options{Clients: workers, Duration: cfg.fillTimeout, MaxOps: cfg.leases, OpTimeout: opTimeout}, op)
+	r, err := loadgen.Run(ctx, loadgen.Options{Clients: workers, Duration: cfg.fillTimeout, MaxOps: n, OpTimeout: opTimeout}, op)
 	if err != nil {
 		return nil, err
 	}
-	if held := r.Ops - r.Errors; held < cfg.leases {
-		return nil, fmt.Errorf("held %d of %d leases within %v (first error: %v)", held, cfg.leases, cfg.fillTimeout, r.FirstErr)
+	if held := r.Ops - r.Errors; held < n {
+		return nil, fmt.Errorf("held %d of %d leases within %v (first error: %v)", held, n, cfg.fillTimeout, r.FirstErr)
 	}
 	select {
 	case <-ctx.Done():
@@ -352,9 +358,10 @@ func memoryCell(ctx context.Context, s system, cfg config) (map[string]float64, 
 	if err := waitReady(ctx, s, follower, 10*time.Minute); err != nil {
 		return nil, fmt.Errorf("restarted %s not ready: %w", node.name, err)
 	}
+	k := memoryKey(n)
 	return map[string]float64{
-		"memory/growth-mb": float64(growth) / 1e6, "memory/per-lease": float64(growth) / float64(cfg.leases),
-		"memory/restart": time.Since(restarted).Seconds(),
+		k + "/growth-mb": float64(growth) / 1e6, k + "/per-lease": float64(growth) / float64(n),
+		k + "/restart": time.Since(restarted).Seconds(),
 	}, nil
 }
 

@@ -6,7 +6,11 @@ replace github.com/leased/leased => ../
 
 tool go.etcd.io/etcd/server/v3
 
+// go-zookeeper/zk drives the ZooKeeper side of the comparison (zookeeper.go): a pure-Go client of
+// ZooKeeper's wire protocol, so no JVM client runs beside the load loop. Like etcd it lives here only,
+// never in leased's go.mod.
 require (
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/leased/leased v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3

@@ -1,10 +1,11 @@
-// Command bench compares leased with etcd side by side (`make bench-compare`, docs/benchmarks.md): it
-// starts a fresh three-node cluster of each on loopback for every cell, drives both with the same load
-// loop (client/loadgen) — etcd's clientv3 and concurrency package on one side, the leased SDK on the
-// other — interleaving the systems, and prints one markdown table with both and the ratio.
+// Command bench compares leased with etcd and ZooKeeper side by side (`make bench-compare`,
+// docs/benchmarks.md): it starts a fresh three-node cluster of each on loopback for every cell, drives
+// each with the same load loop (client/loadgen) — etcd's clientv3 and concurrency package, go-zookeeper
+// with the standard recipes, the leased SDK — interleaving the systems, and prints one markdown table
+// with all of them and leased's ratio against each.
 //
-// It is its own Go module so that etcd stays out of leased's go.mod. Every node it starts is SIGKILLed
-// when it ends, on success, failure or a signal.
+// It is its own Go module so that etcd and the ZooKeeper client stay out of leased's go.mod. Every node
+// it starts is SIGKILLed when it ends, on success, failure or a signal.
 package main
 
 import (
@@ -30,6 +31,7 @@ import (
 // allRows are the row groups --rows selects from; defaultRows those it runs unless told (steady takes
 // 2 × --reps × --steady on its own).
 var (
+	allSystems  = []string{"etcd", "zookeeper", "leased"} // the table's column order
 	allRows     = []string{"acquire", "contended", "renew", "read", "batched", "steady", "failover", "memory"}
 	defaultRows = []string{"acquire", "contended", "renew", "read", "batched", "failover", "memory"}
 )
@@ -37,7 +39,7 @@ var (
 // config is the command line.
 type config struct {
 	etcdBin, leasedBin string
-	systems            map[string]bool // of etcd, leased
+	systems            map[string]bool // of allSystems
 	rows               map[string]bool
 	duration           time.Duration // of each load cell
 	reps               int
@@ -50,7 +52,7 @@ type config struct {
 	batchStreams       int           // keep-alive streams (workers) of the batched row
 	steady             time.Duration // length of the steady row's run
 	steadyClients      int
-	leases             int           // held leases of the memory row
+	leases             []int         // held leases of the memory rows
 	fillTimeout        time.Duration // bound on taking them
 	maxOps             int           // per load cell
 	dir                string
@@ -80,7 +82,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&cfg.etcdBin, "etcd", env("ETCD", "bin/etcd"), "etcd binary (env BENCH_ETCD)")
 	fs.StringVar(&cfg.leasedBin, "leased", env("LEASED", "bin/leased"), "leased binary (env BENCH_LEASED)")
-	systemsFlag := fs.String("systems", env("SYSTEMS", "etcd,leased"), "systems to run, of etcd,leased; one alone measures it without the other (env BENCH_SYSTEMS)")
+	systemsFlag := fs.String("systems", env("SYSTEMS", ""), "systems to run, of "+strings.Join(allSystems, ",")+"; one alone measures it without the others (default all three, or etcd,leased when ZooKeeper is not installed; env BENCH_SYSTEMS)")
 	rowsFlag := fs.String("rows", env("ROWS", strings.Join(defaultRows, ",")), "row groups to run, of "+strings.Join(allRows, ",")+" (env BENCH_ROWS)")
 	durFlag := fs.String("duration", env("DURATION", "10s"), "load time of each cell (env BENCH_DURATION)")
 	repsFlag := fs.String("reps", env("REPS", "2"), "repetitions of every cell, systems interleaved (env BENCH_REPS)")
@@ -93,8 +95,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	steadyFlag := fs.String("steady", env("STEADY", "10m"), "length of the steady row's run (env BENCH_STEADY)")
 	steadyClientsFlag := fs.String("steady-clients", env("STEADY_CLIENTS", "256"), "workers of the steady row (env BENCH_STEADY_CLIENTS)")
 	killsFlag := fs.String("kills", env("KILLS", "3"), "leader kills of the failover row (env BENCH_KILLS)")
-	leasesFlag := fs.String("leases", env("LEASES", "1000000"), "held leases of the memory and restart rows (env BENCH_LEASES)")
-	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "30m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
+	leasesFlag := fs.String("leases", env("LEASES", "10000,100000,1000000"), "held leases of the memory and restart rows, one row each (env BENCH_LEASES)")
+	fillFlag := fs.String("fill-timeout", env("FILL_TIMEOUT", "60m"), "bound on acquiring --leases (env BENCH_FILL_TIMEOUT)")
 	maxOpsFlag := fs.String("max-ops", env("MAX_OPS", strconv.Itoa(loadgen.DefaultMaxOps)), "most operations of one load cell (env BENCH_MAX_OPS)")
 	fs.StringVar(&cfg.dir, "dir", env("DIR", ""), "parent of the data dirs (default a new temporary dir, removed at the end; env BENCH_DIR)")
 	fs.StringVar(&cfg.out, "out", env("OUT", ""), "also write the table to this file (env BENCH_OUT)")
@@ -105,14 +107,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var errs []error
-	cfg.systems = map[string]bool{}
-	for s := range strings.SplitSeq(*systemsFlag, ",") {
-		s = strings.TrimSpace(s)
-		if s != "etcd" && s != "leased" {
-			errs = append(errs, fmt.Errorf("--systems: unknown system %q (want etcd,leased)", s))
-		}
-		cfg.systems[s] = true
-	}
+	cfg.systems = parseSystems(*systemsFlag, stderr, &errs)
 	cfg.rows = map[string]bool{}
 	for r := range strings.SplitSeq(*rowsFlag, ",") {
 		r = strings.TrimSpace(r)
@@ -138,7 +133,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	cfg.batchLeases = positive("batch-leases", *batchLeasesFlag, &errs)
 	cfg.batchSize = positive("batch-size", *batchSizeFlag, &errs)
 	cfg.batchStreams = positive("batch-streams", *batchStreamsFlag, &errs)
-	cfg.leases = positive("leases", *leasesFlag, &errs)
+	cfg.leases = positives("leases", *leasesFlag, &errs)
 	cfg.maxOps = positive("max-ops", *maxOpsFlag, &errs)
 	cfg.clients = positives("clients", *clientsFlag, &errs)
 	cfg.renewClients = positives("renew-clients", *renewFlag, &errs)
@@ -154,6 +149,31 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return cfg, errors.Join(errs...)
+}
+
+// parseSystems reads --systems. Without it, every system runs, but ZooKeeper only where it is installed:
+// without, a loud warning says the table lacks it. Named explicitly, a missing ZooKeeper is an error.
+func parseSystems(flag string, stderr io.Writer, errs *[]error) map[string]bool {
+	why := zkAvailable()
+	if flag == "" {
+		flag = strings.Join(allSystems, ",")
+		if why != "" {
+			flag = "etcd,leased"
+			fmt.Fprintf(stderr, "\n!!! bench: ZooKeeper NOT measured: %s; running --systems=%s\n\n", why, flag)
+		}
+	}
+	systems := map[string]bool{}
+	for s := range strings.SplitSeq(flag, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSystems, s) {
+			*errs = append(*errs, fmt.Errorf("--systems: unknown system %q (want %s)", s, strings.Join(allSystems, ",")))
+		}
+		if s == "zookeeper" && why != "" {
+			*errs = append(*errs, fmt.Errorf("--systems: zookeeper: %s", why))
+		}
+		systems[s] = true
+	}
+	return systems
 }
 
 func positive(flag, s string, errs *[]error) int {
@@ -191,33 +211,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_ = os.RemoveAll(root)
 		}()
 	}
-	etcd := &etcdSystem{bin: cfg.etcdBin}
-	leased := &leasedSystem{bin: cfg.leasedBin, maxLeases: max(cfg.leases+cfg.leases/5, 1_000_000)}
-	res := results{}
+	most := slices.Max(cfg.leases)
+	zookeeper := &zkSystem{}
+	var selected []system
+	for _, s := range []system{&etcdSystem{bin: cfg.etcdBin}, zookeeper, &leasedSystem{bin: cfg.leasedBin, maxLeases: max(most+most/5, 1_000_000)}} {
+		if cfg.systems[s.name()] {
+			selected = append(selected, s)
+		}
+	}
+	res := newResults()
 	cs := cells(cfg)
 	start := time.Now()
 	for rep := range cfg.reps {
 		for ci, c := range cs {
-			order := []system{etcd, leased}
-			if (rep+ci)%2 == 1 {
-				order = []system{leased, etcd}
-			}
-			for _, s := range order {
-				if !cfg.systems[s.name()] {
-					continue
-				}
+			for _, s := range inTurn(selected, rep+ci) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				dir := filepath.Join(root, fmt.Sprintf("rep%d-%s-%s", rep+1, c.name, s.name()))
 				vals, err := runCell(ctx, s, c, cfg, dir)
+				var na notApplicableError
+				if errors.As(err, &na) {
+					res.notApplicable(s.name(), c.name, string(na))
+					fmt.Fprintf(stderr, "rep %d/%d %-12s %-9s %v\n", rep+1, cfg.reps, c.name, s.name(), na)
+					continue
+				}
 				if err != nil {
 					keep = true
-					fmt.Fprintf(stderr, "rep %d/%d %-12s %-6s FAILED: %v (logs in %s)\n", rep+1, cfg.reps, c.name, s.name(), err, dir)
+					fmt.Fprintf(stderr, "rep %d/%d %-12s %-9s FAILED: %v (logs in %s)\n", rep+1, cfg.reps, c.name, s.name(), err, dir)
 					continue
 				}
 				res.add(s.name(), vals)
-				fmt.Fprintf(stderr, "rep %d/%d %-12s %-6s %s\n", rep+1, cfg.reps, c.name, s.name(), describe(vals))
+				fmt.Fprintf(stderr, "rep %d/%d %-12s %-9s %s\n", rep+1, cfg.reps, c.name, s.name(), describe(vals))
 				if cfg.dir == "" {
 					_ = os.RemoveAll(dir) // a held-leases cell leaves gigabytes
 				}
@@ -225,15 +250,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %s, %v per cell; %s; %s; took %v.\n\n",
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s/%s), %s; %s, %v per cell; %s; %s; %s; took %v.\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(), plural(cfg.reps, "repetition"), cfg.duration,
-		versionOf(ctx, cfg, "etcd", cfg.etcdBin), versionOf(ctx, cfg, "leased", cfg.leasedBin), time.Since(start).Round(time.Second))
+		versionOf(ctx, cfg, "etcd", cfg.etcdBin), zkVersion(cfg, zookeeper), versionOf(ctx, cfg, "leased", cfg.leasedBin),
+		time.Since(start).Round(time.Second))
 	writeTable(&b, cfg, res)
 	_, _ = io.WriteString(stdout, b.String())
 	if cfg.out != "" {
 		return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
 	}
 	return nil
+}
+
+// inTurn is systems rotated to start at the k-th (modulo their number): each goes first in turn, cell by
+// cell and repetition by repetition, so that none always runs on the machine's freshest (or most tired)
+// state.
+func inTurn(systems []system, k int) []system {
+	k %= len(systems)
+	return append(slices.Clone(systems[k:]), systems[:k]...)
 }
 
 // runCell starts s fresh in dir, runs c on it and stops it again, whatever happens. Whatever dir holds
@@ -290,6 +324,17 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// zkVersion is the version the ZooKeeper servers reported, if they ran.
+func zkVersion(cfg config, s *zkSystem) string {
+	switch {
+	case !cfg.systems["zookeeper"]:
+		return "zookeeper not run"
+	case s.version == "":
+		return "ZooKeeper (version unknown)"
+	}
+	return "ZooKeeper " + s.version
 }
 
 // versionOf is version's answer for a system the run measured, and says so for one it did not.

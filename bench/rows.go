@@ -77,11 +77,13 @@ func rows(cfg config) []row {
 			row{fmt.Sprintf("leader SIGTERM → next acquire (%s): max", plural(cfg.kills, "stop")), "handoff/max", seconds, false})
 	}
 	if cfg.rows["memory"] {
-		n := fmt.Sprintf("%d held leases", cfg.leases)
-		out = append(out,
-			row{"RSS growth per node (largest of 3), " + n, "memory/growth-mb", mbytes, false},
-			row{"RSS growth per held lease per node, " + n, "memory/per-lease", bytes, false},
-			row{"restart of a follower → ready, " + n, "memory/restart", seconds, false})
+		for _, l := range cfg.leases {
+			n, k := fmt.Sprintf("%d held leases", l), memoryKey(l)
+			out = append(out,
+				row{"RSS growth per node (largest of 3), " + n, k + "/growth-mb", mbytes, false},
+				row{"RSS growth per held lease per node, " + n, k + "/per-lease", bytes, false},
+				row{"restart of a follower → ready, " + n, k + "/restart", seconds, false})
+		}
 	}
 	if cfg.rows["acquire"] {
 		for _, n := range cfg.clients {
@@ -98,16 +100,41 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// results holds every repetition's values: results[system][key] lists one value per successful cell.
-type results map[string]map[string][]float64
+// results holds every repetition's values, vals[system][key] one value per successful cell, and the
+// cells a system has no fair equivalent of, na[system][cell] their reason.
+type results struct {
+	vals map[string]map[string][]float64
+	na   map[string]map[string]string
+}
+
+func newResults() results {
+	return results{vals: map[string]map[string][]float64{}, na: map[string]map[string]string{}}
+}
 
 func (r results) add(system string, vals map[string]float64) {
-	if r[system] == nil {
-		r[system] = map[string][]float64{}
+	if r.vals[system] == nil {
+		r.vals[system] = map[string][]float64{}
 	}
 	for k, v := range vals {
-		r[system][k] = append(r[system][k], v)
+		r.vals[system][k] = append(r.vals[system][k], v)
 	}
+}
+
+func (r results) notApplicable(system, cell, reason string) {
+	if r.na[system] == nil {
+		r.na[system] = map[string]string{}
+	}
+	r.na[system][cell] = reason
+}
+
+// show is a system's entry for the row of key: its values, or why it has none.
+func (r results) show(system string, rw row) string {
+	vals := r.vals[system][rw.key]
+	cell, _, _ := strings.Cut(rw.key, "/")
+	if reason, ok := r.na[system][cell]; ok && len(vals) == 0 {
+		return "n/a: " + reason
+	}
+	return span(vals, rw.format)
 }
 
 // span shows a metric's values across repetitions: "v" when they agree, "min–max" otherwise, "—"
@@ -123,12 +150,12 @@ func span(vals []float64, format func(float64) string) string {
 	return format(lo) + " – " + format(hi)
 }
 
-// ratio is how many times better leased's median is than etcd's.
-func ratio(etcd, leased []float64, higher bool) string {
-	if len(etcd) == 0 || len(leased) == 0 {
+// ratio is how many times better leased's median is than a peer's.
+func ratio(peer, leased []float64, higher bool) string {
+	if len(peer) == 0 || len(leased) == 0 {
 		return "—"
 	}
-	e, l := medianOf(etcd), medianOf(leased)
+	e, l := medianOf(peer), medianOf(leased)
 	if higher {
 		e, l = l, e
 	}
@@ -144,17 +171,37 @@ func medianOf(vals []float64) float64 {
 	return median(s)
 }
 
-// writeTable prints the markdown table of res.
+// writeTable prints the markdown table of res: a column per system run, then leased's ratio against
+// each peer run beside it.
 func writeTable(w io.Writer, cfg config, res results) {
-	fmt.Fprintln(w, "| workload | etcd | leased | ratio (times better for leased; >1: leased ahead) |")
-	fmt.Fprintln(w, "|---|---|---|---|")
-	for _, r := range rows(cfg) {
-		e, l := res["etcd"][r.key], res["leased"][r.key]
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.label, span(e, r.format), span(l, r.format), ratio(e, l, r.higher))
+	var systems, peers []string
+	for _, sys := range allSystems {
+		if cfg.systems[sys] {
+			systems = append(systems, sys)
+			if sys != "leased" && cfg.systems["leased"] {
+				peers = append(peers, sys)
+			}
+		}
 	}
+	head := append([]string{"workload"}, systems...)
+	for _, p := range peers {
+		head = append(head, "leased vs "+p)
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, r := range rows(cfg) {
+		line := []string{r.label}
+		for _, sys := range systems {
+			line = append(line, res.show(sys, r))
+		}
+		for _, p := range peers {
+			line = append(line, ratio(res.vals[p][r.key], res.vals["leased"][r.key], r.higher))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(line, " | "))
+	}
+	fmt.Fprintln(w, "\nRatios: times better for leased (>1: leased ahead), from the medians.")
 	var errs []string
-	for _, sys := range []string{"etcd", "leased"} {
-		for k, v := range res[sys] {
+	for _, sys := range systems {
+		for k, v := range res.vals[sys] {
 			if strings.HasSuffix(k, "/errors") && slices.Max(v) > 0 {
 				errs = append(errs, fmt.Sprintf("%s %s: %.0f", sys, strings.TrimSuffix(k, "/errors"), slices.Max(v)))
 			}

@@ -42,8 +42,12 @@ type system interface {
 	readyURL(i int) string
 }
 
-// waitReady polls s's node i's readiness URL until it answers 200, for at most timeout.
+// waitReady polls s's node i's readiness URL until it answers 200 (or its readier check until it
+// holds), for at most timeout.
 func waitReady(ctx context.Context, s system, i int, timeout time.Duration) error {
+	if r, ok := s.(readier); ok {
+		return poll(ctx, timeout, func() bool { return r.ready(ctx, i) })
+	}
 	hc := &http.Client{Timeout: 500 * time.Millisecond}
 	return poll(ctx, timeout, func() bool {
 		resp, err := hc.Get(s.readyURL(i))
@@ -113,3 +117,16 @@ func highestTerm(ctx context.Context, procs []*proc, eps []string, term func(con
 	}
 	return hi, nil
 }
+
+// readier is a system whose nodes' readiness is no HTTP URL: waitReady asks ready instead.
+type readier interface {
+	ready(ctx context.Context, i int) bool
+}
+
+// notApplicableError is a cell with no fair equivalent on a system: the table shows its reason instead of
+// a number.
+type notApplicableError string
+
+func (e notApplicableError) Error() string { return "n/a: " + string(e) }
+
+func notApplicable(reason string) error { return notApplicableError(reason) }

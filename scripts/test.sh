@@ -8,7 +8,9 @@
 # lint, stale generated code, buf breaking of the public API) and the Prometheus alerting rules
 # (scripts/promtool.sh: promtool check rules and the rules' unit tests; as root it installs Debian's
 # prometheus package for promtool), and decodes deploy/kubernetes against the Kubernetes API types
-# (tests/deploy/kubeapi, a module of its own). A run of ./... or ./tests/e2e builds a pinned grpcurl for the
+# (tests/deploy/kubeapi, a module of its own), and runs bench/'s tests (a module of its own too), whose
+# ZooKeeper smoke test needs Debian's zookeeper and default-jre (bench/zookeeper.sh installs them as root;
+# under CI=true their absence fails the run). A run of ./... or ./tests/e2e builds a pinned grpcurl for the
 # docs' examples (scripts/grpcurl.sh, once). Every run has a Docker engine beside it for the container
 # test (scripts/docker.sh: as root it installs Debian's docker.io and docker-compose and starts dockerd).
 # Arguments replace the default `./...`, e.g. `scripts/test.sh -run Fence ./client/...`, and skip those
@@ -21,6 +23,9 @@ if [[ $# -eq 0 ]]; then
 	./scripts/proto.sh check
 	echo "== scripts/promtool.sh"
 	./scripts/promtool.sh
+	echo "== bench (the comparison's own tests; a ZooKeeper ensemble, which bench/zookeeper.sh installs as root)"
+	./bench/zookeeper.sh
+	(cd bench && go vet ./... && go test -race -count=1 ./...)
 	echo "== tests/deploy/kubeapi"
 	(cd tests/deploy/kubeapi && go vet ./... && go test -count=1 ./...)
 	set -- ./...
