@@ -72,7 +72,7 @@ func (n *node) applyNormal(e *raftpb.Entry) (*wirepb.Command, fsm.Result, error)
 	n.watch.publish(index, res.Events)
 	n.metrics.applied(res)
 	n.audit.record(index, raft.StateType(n.role.Load()), res)
-	n.queue.applied(res)
+	n.queue.Applied(res)
 	return cmd, res, nil
 }
 

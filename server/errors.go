@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 // Sentinel errors. Code inside the server wraps them with %w; toStatus maps them to gRPC codes with
@@ -19,7 +20,7 @@ import (
 var (
 	ErrNotLeader     = errors.New("not the leader")
 	ErrNoLeader      = errors.New("no leader")
-	ErrStopped       = errors.New("server stopped")
+	ErrStopped       = errs.ErrStopped
 	ErrTimeout       = errors.New("timed out")
 	ErrInvalid       = errors.New("invalid argument")
 	ErrHeld          = errors.New("resource held")
@@ -27,7 +28,7 @@ var (
 	ErrNotCurrent    = errors.New("token is not the current grant")
 	ErrNotFound      = errors.New("no lease on resource")
 	ErrHolderLimit   = errors.New("holder lease limit reached")
-	ErrCompacted     = errors.New("watch history compacted")
+	ErrCompacted     = errs.ErrCompacted
 	ErrUnimplemented = errors.New("not implemented yet")
 	// ErrRemoved is the fatal error of a node that was removed from the cluster: it stops serving, and its
 	// data dir refuses to start again (New).
@@ -148,12 +149,7 @@ func (e *endedError) detail() *leasepb.LeaseEnded {
 }
 
 // compactedError carries the oldest index a Watch can start from.
-type compactedError struct{ oldest uint64 }
-
-func (e *compactedError) Error() string {
-	return fmt.Sprintf("events before index %d are no longer retained", e.oldest)
-}
-func (e *compactedError) Is(target error) bool { return target == ErrCompacted }
+type compactedError = errs.Compacted
 
 // leaderHint is what the node knows of the leader, attached to Unavailable answers.
 type leaderHint struct {
@@ -191,7 +187,7 @@ func toStatus(err error, hint leaderHint) error {
 	case errors.As(err, &se):
 		return withDetails(codes.Aborted, err, se.detail())
 	case errors.As(err, &ce):
-		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
+		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.Oldest})
 	case errors.As(err, &ee):
 		return withDetails(codes.NotFound, err, ee.detail())
 	case errors.As(err, &ae) && errors.Is(err, ErrUnauthenticated):
@@ -202,7 +198,7 @@ func toStatus(err error, hint leaderHint) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &le):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
-			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.flag, Description: le.msg}}})
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.Flag, Description: le.Msg}}})
 	case errors.Is(err, ErrHolderLimit):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "--max-leases-per-holder", Description: err.Error()}}})

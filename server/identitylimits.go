@@ -9,7 +9,7 @@ import "sync"
 //	--max-leases-per-identity    the state machine, through AcquireCmd.identity_limit (fsm/identities.go),
 //	                             like --max-leases-per-holder, which then counts within one identity
 //	--max-watchers-per-identity  leasesService.Watch (service.go), with watchHub.identities
-//	--max-waiters-per-identity   waitQueue.enqueue (waitqueue.go)
+//	--max-waiters-per-identity   waitq.Queue.Enqueue (internal/waitq)
 //	--quota-bytes-per-identity   node.admitGrant, by the leader before proposing, like --quota-bytes (quota.go)
 
 // identityCounts counts what each identity holds; the zero value is ready to use.

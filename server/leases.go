@@ -12,6 +12,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/waitq"
 )
 
 // The lease operations. Writes run on the leader, reached through node.write or node.serveForward
@@ -20,7 +21,7 @@ import (
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees. A queued acquire is
 // granted either by its own entry, proposed when the resource looks free, or by the entry of a release
-// that carried it (waitqueue.go, "Handoff").
+// that carried it (internal/waitq, "Handoff").
 func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
@@ -30,7 +31,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	}
 	id, outcome := n.proposals.register()
 	defer func() { n.proposals.cancel(id) }()
-	w, err := n.queue.enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
+	w, err := n.queue.Enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
@@ -44,7 +45,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 		}
 		return resp, onceErr
 	}
-	defer n.queue.leave(req.GetResource(), w)
+	defer n.queue.Leave(req.GetResource(), w)
 	var waitEnds <-chan time.Time // fires when wait_ms runs out; nil: the wait lasts as long as the call
 	if ms := req.GetWaitMs(); ms > 0 {
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
@@ -56,7 +57,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 		if resp, err, done := n.tryQueued(ctx, req, identity, w); done {
 			return resp, err
 		}
-		if over && n.queue.withdraw(req.GetResource(), w) {
+		if over && n.queue.Withdraw(req.GetResource(), w) {
 			// The wait ran out: answered as the same attempt without wait would be now, a grant if the
 			// resource is free, else the held refusal naming the holder. No entry of the attempt is in
 			// flight (the queue's own attempts are synchronous, and a carried one was waited for), so a
@@ -64,7 +65,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return n.acquireOnce(ctx, withoutWait(req), identity)
 		}
 		select {
-		case <-w.wake:
+		case <-w.Wake():
 		case <-waitEnds:
 			waitEnds, over = nil, true
 		case out := <-outcome:
@@ -77,7 +78,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 				return resp, err
 			}
 			id, outcome = n.proposals.register()
-			n.queue.rearm(w, id)
+			n.queue.Rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-n.done:
@@ -95,15 +96,15 @@ func withoutWait(req *leasepb.AcquireRequest) *leasepb.AcquireRequest {
 
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
 // resource looks free. done reports an answer (a grant or a refusal other than held).
-func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waiter) (*leasepb.AcquireResponse, error, bool) {
-	head, err := n.queue.head(req.GetResource(), w)
+func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
+	head, err := n.queue.Head(req.GetResource(), w)
 	if err != nil {
 		return nil, err, true
 	}
-	if !head || !n.worthTrying(req) || !n.queue.begin(w) {
+	if !head || !n.worthTrying(req) || !n.queue.Begin(w) {
 		return nil, nil, false
 	}
-	defer n.queue.end(w)
+	defer n.queue.End(w)
 	resp, err := n.acquireOnce(ctx, req, identity)
 	return resp, err, !errors.Is(err, ErrHeld)
 }
@@ -303,10 +304,10 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	rel := &wirepb.ReleaseCmd{Resource: req.GetResource(), Token: req.GetToken(), Identity: identity}
 	cmd := &wirepb.Command{Op: &wirepb.Command_Release{Release: rel}}
-	// The head waiter's grant rides in the release's entry (waitqueue.go, "Handoff").
-	w := n.queue.claim(req.GetResource())
+	// The head waiter's grant rides in the release's entry (internal/waitq, "Handoff").
+	w := n.queue.Claim(req.GetResource())
 	if w != nil {
-		acq, id := n.queue.carried(w)
+		acq, id := n.queue.Carried(w)
 		cmd.Op = &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{Release: rel, Acquire: acq, AcquireProposalId: id}}
 		if hook := n.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
 			(*hook)()
@@ -314,7 +315,7 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	res, index, err := n.propose(ctx, cmd)
 	if w != nil && err != nil && !errors.Is(err, ErrOutcomeUnknown) {
-		n.queue.unclaim(w) // never entered the log: the waiter goes on as before
+		n.queue.Unclaim(w) // never entered the log: the waiter goes on as before
 	}
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/waitq"
 )
 
 // peerTransport is what the node needs of the peer transport (server/transport implements it;
@@ -72,7 +73,7 @@ type node struct {
 	proposals   *proposalWaiter
 	reads       *readIndexer
 	lessor      *lessor
-	queue       *waitQueue
+	queue       *waitq.Queue
 	watch       *watchHub
 	metrics     *metrics
 	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
@@ -394,7 +395,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		n.lessor.demote()
 		n.notices.forget() // the followers learn the commit index from the next leader
-		n.queue.failAll(ErrNotLeader)
+		n.queue.FailAll(ErrNotLeader)
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
 		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's
 		// and Renew's token, make a retry safe).

@@ -27,6 +27,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -329,7 +330,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
+		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,

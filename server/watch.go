@@ -260,7 +260,7 @@ func (h *watchHub) subscribe(from, next uint64, match func(string) bool) (*watch
 	case v.closed:
 		err = ErrStopped
 	case from != 0 && from < v.oldest:
-		err = &compactedError{oldest: v.oldest}
+		err = &compactedError{Oldest: v.oldest}
 	}
 	if err != nil {
 		h.watchers.Add(-1)

@@ -106,7 +106,7 @@ func TestWatchHistoryIsBoundedInBytes(t *testing.T) {
 		t.Fatalf("history keeps %d events of 4 KiB under a 64 KiB bound", n)
 	}
 	var ce *compactedError
-	if _, err := h.subscribe(1, 0, matcher("", "")); !errors.As(err, &ce) || ce.oldest != uint64(1000-n+1) {
+	if _, err := h.subscribe(1, 0, matcher("", "")); !errors.As(err, &ce) || ce.Oldest != uint64(1000-n+1) {
 		t.Fatalf("watch from an evicted index: %v, want compacted with oldest %d", err, 1000-n+1)
 	}
 	big := make([]fsm.Event, 40)
@@ -190,7 +190,7 @@ func TestWatcherLimit(t *testing.T) {
 	}
 	_, err := h.subscribe(0, 1, matcher("", ""))
 	var le *limitError
-	if !errors.As(err, &le) || le.flag != "--max-watchers" {
+	if !errors.As(err, &le) || le.Flag != "--max-watchers" {
 		t.Fatalf("third watcher: %v, want a --max-watchers refusal", err)
 	}
 	h.unsubscribe(a)
