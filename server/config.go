@@ -88,7 +88,7 @@ type Config struct {
 	// heartbeats, every client's write) for most of a second (lessor.go, "expiry rate").
 	ExpiryRate int
 	// WatchHistory is how many events are kept for Watch to resume from, and WatchHistoryBytes how many
-	// bytes of them (watch.go, eventBytes): the history stops at whichever is reached first, except that
+	// bytes of them (internal/watch, eventBytes): the history stops at whichever is reached first, except that
 	// the newest entry's events are always kept.
 	WatchHistory      int
 	WatchHistoryBytes int64

@@ -145,7 +145,7 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 func (s *Server) Waiters() int { return s.node.queue.Len() }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
-func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }
+func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.Publish(index, events) }
 
 // AcceptsPeer reports whether this node takes raft messages from id (its member check).
 func (s *Server) AcceptsPeer(id uint64) bool { return s.node.isMember(id) }

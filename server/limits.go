@@ -7,7 +7,7 @@ import "github.com/leased/leased/server/internal/errs"
 // google.rpc.QuotaFailure whose subject is the flag that sets the limit, so an operator reading the
 // client's error knows what to raise. Where each is enforced:
 //
-//	--max-watchers, --max-watchers-per-conn        watchHub.subscribe, leasesService.Watch (watch.go, conns.go)
+//	--max-watchers, --max-watchers-per-conn        watch.Hub.Subscribe, leasesService.Watch (internal/watch, conns.go)
 //	--max-waiters, --max-waiters-per-resource      waitq.Queue.Enqueue (internal/waitq)
 //	--max-streams-per-conn                         connLimiter's interceptors (conns.go)
 //	--max-leases, --quota-bytes                    node.admitGrant (quota.go)

@@ -14,6 +14,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/waitq"
+	"github.com/leased/leased/server/internal/watch"
 )
 
 // peerTransport is what the node needs of the peer transport (server/transport implements it;
@@ -74,7 +75,7 @@ type node struct {
 	reads       *readIndexer
 	lessor      *lessor
 	queue       *waitq.Queue
-	watch       *watchHub
+	watch       *watch.Hub
 	metrics     *metrics
 	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
 
@@ -420,7 +421,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	n.applied.Store(n.snapIndex)
 	n.lessor.reset(sm, n.clock.Now())
 	n.size.reset(sm)
-	n.watch.reset(n.snapIndex + 1)
+	n.watch.Reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))

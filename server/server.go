@@ -28,6 +28,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/waitq"
+	"github.com/leased/leased/server/internal/watch"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -331,7 +332,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		proposals:   newProposalWaiter(),
 		lessor:      newLessor(cfg, out),
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
-		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
+		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
@@ -516,7 +517,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
 	s.spawn(func() { s.node.snapshotLoop(s.stop) })
 	s.spawn(s.node.audit.run)
-	s.spawn(func() { s.node.watch.notify(s.stop) })
+	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })
 	s.spawn(func() { s.node.leaderLossLoop(s.stop) })
@@ -587,7 +588,7 @@ func (s *Server) Close() error {
 
 func (s *Server) shutdown() error {
 	close(s.node.draining) // Writes streams tell their clients to close them
-	s.node.watch.closeAll()
+	s.node.watch.CloseAll()
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING from now on: balancers move away while the node drains
 	}
@@ -681,7 +682,7 @@ func (s *Server) IsLeader() bool { return s.node.isLeader() }
 func (s *Server) Leader() uint64 { return s.node.knownLeader() }
 
 // Watchers is how many Watch streams this node currently serves (leased_watchers).
-func (s *Server) Watchers() int { return s.node.watch.len() }
+func (s *Server) Watchers() int { return s.node.watch.Len() }
 
 // Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
 // free resources are refused (quota.go).

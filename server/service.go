@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/internal/watch"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -113,7 +114,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	return resp, nil
 }
 
-// Watch streams the events a watcher matches from the node's history (watch.go): each round reads the
+// Watch streams the events a watcher matches from the node's history (internal/watch): each round reads the
 // next events after the stream's cursor, without holding anything the apply loop needs, and sends them
 // in messages of at most watchRoundBytes; between rounds it waits for the next publish. Subscriptions are
 // bounded per connection (--max-watchers-per-conn), per identity (--max-watchers-per-identity, with client
@@ -142,20 +143,20 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		defer cc.watchers.Add(-1)
 	}
 	if id != "" {
-		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.identities.take(id, limit) {
+		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.Identities.Take(id, limit) {
 			return s.n.status(limited("--max-watchers-per-identity", "identity %q holds %d watchers on this node, the most one identity may", id, limit))
 		}
-		defer s.n.watch.identities.put(id)
+		defer s.n.watch.Identities.Put(id)
 	}
-	w, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
+	w, err := s.n.watch.Subscribe(req.GetFromIndex(), s.n.commit.Load()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
 	}
-	defer s.n.watch.unsubscribe(w)
+	defer s.n.watch.Unsubscribe(w)
 	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
-	last := w.from - 1 // the index before the next event to send, for the resume hint
+	last := w.From() - 1 // the index before the next event to send, for the resume hint
 	for {
-		events, err := s.n.watch.read(w, int64(limit))
+		events, err := s.n.watch.Read(w, int64(limit))
 		if err != nil {
 			return s.watchEnded(err, last)
 		}
@@ -175,8 +176,8 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 }
 
 // sleep waits until the hub's notifier has events for w, the stream ends, or the node stops serving.
-func (s *leasesService) sleep(ctx context.Context, w *watcher) error {
-	wake, leave := s.n.watch.sleep(w)
+func (s *leasesService) sleep(ctx context.Context, w *watch.Watcher) error {
+	wake, leave := s.n.watch.Sleep(w)
 	defer leave()
 	select {
 	case <-ctx.Done():
