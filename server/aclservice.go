@@ -9,6 +9,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // The ACL calls. Both need admin on the whole cluster, which the Cluster service's interceptor checks
@@ -83,10 +84,9 @@ func (n *node) proposeInitialACL() {
 		return
 	}
 	cmd := &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: n.cfg.InitialACL, Initial: true}}}
-	select {
-	case n.lessor.out <- lessorCmd{term: n.term.Load(), cmd: cmd}:
+	if n.lessor.Send(lessor.Cmd{Term: n.term.Load(), Cmd: cmd}) {
 		n.log.Info("proposing the initial ACL", "rules", len(n.cfg.InitialACL))
-	default:
+	} else {
 		n.log.Warn(fmt.Sprintf("the proposer queue is full; the initial ACL waits for the next leader change (%d rules)", len(n.cfg.InitialACL)))
 	}
 }

@@ -18,14 +18,14 @@ import (
 // Sentinel errors. Code inside the server wraps them with %w; toStatus maps them to gRPC codes with
 // errors.Is, so wrapped errors still map.
 var (
-	ErrNotLeader     = errors.New("not the leader")
+	ErrNotLeader     = errs.ErrNotLeader
 	ErrNoLeader      = errors.New("no leader")
 	ErrStopped       = errs.ErrStopped
 	ErrTimeout       = errors.New("timed out")
 	ErrInvalid       = errors.New("invalid argument")
 	ErrHeld          = errors.New("resource held")
 	ErrLockDelayed   = errors.New("resource in lock-delay")
-	ErrNotCurrent    = errors.New("token is not the current grant")
+	ErrNotCurrent    = errs.ErrNotCurrent
 	ErrNotFound      = errors.New("no lease on resource")
 	ErrHolderLimit   = errors.New("holder lease limit reached")
 	ErrCompacted     = errs.ErrCompacted

@@ -12,6 +12,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 )
 
@@ -174,12 +175,12 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 	switch res.Code {
 	case fsm.OK:
 		lease := res.Lease.Proto()
-		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, now).Milliseconds()
+		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, now).Milliseconds()
 		return &leasepb.AcquireResponse{Lease: lease, Replayed: res.Replayed}, nil
 	case fsm.Held:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token, Identity: res.Lease.Identity,
-			RemainingMs: n.lessor.remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
+			RemainingMs: n.lessor.Remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
 			Limit:       res.Lease.Limit,
 		}}
 	case fsm.LimitMismatch:
@@ -187,7 +188,7 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 	case fsm.LockDelayed:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Delay.Resource, LockDelayed: true,
-			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
+			RemainingMs: n.lessor.DelayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
 		if identity != "" {
@@ -258,18 +259,18 @@ func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*lease
 
 // renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
 func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
-	batch := make([]renewalCheck, len(pending))
+	batch := make([]lessor.Renewal, len(pending))
 	for i, res := range pending {
-		batch[i] = renewalCheck{resource: res.Resource, token: res.Token}
+		batch[i] = lessor.Renewal{Resource: res.Resource, Token: res.Token}
 	}
-	gen, err := n.lessor.checkRenewals(batch)
+	gen, err := n.lessor.CheckRenewals(batch)
 	if err != nil {
 		return nil, err
 	}
 	var idle []*leasepb.LeaseRef
 	for _, c := range batch {
-		if c.idle {
-			idle = append(idle, &leasepb.LeaseRef{Resource: c.resource, Token: c.token})
+		if c.Idle {
+			idle = append(idle, &leasepb.LeaseRef{Resource: c.Resource, Token: c.Token})
 		}
 	}
 	if len(idle) > 0 {
@@ -281,18 +282,18 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		return nil, err
 	}
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
-	if err := n.lessor.renewChecked(gen, batch, at); err != nil {
+	if err := n.lessor.RenewChecked(gen, batch, at); err != nil {
 		return nil, err
 	}
 	var again []*leasepb.KeepAliveResult
 	for i, c := range batch {
-		switch c.err { // renewChecked's own sentinels, compared as they are: this runs once a lease renewed
+		switch c.Err { // renewChecked's own sentinels, compared as they are: this runs once a lease renewed
 		case ErrNotCurrent:
 			pending[i].Gone = true // definite: this node's state reflects every write committed before the request
-		case errIdle:
+		case lessor.ErrIdle:
 			again = append(again, pending[i])
 		default:
-			pending[i].TtlMs = c.ttl.Milliseconds()
+			pending[i].TtlMs = c.TTL.Milliseconds()
 		}
 	}
 	return again, nil
@@ -373,7 +374,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	now := n.clock.Now()
 	shown := func(l fsm.Lease) *leasepb.Lease {
 		p := visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		return p
 	}
 	resp := &leasepb.GetResponse{Lease: shown(lease), Header: &leasepb.ResponseHeader{AppliedIndex: applied}}
@@ -417,7 +418,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 	now := n.clock.Now()
 	for _, l := range leases {
 		p := visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		resp.Leases = append(resp.Leases, p)
 	}
 	if more && len(leases) > 0 {
@@ -464,7 +465,7 @@ func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, ident
 	switch res.Code {
 	case fsm.OK:
 		lease := visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
-		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
+		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
 		return &leasepb.ProclaimResponse{Lease: lease}, nil
 	case fsm.Denied:
 		return nil, denied(res.Denial, n.rulesSet())

@@ -13,6 +13,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 )
@@ -73,7 +74,7 @@ type node struct {
 	appliedWait *indexWaiter
 	proposals   *proposalWaiter
 	reads       *readIndexer
-	lessor      *lessor
+	lessor      *lessor.Lessor
 	queue       *waitq.Queue
 	watch       *watch.Hub
 	metrics     *metrics
@@ -214,12 +215,12 @@ func (n *node) tick() {
 	now := n.clock.Now()
 	if gap := n.sinceTick(now) - n.cfg.TickInterval; gap > stallThreshold(n.cfg.TickInterval) {
 		n.log.Warn("ready loop stalled; extending lease deadlines", "stall", gap)
-		n.lessor.extend(gap)
+		n.lessor.Extend(gap)
 	}
 	n.ticked(now)
 	n.ticks.Add(1)
 	n.host.rn.Tick()
-	n.lessor.tick(now)
+	n.lessor.Tick(now)
 }
 
 // ticked records that the loop ticked at now.
@@ -390,11 +391,11 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	switch {
 	case isLeader && !wasLeader:
 		n.log.Info("became leader", "term", n.term.Load())
-		n.lessor.promote(n.clock.Now(), n.term.Load())
+		n.lessor.Promote(n.clock.Now(), n.term.Load())
 		n.proposeInitialACL()
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
-		n.lessor.demote()
+		n.lessor.Demote()
 		n.notices.forget() // the followers learn the commit index from the next leader
 		n.queue.FailAll(ErrNotLeader)
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
@@ -419,7 +420,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.applied.Store(n.snapIndex)
-	n.lessor.reset(sm, n.clock.Now())
+	n.lessor.Reset(sm, n.clock.Now())
 	n.size.reset(sm)
 	n.watch.Reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)

@@ -27,6 +27,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 	"github.com/leased/leased/server/transport"
@@ -46,7 +47,7 @@ type Server struct {
 	peerLis   net.Listener
 	health    *health.Server
 	gateway   *gateway // nil without Config.HTTPAddr
-	lessorOut chan lessorCmd
+	lessorOut chan lessor.Cmd
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -324,13 +325,13 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		}
 	}
 	sm.SetClusterID(id.ClusterID) // snapshots and backups say whose state they are (fsm/lineage.go)
-	out := make(chan lessorCmd, 4096)
+	out := make(chan lessor.Cmd, 4096)
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
-		lessor:      newLessor(cfg, out),
+		lessor:      lessor.New(lessorConfig(cfg), out),
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
@@ -370,8 +371,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
-	n.lessor.expiryLag = n.metrics.expiryLag.Observe
-	n.lessor.reset(sm, cfg.Clock.Now())
+	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
+	n.lessor.Reset(sm, cfg.Clock.Now())
 	n.size.reset(sm)
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err

@@ -23,15 +23,16 @@ var allowed = map[string][]string{
 	"server":  {"api", "fsm", "raftlog", "internal/fileutil"},
 	// The node's internal packages (docs/design.md, "Packages and dependency direction"): each imports
 	// only those below it, never package server.
-	"server/internal/errs":  {},
-	"server/internal/waitq": {"api", "fsm", "server/internal/errs"},
-	"server/internal/watch": {"api", "fsm", "server/internal/errs"},
-	"client/fence":          {},
-	"client":                {"api"},
-	"cmd/internal":          {},
-	"cmd/leased":            {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
-	"cmd/leasectl":          {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
-	"tests":                 {"api", "client", "server", "fsm", "raftlog"},
+	"server/internal/errs":   {},
+	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
+	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
+	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
+	"client/fence":           {},
+	"client":                 {"api"},
+	"cmd/internal":           {},
+	"cmd/leased":             {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
+	"cmd/leasectl":           {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
+	"tests":                  {"api", "client", "server", "fsm", "raftlog"},
 
 	// Helpers below every layer, for any of them.
 	"internal/fileutil": {},

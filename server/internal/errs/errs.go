@@ -11,8 +11,10 @@ import (
 
 // Sentinels that package server exports under the same names.
 var (
-	ErrStopped   = errors.New("server stopped")
-	ErrCompacted = errors.New("watch history compacted")
+	ErrNotLeader  = errors.New("not the leader")
+	ErrNotCurrent = errors.New("token is not the current grant")
+	ErrStopped    = errors.New("server stopped")
+	ErrCompacted  = errors.New("watch history compacted")
 	// ErrLimit is the sentinel of every limit refusal (Limit).
 	ErrLimit = errors.New("limit reached")
 )
