@@ -13,7 +13,7 @@ import (
 )
 
 // The ACL calls. Both need admin on the whole cluster, which the Cluster service's interceptor checks
-// (authz.go) before they run.
+// (internal/auth) before they run.
 
 // AclGet answers the rules of the replicated state (linearizable unless serializable).
 func (s *clusterService) AclGet(ctx context.Context, req *leasepb.AclGetRequest) (*leasepb.AclGetResponse, error) {
@@ -45,7 +45,7 @@ func (s *clusterService) AclSet(ctx context.Context, req *leasepb.AclSetRequest)
 		}
 		return nil, n.status(invalid("rules", "%v", err))
 	}
-	id, err := n.identityOf(ctx)
+	id, err := n.authz.Identity(ctx)
 	if err != nil {
 		return nil, n.status(err)
 	}

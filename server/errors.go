@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/errs"
 )
 
@@ -50,6 +51,10 @@ var (
 	// ErrLoopStalled: the node's raft loop has not run for an election timeout (a blocked disk write, a
 	// starved process); Server.Ready reports it, and the node is not ready until the loop runs again.
 	ErrLoopStalled = errors.New("raft loop stalled")
+	// ErrUnauthenticated: the node requires a client certificate identity and the request had none.
+	ErrUnauthenticated = auth.ErrUnauthenticated
+	// ErrPermissionDenied: the identity lacks a permission the call needs.
+	ErrPermissionDenied = auth.ErrPermissionDenied
 )
 
 // fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest, and,
@@ -170,7 +175,7 @@ func toStatus(err error, hint leaderHint) error {
 		he *heldError
 		ce *compactedError
 		ee *endedError
-		ae *accessError
+		ae *auth.AccessError
 		le *limitError
 		se *supersededError
 	)
@@ -191,9 +196,9 @@ func toStatus(err error, hint leaderHint) error {
 	case errors.As(err, &ee):
 		return withDetails(codes.NotFound, err, ee.detail())
 	case errors.As(err, &ae) && errors.Is(err, ErrUnauthenticated):
-		return withDetails(codes.Unauthenticated, err, ae.detail)
+		return withDetails(codes.Unauthenticated, err, ae.Detail)
 	case errors.As(err, &ae):
-		return withDetails(codes.PermissionDenied, err, ae.detail)
+		return withDetails(codes.PermissionDenied, err, ae.Detail)
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &le):

@@ -12,6 +12,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 )
@@ -199,7 +200,7 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 		return nil, limited("--max-leases-per-identity", "identity %q holds %d leases, the most one identity may: new grants to it are refused "+
 			"until it releases some or the limit is raised", identity, n.cfg.Limits.MaxLeasesPerIdentity)
 	case fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	case fsm.RequestReused:
 		r := res.Reuse
 		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
@@ -323,7 +324,7 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	switch {
 	case res.Code == fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	case res.Code == fsm.OK && res.Replayed:
 		// An earlier request released this token (a retry whose first answer was lost): that is success.
 		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
@@ -346,7 +347,7 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 
 // get reads one lease. Its answer's header carries the applied index of the very state it read (captured
 // in the same FSM read), so a client can watch from the next index without missing or repeating an event.
-// Reads check the identity's read permission in the same FSM read as the data (authz.go).
+// Reads check the identity's read permission in the same FSM read as the data (internal/auth).
 func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
@@ -356,7 +357,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 		denied  error
 	)
 	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		lease, ok = sm.Get(req.GetResource())
@@ -373,7 +374,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	}
 	now := n.clock.Now()
 	shown := func(l fsm.Lease) *leasepb.Lease {
-		p := visible(l, identity, n.cfg.ClientCertAuth)
+		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
 		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		return p
 	}
@@ -399,7 +400,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 		return nil, err
 	}
 	err = n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		if req.GetHolder() != "" {
@@ -417,7 +418,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 	resp := &leasepb.ListResponse{Leases: make([]*leasepb.Lease, 0, len(leases))}
 	now := n.clock.Now()
 	for _, l := range leases {
-		p := visible(l, identity, n.cfg.ClientCertAuth)
+		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
 		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		resp.Leases = append(resp.Leases, p)
 	}
@@ -433,7 +434,7 @@ func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequ
 		denied error
 	)
 	err := n.read(ctx, false, func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		if l, ok := sm.Current(req.GetResource(), req.GetToken()); ok {
@@ -464,11 +465,11 @@ func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, ident
 	}
 	switch res.Code {
 	case fsm.OK:
-		lease := visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
+		lease := auth.Visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
 		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
 		return &leasepb.ProclaimResponse{Lease: lease}, nil
 	case fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	}
 	return nil, &endedError{end: res.End}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
@@ -50,6 +51,7 @@ type node struct {
 	cfg       Config
 	log       *slog.Logger
 	audit     *auditTrail // the audit trail's lines, written off the loop (audit.go)
+	authz     *auth.Authorizer
 	clock     Clock
 	id        uint64
 	clusterID uint64

@@ -27,6 +27,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
@@ -245,8 +246,8 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	gate := newConnGate(s.cfg.Limits.MaxConnections, cfg.Registerer)
 	s.transport, s.clientLis, s.peerLis = tr, gate.listener(lis.Client), lis.Peer
 	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
-		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
-		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz)),
+		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.authz.Unary),
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.authz.Stream)),
 		(&connLimiter{maxStreams: cfg.Limits.MaxStreamsPerConn}).options()...)...)
 	leases := &leasesService{n: s.node}
 	leasepb.RegisterLeasesServer(s.clientSrv, leases)
@@ -361,6 +362,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	n.applied.Store(snapIndex)
+	n.authz = auth.New(cfg.ClientCertAuth, n.readFSM, n.status)
 	audit := n.log
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)

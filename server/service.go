@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/watch"
 )
 
@@ -68,7 +69,7 @@ func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leas
 	if err := s.n.cfg.Limits.resource("resource", req.GetResource()); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -86,7 +87,7 @@ func (s *leasesService) List(ctx context.Context, req *leasepb.ListRequest) (*le
 	if err := s.n.cfg.Limits.list(req); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -102,7 +103,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	if err := s.n.cfg.Limits.leaseRef(req.GetResource(), req.GetToken()); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -124,7 +125,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}
-	id, err := s.n.identityOf(stream.Context())
+	id, err := s.n.authz.Identity(stream.Context())
 	if err != nil {
 		return s.n.status(err)
 	}
@@ -132,7 +133,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if req.GetResource() != "" {
 		scope = req.GetResource()
 	}
-	if err := s.n.authorizeRead(id, scope); err != nil {
+	if err := s.n.authz.AuthorizeRead(id, scope); err != nil {
 		return s.n.status(err)
 	}
 	ctx := stream.Context()
@@ -166,7 +167,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			}
 			continue
 		}
-		for _, resp := range s.n.watchResponses(visibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
+		for _, resp := range s.n.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}

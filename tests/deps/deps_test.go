@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
+	"server/internal/auth":   {"api", "fsm"},
 	"client/fence":           {},
 	"client":                 {"api"},
 	"cmd/internal":           {},
