@@ -47,7 +47,7 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within
 	// Config.DiskStallTimeout (decision 13: fail-stop beats limping).
-	ErrDiskStalled = errors.New("raft log write stalled")
+	ErrDiskStalled = errs.ErrDiskStalled
 	// ErrLoopStalled: the node's raft loop has not run for an election timeout (a blocked disk write, a
 	// starved process); Server.Ready reports it, and the node is not ready until the loop runs again.
 	ErrLoopStalled = errors.New("raft loop stalled")

@@ -15,6 +15,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 )
@@ -143,16 +144,12 @@ type node struct {
 	haltOnce sync.Once
 	fatalErr atomic.Pointer[error]
 
-	// The raft log writes in flight, for the disk watchdog (disk.go): the Ready loop's and the
-	// snapshotter's, timed from epoch.
-	epoch     time.Time
-	loopWrite writeSlot
-	snapWrite writeSlot
-	disk      *diskStats    // the log's size and the volume's free space, for readers that must not wait (diskstats.go)
-	logPath   string        // raft.db: where snapshots are written
-	walPath   func() string // the WAL segment Save and Compact write; nil: logPath
-	faults    diskFaults    // injected stalls; empty unless built with -tags faultinject
-	hooks     testHooks     // set only by tests (export_test.go)
+	// watchdog times the raft log writes in flight (the Ready loop's and the snapshotter's) and stops
+	// the node on a stalled one (watchdog.go).
+	watchdog *raftnode.Watchdog
+	disk     *diskStats // the log's size and the volume's free space, for readers that must not wait (diskstats.go)
+	faults   diskFaults // injected stalls; empty unless built with -tags faultinject
+	hooks    testHooks  // set only by tests (export_test.go)
 }
 
 // run is the Ready loop: it takes in what is queued for raft (ticks, peer messages, proposals, calls;
@@ -333,7 +330,7 @@ func (n *node) persist(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		hs = n.unsyncedHS
 	}
 	start := time.Now()
-	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, ents, snap) }); err != nil {
+	if err := n.watchdog.Write("save", func() error { return n.storage.Save(hs, ents, snap) }); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
 	n.metrics.fsyncSeconds.Observe(since(start))
@@ -369,7 +366,7 @@ func (n *node) flushHardState() error {
 		return nil
 	}
 	start := time.Now()
-	if err := n.diskWrite("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
+	if err := n.watchdog.Write("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
 		return fmt.Errorf("persist hard state: %w", err)
 	}
 	n.metrics.fsyncSeconds.Observe(since(start))

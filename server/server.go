@@ -348,16 +348,16 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
-		epoch:       time.Now(),
-		logPath:     cfg.DataDir,
 	}
+	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
-		n.walPath = w.WALPath
+		walPath = w.WALPath
 	}
 	if p, ok := storage.(interface{ Path() string }); ok {
-		n.logPath = p.Path()
+		logPath = p.Path()
 		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
+	n.watchdog = newWatchdog(n, logPath, walPath)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
@@ -516,7 +516,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
-	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { watchDisk(s.node, s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
 	s.spawn(func() { s.node.snapshotLoop(s.stop) })
 	s.spawn(s.node.audit.run)

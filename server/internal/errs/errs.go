@@ -17,6 +17,9 @@ var (
 	ErrCompacted  = errors.New("watch history compacted")
 	// ErrLimit is the sentinel of every limit refusal (Limit).
 	ErrLimit = errors.New("limit reached")
+	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within the disk
+	// stall timeout.
+	ErrDiskStalled = errors.New("raft log write stalled")
 )
 
 // Limit is a refusal by one of the limits on what clients hold (decision 14: bounded everything); it maps
