@@ -1,7 +1,5 @@
-// Package raftnode is to hold the node's raft host: the Ready loop over raft's RawNode, its storage,
-// proposals, read index, snapshots and peer input checks, handing committed entries to the lease service
-// through an interface and never importing it. It holds, so far, the disk watchdog the loop's writes go
-// through (Watchdog).
+// Package raftnode is the raft host's side of the node, apart from the lease service, which it never
+// imports (tests/deps): the disk watchdog that every raft log write goes through (Watchdog).
 package raftnode
 
 import (
