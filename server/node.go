@@ -116,8 +116,8 @@ type node struct {
 	clientAddr, peerAddr string
 	// peers are the transport's peers and their addresses (Ready loop only; members.go).
 	peers map[uint64]string
-	// lostStreams carries the transport's hint that a peer's stream broke (leaderloss.go).
-	lostStreams chan uint64
+	// leaderLoss acts on the transport's hint that a peer's stream broke (internal/raftnode).
+	leaderLoss *raftnode.LeaderLoss
 	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
 	clientAddrs atomic.Pointer[map[uint64]string]
 	// confSem admits one membership change at a time (membership.go).

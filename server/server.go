@@ -227,7 +227,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		var err error
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
-			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.streamLost,
+			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
@@ -341,7 +341,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
 		peers:       make(map[uint64]string),
 		confSem:     make(chan struct{}, 1),
-		lostStreams: make(chan uint64, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
 		notices:     newCommitNotices(),
@@ -358,6 +357,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
+	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
@@ -475,7 +475,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })
-	s.spawn(func() { s.node.leaderLossLoop(s.stop) })
+	s.spawn(func() { s.node.leaderLoss.Run(s.stop) })
 	s.spawn(func() { s.node.announceLoop(s.stop) })
 	s.spawn(func() { s.node.removalLoop(s.stop) })
 	if s.gossip != nil {
