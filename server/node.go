@@ -109,8 +109,8 @@ type node struct {
 	// have (0: none; peerView.lastIndex).
 	appending atomic.Uint64
 
-	// terms bounds the peer terms this node accepts (peerterms.go); it follows term.
-	terms *termGuard
+	// terms bounds the peer terms this node accepts (raftnode.TermGuard); it follows term.
+	terms *raftnode.TermGuard
 
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
@@ -281,7 +281,7 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
-		n.terms.observe(rd.HardState.GetTerm())
+		n.terms.Observe(rd.HardState.GetTerm())
 		n.commit.Store(rd.HardState.GetCommit())
 	}
 	if rd.SoftState != nil {

@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // The Ready loop drives raft's RawNode itself (raftHost below) rather than through raft.Node, which runs
@@ -280,7 +282,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 	}
 	// The persisted term, until raft's first Ready changes it: peer terms are judged against it.
 	n.term.Store(hs.GetTerm())
-	n.terms = newTermGuard(n.clock, hs.GetTerm())
+	n.terms = raftnode.NewTermGuard(n.clock, hs.GetTerm())
 	rn, err := raft.NewRawNode(c)
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
