@@ -63,8 +63,8 @@ type node struct {
 	host      *raftHost
 	raft      raftControl
 	transport peerTransport
-	// notices holds the appends that only carry a new commit index to a follower (commitnotice.go).
-	notices *commitNotices
+	// notices holds the appends that only carry a new commit index to a follower (raftnode.CommitNotices).
+	notices *raftnode.CommitNotices
 
 	// fsmMu guards sm and seedNames: the Ready loop writes under it, reads take it shared.
 	fsmMu sync.RWMutex
@@ -185,8 +185,8 @@ func (n *node) run(stop <-chan struct{}) {
 			h.stepMessage(m)
 		case fn := <-h.calls:
 			fn(h.rn)
-		case <-n.notices.due():
-			n.transport.Send(n.notices.release())
+		case <-n.notices.Due():
+			n.transport.Send(n.notices.Release())
 		}
 		h.intake(props != nil)
 		if err := n.handleReadys(); err != nil {
@@ -293,7 +293,7 @@ func (n *node) handleReady(rd raft.Ready) error {
 		// count them as part of the log (peerView.lastIndex).
 		n.appending.Store(lastIndexOf(appendMsg))
 	}
-	n.transport.Send(n.notices.filter(peerMsgs))
+	n.transport.Send(n.notices.Filter(peerMsgs))
 	// The apply first: its entries are committed and already durable here (raft hands out for apply only
 	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
 	if applyMsg != nil {
@@ -395,7 +395,7 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		n.lessor.Demote()
-		n.notices.forget() // the followers learn the commit index from the next leader
+		n.notices.Forget() // the followers learn the commit index from the next leader
 		n.queue.FailAll(ErrNotLeader)
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
 		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's

@@ -270,7 +270,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
 		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
 		DisableProposalForwarding: true,
-		Logger:                    newRaftLogger(n.log),
+		Logger:                    raftnode.NewRaftLogger(n.log),
 	}
 	last, err := storage.LastIndex()
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 	"github.com/leased/leased/server/transport"
@@ -343,7 +344,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		confSem:     make(chan struct{}, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
-		notices:     newCommitNotices(),
+		notices:     raftnode.NewCommitNotices(),
 		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),

@@ -1,7 +1,8 @@
 // Package raftnode is the raft host's side of the node, apart from the lease service, which it never
-// imports (tests/deps): the disk watchdog that every raft log write goes through (Watchdog), and the
-// hint that a crashed leader's broken stream gives its followers to elect another at once (LeaderLoss),
-// and the bound on the terms peers may send (TermGuard).
+// imports (tests/deps): the disk watchdog that every raft log write goes through (Watchdog), the hint
+// that a crashed leader's broken stream gives its followers to elect another at once (LeaderLoss), the
+// bound on the terms peers may send (TermGuard), the commit notices held back for the next append
+// (CommitNotices), and raft's logger (NewRaftLogger).
 package raftnode
 
 import (
