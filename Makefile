@@ -38,7 +38,8 @@ bench: ## run the Go benchmarks, as docs/benchmarks.md reports them
 	$(GO) test -run='^$$' -bench=. -benchtime 2s ./raftlog/
 	$(GO) test -run='^$$' -bench=. -benchtime 3s ./server/transport/
 	$(GO) test -run='^$$' -bench='Acquire|Renew' -benchtime 3000x ./server/
-	$(GO) test -run='^$$' -bench='MassExpiry|MassCheckpoint|CheckpointScan|CheckpointEntries' -benchtime 1x -timeout 20m ./server/
+	$(GO) test -run='^$$' -bench='MassExpiry|MassCheckpoint' -benchtime 1x -timeout 20m ./server/
+	$(GO) test -run='^$$' -bench='CheckpointScan|CheckpointEntries' -benchtime 1x ./server/internal/lessor/
 	$(GO) test -run='^$$' -bench='MemoryHeld|RestartReady' -benchtime 1x -timeout 30m ./server/
 	$(GO) test -run='^$$' -bench=KeepAlive10k -benchtime 1x ./client/
 

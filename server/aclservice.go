@@ -9,10 +9,11 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // The ACL calls. Both need admin on the whole cluster, which the Cluster service's interceptor checks
-// (authz.go) before they run.
+// (internal/auth) before they run.
 
 // AclGet answers the rules of the replicated state (linearizable unless serializable).
 func (s *clusterService) AclGet(ctx context.Context, req *leasepb.AclGetRequest) (*leasepb.AclGetResponse, error) {
@@ -44,7 +45,7 @@ func (s *clusterService) AclSet(ctx context.Context, req *leasepb.AclSetRequest)
 		}
 		return nil, n.status(invalid("rules", "%v", err))
 	}
-	id, err := n.identityOf(ctx)
+	id, err := n.authz.Identity(ctx)
 	if err != nil {
 		return nil, n.status(err)
 	}
@@ -83,10 +84,9 @@ func (n *node) proposeInitialACL() {
 		return
 	}
 	cmd := &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: n.cfg.InitialACL, Initial: true}}}
-	select {
-	case n.lessor.out <- lessorCmd{term: n.term.Load(), cmd: cmd}:
+	if n.lessor.Send(lessor.Cmd{Term: n.term.Load(), Cmd: cmd}) {
 		n.log.Info("proposing the initial ACL", "rules", len(n.cfg.InitialACL))
-	default:
+	} else {
 		n.log.Warn(fmt.Sprintf("the proposer queue is full; the initial ACL waits for the next leader change (%d rules)", len(n.cfg.InitialACL)))
 	}
 }

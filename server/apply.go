@@ -67,12 +67,12 @@ func (n *node) applyNormal(e *raftpb.Entry) (*wirepb.Command, fsm.Result, error)
 		return nil, fsm.Result{}, fmt.Errorf("apply entry %d: %w", index, err)
 	}
 	// The listeners hear of the entry only through its result: the FSM alone decided what changed.
-	n.lessor.applied(n.clock.Now(), res)
+	n.lessor.Applied(n.clock.Now(), res)
 	n.size.applied(res)
-	n.watch.publish(index, res.Events)
+	n.watch.Publish(index, res.Events)
 	n.metrics.applied(res)
 	n.audit.record(index, raft.StateType(n.role.Load()), res)
-	n.queue.applied(res)
+	n.queue.Applied(res)
 	return cmd, res, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/auth"
 )
 
 func tlsPeer(verified ...*x509.Certificate) context.Context {
@@ -28,7 +29,7 @@ func tlsPeer(verified ...*x509.Certificate) context.Context {
 }
 
 func TestIdentityIsTheVerifiedCertificatesCNOrFirstURISAN(t *testing.T) {
-	n := &node{cfg: Config{ClientCertAuth: true}}
+	a := auth.New(true, nil, nil)
 	spiffe, _ := url.Parse("spiffe://example.org/billing")
 	other, _ := url.Parse("spiffe://example.org/other")
 	for _, tc := range []struct {
@@ -47,7 +48,7 @@ func TestIdentityIsTheVerifiedCertificatesCNOrFirstURISAN(t *testing.T) {
 		{"no peer", context.Background(), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id, err := n.identityOf(tc.ctx)
+			id, err := a.Identity(tc.ctx)
 			if tc.want != "" {
 				if err != nil || id != tc.want {
 					t.Fatalf("identity = %q, %v; want %q", id, err, tc.want)
@@ -67,8 +68,8 @@ func TestIdentityIsTheVerifiedCertificatesCNOrFirstURISAN(t *testing.T) {
 		})
 	}
 	// Without ClientCertAuth there is no identity, whatever the connection.
-	off := &node{cfg: Config{}}
-	if id, err := off.identityOf(tlsPeer(&x509.Certificate{Subject: pkix.Name{CommonName: "alice"}})); id != "" || err != nil {
+	off := auth.New(false, nil, nil)
+	if id, err := off.Identity(tlsPeer(&x509.Certificate{Subject: pkix.Name{CommonName: "alice"}})); id != "" || err != nil {
 		t.Fatalf("without client-cert-auth: %q, %v", id, err)
 	}
 }

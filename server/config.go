@@ -14,6 +14,7 @@ import (
 	"github.com/leased/leased/api/acl"
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // Config is everything a node needs. Only cmd/leased parses flags; tests build a Config directly.
@@ -85,10 +86,10 @@ type Config struct {
 	// ExpiryRate caps the leases per second the leader proposes to expire (a burst of a tenth of a second's
 	// worth, at least one batch). A mass disconnect expires hundreds of thousands of leases at once; every
 	// node applies their expiries, and without a cap one Ready's apply held each node's loop (ticks,
-	// heartbeats, every client's write) for most of a second (lessor.go, "expiry rate").
+	// heartbeats, every client's write) for most of a second (internal/lessor, "expiry rate").
 	ExpiryRate int
 	// WatchHistory is how many events are kept for Watch to resume from, and WatchHistoryBytes how many
-	// bytes of them (watch.go, eventBytes): the history stops at whichever is reached first, except that
+	// bytes of them (internal/watch, eventBytes): the history stops at whichever is reached first, except that
 	// the newest entry's events are always kept.
 	WatchHistory      int
 	WatchHistoryBytes int64
@@ -481,4 +482,11 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// lessorConfig is what the lessor takes of c: an expiry or checkpoint not applied within two election
+// timeouts is proposed again.
+func lessorConfig(c Config) lessor.Config {
+	return lessor.Config{CheckpointInterval: c.CheckpointInterval, Retry: 2 * c.ElectionTimeout(),
+		ExpiryBatch: c.ExpiryBatch, ExpiryRate: c.ExpiryRate}
 }

@@ -12,22 +12,24 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 // Sentinel errors. Code inside the server wraps them with %w; toStatus maps them to gRPC codes with
 // errors.Is, so wrapped errors still map.
 var (
-	ErrNotLeader     = errors.New("not the leader")
+	ErrNotLeader     = errs.ErrNotLeader
 	ErrNoLeader      = errors.New("no leader")
-	ErrStopped       = errors.New("server stopped")
+	ErrStopped       = errs.ErrStopped
 	ErrTimeout       = errors.New("timed out")
 	ErrInvalid       = errors.New("invalid argument")
 	ErrHeld          = errors.New("resource held")
 	ErrLockDelayed   = errors.New("resource in lock-delay")
-	ErrNotCurrent    = errors.New("token is not the current grant")
+	ErrNotCurrent    = errs.ErrNotCurrent
 	ErrNotFound      = errors.New("no lease on resource")
 	ErrHolderLimit   = errors.New("holder lease limit reached")
-	ErrCompacted     = errors.New("watch history compacted")
+	ErrCompacted     = errs.ErrCompacted
 	ErrUnimplemented = errors.New("not implemented yet")
 	// ErrRemoved is the fatal error of a node that was removed from the cluster: it stops serving, and its
 	// data dir refuses to start again (New).
@@ -45,10 +47,14 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within
 	// Config.DiskStallTimeout (decision 13: fail-stop beats limping).
-	ErrDiskStalled = errors.New("raft log write stalled")
+	ErrDiskStalled = errs.ErrDiskStalled
 	// ErrLoopStalled: the node's raft loop has not run for an election timeout (a blocked disk write, a
 	// starved process); Server.Ready reports it, and the node is not ready until the loop runs again.
 	ErrLoopStalled = errors.New("raft loop stalled")
+	// ErrUnauthenticated: the node requires a client certificate identity and the request had none.
+	ErrUnauthenticated = auth.ErrUnauthenticated
+	// ErrPermissionDenied: the identity lacks a permission the call needs.
+	ErrPermissionDenied = auth.ErrPermissionDenied
 )
 
 // fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest, and,
@@ -148,12 +154,7 @@ func (e *endedError) detail() *leasepb.LeaseEnded {
 }
 
 // compactedError carries the oldest index a Watch can start from.
-type compactedError struct{ oldest uint64 }
-
-func (e *compactedError) Error() string {
-	return fmt.Sprintf("events before index %d are no longer retained", e.oldest)
-}
-func (e *compactedError) Is(target error) bool { return target == ErrCompacted }
+type compactedError = errs.Compacted
 
 // leaderHint is what the node knows of the leader, attached to Unavailable answers.
 type leaderHint struct {
@@ -174,7 +175,7 @@ func toStatus(err error, hint leaderHint) error {
 		he *heldError
 		ce *compactedError
 		ee *endedError
-		ae *accessError
+		ae *auth.AccessError
 		le *limitError
 		se *supersededError
 	)
@@ -191,18 +192,18 @@ func toStatus(err error, hint leaderHint) error {
 	case errors.As(err, &se):
 		return withDetails(codes.Aborted, err, se.detail())
 	case errors.As(err, &ce):
-		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.oldest})
+		return withDetails(codes.OutOfRange, err, &leasepb.WatchCompacted{OldestIndex: ce.Oldest})
 	case errors.As(err, &ee):
 		return withDetails(codes.NotFound, err, ee.detail())
 	case errors.As(err, &ae) && errors.Is(err, ErrUnauthenticated):
-		return withDetails(codes.Unauthenticated, err, ae.detail)
+		return withDetails(codes.Unauthenticated, err, ae.Detail)
 	case errors.As(err, &ae):
-		return withDetails(codes.PermissionDenied, err, ae.detail)
+		return withDetails(codes.PermissionDenied, err, ae.Detail)
 	case errors.Is(err, ErrNotCurrent), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &le):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
-			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.flag, Description: le.msg}}})
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.Flag, Description: le.Msg}}})
 	case errors.Is(err, ErrHolderLimit):
 		return withDetails(codes.ResourceExhausted, err, &errdetails.QuotaFailure{
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "--max-leases-per-holder", Description: err.Error()}}})

@@ -13,12 +13,7 @@ import (
 // Test hooks for the external test package (server_test).
 
 // QueueLen is the number of blocking acquires queued for resource on this node.
-func (s *Server) QueueLen(resource string) int {
-	q := s.node.queue
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queues[resource])
-}
+func (s *Server) QueueLen(resource string) int { return s.node.queue.Waiting(resource) }
 
 // Ticks is how many times the node's Ready loop has ticked.
 func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
@@ -147,10 +142,10 @@ func NewWithStorageFault(cfg Config, lis Listeners) (*Server, *StorageFault, err
 }
 
 // Waiters is how many blocking acquires this node queues.
-func (s *Server) Waiters() int { return s.node.queue.len() }
+func (s *Server) Waiters() int { return s.node.queue.Len() }
 
 // PublishEvents hands events to this node's watchers as if an entry at index had applied them.
-func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.publish(index, events) }
+func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.Publish(index, events) }
 
 // AcceptsPeer reports whether this node takes raft messages from id (its member check).
 func (s *Server) AcceptsPeer(id uint64) bool { return s.node.isMember(id) }

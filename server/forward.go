@@ -12,6 +12,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/internal/auth"
 )
 
 // One path for every write (Acquire, Renew, Release, KeepAlive, Proclaim). A write travels as a ForwardRequest,
@@ -21,10 +22,10 @@ import (
 // the response header and the error status are applied there and nowhere else.
 
 // write serves a client's write: here if this node leads, else on the leader (one hop).
-// The client's identity (authn.go) is decided here, by the node the client reached, and travels with the
+// The client's identity (internal/auth) is decided here, by the node the client reached, and travels with the
 // request to the leader.
 func (n *node) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	id, err := n.identityOf(ctx)
+	id, err := n.authz.Identity(ctx)
 	if err != nil {
 		return nil, n.status(err)
 	}
@@ -53,7 +54,7 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 	if n.cfg.ClientCertAuth && req.GetIdentity() == "" {
 		// Forwarded by a peer that does not require client certificates: a misconfigured member.
 		n.metrics.refused()
-		return nil, n.status(unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
+		return nil, n.status(auth.Unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
 	}
 	if !n.isLeader() {
 		if !mayForward || !n.forwardsIdentity(req.GetIdentity()) {
@@ -62,7 +63,7 @@ func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayFo
 		}
 		return n.forwardFollowing(ctx, req)
 	}
-	if err := n.authorizeWrite(req); err != nil {
+	if err := n.authz.AuthorizeWrite(req); err != nil {
 		n.metrics.refused()
 		return nil, n.status(err)
 	}

@@ -26,8 +26,8 @@ import (
 // The HTTP/JSON API (docs/http.md). The grpc-gateway handlers generated from the google.api.http
 // annotations of leases.proto (api/leasepb/gw) call the Leases service in-process: there is
 // no loopback connection, so there is nothing to spoof. Each request's context carries the HTTP
-// connection's TLS state as a gRPC peer, exactly as a gRPC connection's does, so identityOf (authn.go)
-// reads the identity of both with one rule, and every ACL check of the gRPC path applies unchanged.
+// connection's TLS state as a gRPC peer, exactly as a gRPC connection's does, so Authorizer.Identity
+// (internal/auth) reads the identity of both with one rule, and every ACL check of the gRPC path applies unchanged.
 //
 // Streaming RPCs (KeepAlive, Watch) have no HTTP route: grpc-gateway's in-process handlers do not
 // support them. HTTP clients renew with POST /v1/leases/renew.

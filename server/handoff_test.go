@@ -12,7 +12,7 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// Handoffs (server/waitqueue.go, "Handoff"): a release of a resource with queued waiters grants it to
+// Handoffs (server/internal/waitq, "Handoff"): a release of a resource with queued waiters grants it to
 // the head waiter in the release's own entry, so the waiter's token is the release's index.
 
 type waited struct {

@@ -37,7 +37,7 @@ func readiness(n *node) error {
 	default:
 	}
 	if stalled := n.loopStalled(); stalled > 0 {
-		if op, age, ok := n.inFlightWrite(); ok {
+		if op, age, ok := n.watchdog.InFlight(); ok {
 			return fmt.Errorf("%w for %v: raft log %s in flight for %v", ErrLoopStalled,
 				stalled.Round(time.Millisecond), op, age.Round(time.Millisecond))
 		}

@@ -12,6 +12,9 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/waitq"
 )
 
 // The lease operations. Writes run on the leader, reached through node.write or node.serveForward
@@ -20,7 +23,7 @@ import (
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees. A queued acquire is
 // granted either by its own entry, proposed when the resource looks free, or by the entry of a release
-// that carried it (waitqueue.go, "Handoff").
+// that carried it (internal/waitq, "Handoff").
 func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
 	if !n.isLeader() {
 		return nil, n.notLeaderErr()
@@ -30,7 +33,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	}
 	id, outcome := n.proposals.register()
 	defer func() { n.proposals.cancel(id) }()
-	w, err := n.queue.enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
+	w, err := n.queue.Enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
@@ -44,7 +47,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 		}
 		return resp, onceErr
 	}
-	defer n.queue.leave(req.GetResource(), w)
+	defer n.queue.Leave(req.GetResource(), w)
 	var waitEnds <-chan time.Time // fires when wait_ms runs out; nil: the wait lasts as long as the call
 	if ms := req.GetWaitMs(); ms > 0 {
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
@@ -56,7 +59,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 		if resp, err, done := n.tryQueued(ctx, req, identity, w); done {
 			return resp, err
 		}
-		if over && n.queue.withdraw(req.GetResource(), w) {
+		if over && n.queue.Withdraw(req.GetResource(), w) {
 			// The wait ran out: answered as the same attempt without wait would be now, a grant if the
 			// resource is free, else the held refusal naming the holder. No entry of the attempt is in
 			// flight (the queue's own attempts are synchronous, and a carried one was waited for), so a
@@ -64,7 +67,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			return n.acquireOnce(ctx, withoutWait(req), identity)
 		}
 		select {
-		case <-w.wake:
+		case <-w.Wake():
 		case <-waitEnds:
 			waitEnds, over = nil, true
 		case out := <-outcome:
@@ -77,7 +80,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 				return resp, err
 			}
 			id, outcome = n.proposals.register()
-			n.queue.rearm(w, id)
+			n.queue.Rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-n.done:
@@ -95,15 +98,15 @@ func withoutWait(req *leasepb.AcquireRequest) *leasepb.AcquireRequest {
 
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
 // resource looks free. done reports an answer (a grant or a refusal other than held).
-func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waiter) (*leasepb.AcquireResponse, error, bool) {
-	head, err := n.queue.head(req.GetResource(), w)
+func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
+	head, err := n.queue.Head(req.GetResource(), w)
 	if err != nil {
 		return nil, err, true
 	}
-	if !head || !n.worthTrying(req) || !n.queue.begin(w) {
+	if !head || !n.worthTrying(req) || !n.queue.Begin(w) {
 		return nil, nil, false
 	}
-	defer n.queue.end(w)
+	defer n.queue.End(w)
 	resp, err := n.acquireOnce(ctx, req, identity)
 	return resp, err, !errors.Is(err, ErrHeld)
 }
@@ -173,12 +176,12 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 	switch res.Code {
 	case fsm.OK:
 		lease := res.Lease.Proto()
-		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, now).Milliseconds()
+		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, now).Milliseconds()
 		return &leasepb.AcquireResponse{Lease: lease, Replayed: res.Replayed}, nil
 	case fsm.Held:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token, Identity: res.Lease.Identity,
-			RemainingMs: n.lessor.remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
+			RemainingMs: n.lessor.Remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
 			Limit:       res.Lease.Limit,
 		}}
 	case fsm.LimitMismatch:
@@ -186,7 +189,7 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 	case fsm.LockDelayed:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Delay.Resource, LockDelayed: true,
-			RemainingMs: n.lessor.delayRemaining(res.Delay.Resource, now).Milliseconds(),
+			RemainingMs: n.lessor.DelayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
 		if identity != "" {
@@ -197,7 +200,7 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 		return nil, limited("--max-leases-per-identity", "identity %q holds %d leases, the most one identity may: new grants to it are refused "+
 			"until it releases some or the limit is raised", identity, n.cfg.Limits.MaxLeasesPerIdentity)
 	case fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	case fsm.RequestReused:
 		r := res.Reuse
 		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
@@ -257,18 +260,18 @@ func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*lease
 
 // renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
 func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
-	batch := make([]renewalCheck, len(pending))
+	batch := make([]lessor.Renewal, len(pending))
 	for i, res := range pending {
-		batch[i] = renewalCheck{resource: res.Resource, token: res.Token}
+		batch[i] = lessor.Renewal{Resource: res.Resource, Token: res.Token}
 	}
-	gen, err := n.lessor.checkRenewals(batch)
+	gen, err := n.lessor.CheckRenewals(batch)
 	if err != nil {
 		return nil, err
 	}
 	var idle []*leasepb.LeaseRef
 	for _, c := range batch {
-		if c.idle {
-			idle = append(idle, &leasepb.LeaseRef{Resource: c.resource, Token: c.token})
+		if c.Idle {
+			idle = append(idle, &leasepb.LeaseRef{Resource: c.Resource, Token: c.Token})
 		}
 	}
 	if len(idle) > 0 {
@@ -280,18 +283,18 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		return nil, err
 	}
 	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
-	if err := n.lessor.renewChecked(gen, batch, at); err != nil {
+	if err := n.lessor.RenewChecked(gen, batch, at); err != nil {
 		return nil, err
 	}
 	var again []*leasepb.KeepAliveResult
 	for i, c := range batch {
-		switch c.err { // renewChecked's own sentinels, compared as they are: this runs once a lease renewed
+		switch c.Err { // renewChecked's own sentinels, compared as they are: this runs once a lease renewed
 		case ErrNotCurrent:
 			pending[i].Gone = true // definite: this node's state reflects every write committed before the request
-		case errIdle:
+		case lessor.ErrIdle:
 			again = append(again, pending[i])
 		default:
-			pending[i].TtlMs = c.ttl.Milliseconds()
+			pending[i].TtlMs = c.TTL.Milliseconds()
 		}
 	}
 	return again, nil
@@ -303,10 +306,10 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	rel := &wirepb.ReleaseCmd{Resource: req.GetResource(), Token: req.GetToken(), Identity: identity}
 	cmd := &wirepb.Command{Op: &wirepb.Command_Release{Release: rel}}
-	// The head waiter's grant rides in the release's entry (waitqueue.go, "Handoff").
-	w := n.queue.claim(req.GetResource())
+	// The head waiter's grant rides in the release's entry (internal/waitq, "Handoff").
+	w := n.queue.Claim(req.GetResource())
 	if w != nil {
-		acq, id := n.queue.carried(w)
+		acq, id := n.queue.Carried(w)
 		cmd.Op = &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{Release: rel, Acquire: acq, AcquireProposalId: id}}
 		if hook := n.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
 			(*hook)()
@@ -314,14 +317,14 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 	}
 	res, index, err := n.propose(ctx, cmd)
 	if w != nil && err != nil && !errors.Is(err, ErrOutcomeUnknown) {
-		n.queue.unclaim(w) // never entered the log: the waiter goes on as before
+		n.queue.Unclaim(w) // never entered the log: the waiter goes on as before
 	}
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case res.Code == fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	case res.Code == fsm.OK && res.Replayed:
 		// An earlier request released this token (a retry whose first answer was lost): that is success.
 		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
@@ -344,7 +347,7 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 
 // get reads one lease. Its answer's header carries the applied index of the very state it read (captured
 // in the same FSM read), so a client can watch from the next index without missing or repeating an event.
-// Reads check the identity's read permission in the same FSM read as the data (authz.go).
+// Reads check the identity's read permission in the same FSM read as the data (internal/auth).
 func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
@@ -354,7 +357,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 		denied  error
 	)
 	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		lease, ok = sm.Get(req.GetResource())
@@ -371,8 +374,8 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	}
 	now := n.clock.Now()
 	shown := func(l fsm.Lease) *leasepb.Lease {
-		p := visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
+		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		return p
 	}
 	resp := &leasepb.GetResponse{Lease: shown(lease), Header: &leasepb.ResponseHeader{AppliedIndex: applied}}
@@ -397,7 +400,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 		return nil, err
 	}
 	err = n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		if req.GetHolder() != "" {
@@ -415,8 +418,8 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 	resp := &leasepb.ListResponse{Leases: make([]*leasepb.Lease, 0, len(leases))}
 	now := n.clock.Now()
 	for _, l := range leases {
-		p := visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.remaining(l.Resource, l.Token, now).Milliseconds()
+		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
+		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		resp.Leases = append(resp.Leases, p)
 	}
 	if more && len(leases) > 0 {
@@ -431,7 +434,7 @@ func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequ
 		denied error
 	)
 	err := n.read(ctx, false, func(sm *fsm.FSM) {
-		if denied = need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
+		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
 		if l, ok := sm.Current(req.GetResource(), req.GetToken()); ok {
@@ -462,11 +465,11 @@ func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, ident
 	}
 	switch res.Code {
 	case fsm.OK:
-		lease := visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
-		lease.RemainingMs = n.lessor.remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
+		lease := auth.Visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
+		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
 		return &leasepb.ProclaimResponse{Lease: lease}, nil
 	case fsm.Denied:
-		return nil, denied(res.Denial, n.rulesSet())
+		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
 	}
 	return nil, &endedError{end: res.End}
 }

@@ -13,6 +13,11 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
+	"github.com/leased/leased/server/internal/waitq"
+	"github.com/leased/leased/server/internal/watch"
 )
 
 // peerTransport is what the node needs of the peer transport (server/transport implements it;
@@ -47,6 +52,7 @@ type node struct {
 	cfg       Config
 	log       *slog.Logger
 	audit     *auditTrail // the audit trail's lines, written off the loop (audit.go)
+	authz     *auth.Authorizer
 	clock     Clock
 	id        uint64
 	clusterID uint64
@@ -57,8 +63,8 @@ type node struct {
 	host      *raftHost
 	raft      raftControl
 	transport peerTransport
-	// notices holds the appends that only carry a new commit index to a follower (commitnotice.go).
-	notices *commitNotices
+	// notices holds the appends that only carry a new commit index to a follower (raftnode.CommitNotices).
+	notices *raftnode.CommitNotices
 
 	// fsmMu guards sm and seedNames: the Ready loop writes under it, reads take it shared.
 	fsmMu sync.RWMutex
@@ -71,9 +77,9 @@ type node struct {
 	appliedWait *indexWaiter
 	proposals   *proposalWaiter
 	reads       *readIndexer
-	lessor      *lessor
-	queue       *waitQueue
-	watch       *watchHub
+	lessor      *lessor.Lessor
+	queue       *waitq.Queue
+	watch       *watch.Hub
 	metrics     *metrics
 	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
 
@@ -103,15 +109,15 @@ type node struct {
 	// have (0: none; peerView.lastIndex).
 	appending atomic.Uint64
 
-	// terms bounds the peer terms this node accepts (peerterms.go); it follows term.
-	terms *termGuard
+	// terms bounds the peer terms this node accepts (raftnode.TermGuard); it follows term.
+	terms *raftnode.TermGuard
 
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
 	// peers are the transport's peers and their addresses (Ready loop only; members.go).
 	peers map[uint64]string
-	// lostStreams carries the transport's hint that a peer's stream broke (leaderloss.go).
-	lostStreams chan uint64
+	// leaderLoss acts on the transport's hint that a peer's stream broke (internal/raftnode).
+	leaderLoss *raftnode.LeaderLoss
 	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
 	clientAddrs atomic.Pointer[map[uint64]string]
 	// confSem admits one membership change at a time (membership.go).
@@ -138,16 +144,12 @@ type node struct {
 	haltOnce sync.Once
 	fatalErr atomic.Pointer[error]
 
-	// The raft log writes in flight, for the disk watchdog (disk.go): the Ready loop's and the
-	// snapshotter's, timed from epoch.
-	epoch     time.Time
-	loopWrite writeSlot
-	snapWrite writeSlot
-	disk      *diskStats    // the log's size and the volume's free space, for readers that must not wait (diskstats.go)
-	logPath   string        // raft.db: where snapshots are written
-	walPath   func() string // the WAL segment Save and Compact write; nil: logPath
-	faults    diskFaults    // injected stalls; empty unless built with -tags faultinject
-	hooks     testHooks     // set only by tests (export_test.go)
+	// watchdog times the raft log writes in flight (the Ready loop's and the snapshotter's) and stops
+	// the node on a stalled one (watchdog.go).
+	watchdog *raftnode.Watchdog
+	disk     *diskStats // the log's size and the volume's free space, for readers that must not wait (diskstats.go)
+	faults   diskFaults // injected stalls; empty unless built with -tags faultinject
+	hooks    testHooks  // set only by tests (export_test.go)
 }
 
 // run is the Ready loop: it takes in what is queued for raft (ticks, peer messages, proposals, calls;
@@ -183,8 +185,8 @@ func (n *node) run(stop <-chan struct{}) {
 			h.stepMessage(m)
 		case fn := <-h.calls:
 			fn(h.rn)
-		case <-n.notices.due():
-			n.transport.Send(n.notices.release())
+		case <-n.notices.Due():
+			n.transport.Send(n.notices.Release())
 		}
 		h.intake(props != nil)
 		if err := n.handleReadys(); err != nil {
@@ -212,12 +214,12 @@ func (n *node) tick() {
 	now := n.clock.Now()
 	if gap := n.sinceTick(now) - n.cfg.TickInterval; gap > stallThreshold(n.cfg.TickInterval) {
 		n.log.Warn("ready loop stalled; extending lease deadlines", "stall", gap)
-		n.lessor.extend(gap)
+		n.lessor.Extend(gap)
 	}
 	n.ticked(now)
 	n.ticks.Add(1)
 	n.host.rn.Tick()
-	n.lessor.tick(now)
+	n.lessor.Tick(now)
 }
 
 // ticked records that the loop ticked at now.
@@ -279,7 +281,7 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 func (n *node) handleReady(rd raft.Ready) error {
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
-		n.terms.observe(rd.HardState.GetTerm())
+		n.terms.Observe(rd.HardState.GetTerm())
 		n.commit.Store(rd.HardState.GetCommit())
 	}
 	if rd.SoftState != nil {
@@ -291,7 +293,7 @@ func (n *node) handleReady(rd raft.Ready) error {
 		// count them as part of the log (peerView.lastIndex).
 		n.appending.Store(lastIndexOf(appendMsg))
 	}
-	n.transport.Send(n.notices.filter(peerMsgs))
+	n.transport.Send(n.notices.Filter(peerMsgs))
 	// The apply first: its entries are committed and already durable here (raft hands out for apply only
 	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
 	if applyMsg != nil {
@@ -328,7 +330,7 @@ func (n *node) persist(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.
 		hs = n.unsyncedHS
 	}
 	start := time.Now()
-	if err := n.diskWrite("save", func() error { return n.storage.Save(hs, ents, snap) }); err != nil {
+	if err := n.watchdog.Write("save", func() error { return n.storage.Save(hs, ents, snap) }); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
 	n.metrics.fsyncSeconds.Observe(since(start))
@@ -364,7 +366,7 @@ func (n *node) flushHardState() error {
 		return nil
 	}
 	start := time.Now()
-	if err := n.diskWrite("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
+	if err := n.watchdog.Write("save", func() error { return n.storage.Save(n.unsyncedHS, nil, nil) }); err != nil {
 		return fmt.Errorf("persist hard state: %w", err)
 	}
 	n.metrics.fsyncSeconds.Observe(since(start))
@@ -388,13 +390,13 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 	switch {
 	case isLeader && !wasLeader:
 		n.log.Info("became leader", "term", n.term.Load())
-		n.lessor.promote(n.clock.Now(), n.term.Load())
+		n.lessor.Promote(n.clock.Now(), n.term.Load())
 		n.proposeInitialACL()
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
-		n.lessor.demote()
-		n.notices.forget() // the followers learn the commit index from the next leader
-		n.queue.failAll(ErrNotLeader)
+		n.lessor.Demote()
+		n.notices.Forget() // the followers learn the commit index from the next leader
+		n.queue.FailAll(ErrNotLeader)
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
 		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's
 		// and Renew's token, make a retry safe).
@@ -417,9 +419,9 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()
 	n.applied.Store(n.snapIndex)
-	n.lessor.reset(sm, n.clock.Now())
+	n.lessor.Reset(sm, n.clock.Now())
 	n.size.reset(sm)
-	n.watch.reset(n.snapIndex + 1)
+	n.watch.Reset(n.snapIndex + 1)
 	n.appliedWait.notify(n.snapIndex)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))

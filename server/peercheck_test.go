@@ -5,6 +5,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // Messages the random peer stream found that stop a node in raft itself, each now dropped.
@@ -13,7 +15,7 @@ func TestPeerChecksRefuseWhatRaftPanicsOn(t *testing.T) {
 		self:       1,
 		isMember:   func(id uint64) bool { return id >= 1 && id <= 3 },
 		lastIndex:  func() uint64 { return 10 },
-		acceptTerm: newTermGuard(NewManualClock(), 5).acceptTerm,
+		acceptTerm: raftnode.NewTermGuard(NewManualClock(), 5).AcceptTerm,
 	}
 	msg := func(typ raftpb.MessageType, term uint64, ctx []byte) *raftpb.Message {
 		return &raftpb.Message{Type: typ.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: &term, Commit: new(uint64(0)), Context: ctx}

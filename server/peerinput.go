@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -32,10 +33,10 @@ const (
 
 var peerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
 
-// maxPeerTerm bounds terms and indexes a peer may send: termCeiling (peerterms.go) leaves raft every
+// maxPeerTerm bounds terms and indexes a peer may send: raftnode.TermCeiling leaves raft every
 // increment it will ever make without overflow. A term must also be within the node's allowance
-// (termGuard): not far ahead of its own.
-const maxPeerTerm = termCeiling
+// (raftnode.TermGuard): not far ahead of its own.
+const maxPeerTerm = raftnode.TermCeiling
 
 // peerTypes are the raft messages that travel between nodes. The others are local (MsgHup, MsgBeat, the
 // storage messages, ...) or unused here (MsgProp: proposal forwarding is disabled).
@@ -53,7 +54,7 @@ type peerView struct {
 	// lastIndex is the last index in the log: the durable log, or the append in flight (whose entries a
 	// leader sends its followers while it writes them, so their acknowledgements may arrive first).
 	lastIndex func() uint64
-	// acceptTerm reports whether a message at this term may reach raft (termGuard.acceptTerm).
+	// acceptTerm reports whether a message at this term may reach raft (raftnode.TermGuard.AcceptTerm).
 	acceptTerm func(term uint64) bool
 }
 
@@ -178,7 +179,7 @@ func (n *node) peerView() peerView {
 			}
 			return max(last, appending)
 		},
-		acceptTerm: n.terms.acceptTerm,
+		acceptTerm: n.terms.AcceptTerm,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // FuzzPeerMessage hands authenticated-but-garbage messages — every field of a raftpb.Message chosen by
@@ -59,7 +60,7 @@ func FuzzPeerMessage(f *testing.F) {
 		}
 		view := peerView{
 			self:       1,
-			acceptTerm: newTermGuard(NewManualClock(), rn.Status().GetTerm()).acceptTerm,
+			acceptTerm: raftnode.NewTermGuard(NewManualClock(), rn.Status().GetTerm()).AcceptTerm,
 			isMember:   func(id uint64) bool { return id >= 1 && id <= 3 },
 			lastIndex: func() uint64 {
 				last, _ := storage.LastIndex()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // How requests reach raft: writes are proposed and answered once applied; reads and renewals wait for a
@@ -88,9 +89,9 @@ func (n *node) proposeErr(ctx context.Context, err error) error {
 // after them for as long as all of them took to apply on each node. An entry that will not apply here
 // (refused, this node no longer leads, the node stopped, the proposal timeout) ends the command: the
 // lessor proposes what was lost again (checkpointLost; an expiry's retry).
-func (n *node) proposeAsync(c lessorCmd) {
-	if !n.isLeader() || n.term.Load() != c.term {
-		n.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.term, "term", n.term.Load())
+func (n *node) proposeAsync(c lessor.Cmd) {
+	if !n.isLeader() || n.term.Load() != c.Term {
+		n.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.Term, "term", n.term.Load())
 		return
 	}
 	var window []lessorEntry
@@ -99,14 +100,14 @@ func (n *node) proposeAsync(c lessorCmd) {
 			n.proposals.cancel(e.id)
 		}
 	}()
-	for _, cmd := range c.entries() {
+	for _, cmd := range c.Entries() {
 		if len(window) == lessorWindow {
 			if !n.awaitLessorEntry(window[0]) {
 				return
 			}
 			window = window[1:]
 		}
-		e, ok := n.proposeLessorEntry(cmd, c.term)
+		e, ok := n.proposeLessorEntry(cmd, c.Term)
 		if !ok {
 			return
 		}

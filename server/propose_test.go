@@ -13,6 +13,7 @@ import (
 
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // recordingRaft is a raftControl that only records what is proposed to it.
@@ -37,35 +38,36 @@ func (r *recordingRaft) propose(_ context.Context, p proposal) error {
 func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	cfg := TestConfig()
 	clock := NewManualClock()
-	out := make(chan lessorCmd, 16)
+	out := make(chan lessor.Cmd, 16)
 	rr := &recordingRaft{}
-	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, raft: rr, lessor: newLessor(cfg, out), proposals: newProposalWaiter()}
+	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, raft: rr, lessor: lessor.New(lessorConfig(cfg), out), proposals: newProposalWaiter()}
 	sm, index := fsm.New(), uint64(0)
 	grant := func(resource string) {
 		index++
-		res, err := sm.Apply(index, acquireCmd(resource, time.Second))
+		res, err := sm.Apply(index, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{
+			Resource: resource, Holder: "h-" + resource, TtlMs: time.Second.Milliseconds()}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.lessor.applied(clock.Now(), res)
+		n.lessor.Applied(clock.Now(), res)
 	}
 	lead := func(term uint64) {
 		n.term.Store(term)
 		n.role.Store(int32(raft.StateLeader))
-		n.lessor.promote(clock.Now(), term)
+		n.lessor.Promote(clock.Now(), term)
 	}
 	lead(2)
 	grant("old")
 	clock.Advance(2 * time.Second)
-	n.lessor.tick(clock.Now()) // decides Expire(old) in term 2; the proposer has not taken it yet
+	n.lessor.Tick(clock.Now()) // decides Expire(old) in term 2; the proposer has not taken it yet
 
 	n.role.Store(int32(raft.StateFollower)) // another leader in term 3
 	n.term.Store(3)
-	n.lessor.demote()
+	n.lessor.Demote()
 	lead(4)
 	grant("new")
 	clock.Advance(2 * time.Second)
-	n.lessor.tick(clock.Now()) // decides Expire(new) in term 4 (old is queued again too)
+	n.lessor.Tick(clock.Now()) // decides Expire(new) in term 4 (old is queued again too)
 
 	for len(out) > 0 {
 		n.proposeAsync(<-out)
@@ -121,12 +123,12 @@ func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
 	n.term.Store(2)
 	n.role.Store(int32(raft.StateLeader))
 	const entries = 2*lessorWindow + 3
-	decision := func() lessorCmd {
+	decision := func() lessor.Cmd {
 		var cps []*wirepb.LeaseCheckpoint
 		for i := range entries * 10 {
 			cps = append(cps, &wirepb.LeaseCheckpoint{Resource: fmt.Sprintf("r/%04d", i), Token: uint64(i + 1)})
 		}
-		return lessorCmd{term: 2, batch: 10, cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}}
+		return lessor.Cmd{Term: 2, Batch: 10, Cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}}
 	}
 	run := func(r *pacedRaft) <-chan struct{} {
 		n.raft = r

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // The Ready loop drives raft's RawNode itself (raftHost below) rather than through raft.Node, which runs
@@ -242,4 +245,52 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 			h.refused(p.id, err)
 		}
 	}
+}
+
+// startRaft makes the node's RawNode, bootstrapped with peers on an empty log.
+func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (*raft.RawNode, error) {
+	c := &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              n.cfg.ElectionTicks,
+		HeartbeatTick:             n.cfg.HeartbeatTicks,
+		Storage:                   storage,
+		Applied:                   applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  16 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		// The log write and the apply come as messages in the Ready (localstorage.go): a leader sends
+		// new entries to its followers while it writes them itself, and counts its own acknowledgement
+		// only once its write is durable (decision 8).
+		AsyncStorageWrites: true,
+		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
+		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
+		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
+		DisableProposalForwarding: true,
+		Logger:                    raftnode.NewRaftLogger(n.log),
+	}
+	last, err := storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read last index: %w", err)
+	}
+	hs, _, err := storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("read initial state: %w", err)
+	}
+	// The persisted term, until raft's first Ready changes it: peer terms are judged against it.
+	n.term.Store(hs.GetTerm())
+	n.terms = raftnode.NewTermGuard(n.clock, hs.GetTerm())
+	rn, err := raft.NewRawNode(c)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+	}
+	return rn, nil
 }

@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // hostOn builds a raftHost on a fresh RawNode with voters 1..voters, this node 1, on a MemoryStorage
@@ -17,7 +19,7 @@ func hostOn(t *testing.T, voters int) (h *raftHost, ms *raft.MemoryStorage, pers
 	ms = raft.NewMemoryStorage()
 	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, DisableProposalForwarding: true,
-		Logger: newRaftLogger(slog.New(slog.DiscardHandler))})
+		Logger: raftnode.NewRaftLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}

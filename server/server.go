@@ -27,6 +27,11 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
+	"github.com/leased/leased/server/internal/waitq"
+	"github.com/leased/leased/server/internal/watch"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -44,7 +49,7 @@ type Server struct {
 	peerLis   net.Listener
 	health    *health.Server
 	gateway   *gateway // nil without Config.HTTPAddr
-	lessorOut chan lessorCmd
+	lessorOut chan lessor.Cmd
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -223,7 +228,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		var err error
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
-			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.streamLost,
+			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
@@ -242,8 +247,8 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	gate := newConnGate(s.cfg.Limits.MaxConnections, cfg.Registerer)
 	s.transport, s.clientLis, s.peerLis = tr, gate.listener(lis.Client), lis.Peer
 	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
-		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.unaryAuthz),
-		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.streamAuthz)),
+		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.authz.Unary),
+		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.authz.Stream)),
 		(&connLimiter{maxStreams: cfg.Limits.MaxStreamsPerConn}).options()...)...)
 	leases := &leasesService{n: s.node}
 	leasepb.RegisterLeasesServer(s.clientSrv, leases)
@@ -322,42 +327,43 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		}
 	}
 	sm.SetClusterID(id.ClusterID) // snapshots and backups say whose state they are (fsm/lineage.go)
-	out := make(chan lessorCmd, 4096)
+	out := make(chan lessor.Cmd, 4096)
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
 		appliedWait: newIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
-		lessor:      newLessor(cfg, out),
-		queue:       newWaitQueue(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
-		watch:       newWatchHub(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
+		lessor:      lessor.New(lessorConfig(cfg), out),
+		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
+		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
 		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
 		peers:       make(map[uint64]string),
 		confSem:     make(chan struct{}, 1),
-		lostStreams: make(chan uint64, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
-		notices:     newCommitNotices(),
+		notices:     raftnode.NewCommitNotices(),
 		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
-		epoch:       time.Now(),
-		logPath:     cfg.DataDir,
 	}
+	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
-		n.walPath = w.WALPath
+		walPath = w.WALPath
 	}
 	if p, ok := storage.(interface{ Path() string }); ok {
-		n.logPath = p.Path()
+		logPath = p.Path()
 		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
+	n.watchdog = newWatchdog(n, logPath, walPath)
+	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	n.applied.Store(snapIndex)
+	n.authz = auth.New(cfg.ClientCertAuth, n.readFSM, n.status)
 	audit := n.log
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)
@@ -368,8 +374,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
-	n.lessor.expiryLag = n.metrics.expiryLag.Observe
-	n.lessor.reset(sm, cfg.Clock.Now())
+	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
+	n.lessor.Reset(sm, cfg.Clock.Now())
 	n.size.reset(sm)
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
@@ -459,66 +465,18 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 	return peers, nil
 }
 
-// startRaft makes the node's RawNode, bootstrapped with peers on an empty log.
-func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (*raft.RawNode, error) {
-	c := &raft.Config{
-		ID:                        n.id,
-		ElectionTick:              n.cfg.ElectionTicks,
-		HeartbeatTick:             n.cfg.HeartbeatTicks,
-		Storage:                   storage,
-		Applied:                   applied,
-		MaxSizePerMsg:             1 << 20,
-		MaxCommittedSizePerReady:  16 << 20,
-		MaxUncommittedEntriesSize: 64 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		// The log write and the apply come as messages in the Ready (localstorage.go): a leader sends
-		// new entries to its followers while it writes them itself, and counts its own acknowledgement
-		// only once its write is durable (decision 8).
-		AsyncStorageWrites: true,
-		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
-		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
-		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
-		DisableProposalForwarding: true,
-		Logger:                    newRaftLogger(n.log),
-	}
-	last, err := storage.LastIndex()
-	if err != nil {
-		return nil, fmt.Errorf("read last index: %w", err)
-	}
-	hs, _, err := storage.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("read initial state: %w", err)
-	}
-	// The persisted term, until raft's first Ready changes it: peer terms are judged against it.
-	n.term.Store(hs.GetTerm())
-	n.terms = newTermGuard(n.clock, hs.GetTerm())
-	rn, err := raft.NewRawNode(c)
-	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
-		if err := rn.Bootstrap(peers); err != nil {
-			return nil, fmt.Errorf("bootstrap raft: %w", err)
-		}
-	}
-	return rn, nil
-}
-
 // Start serves clients and peers and runs the node until Close.
 func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
 	s.spawn(func() { s.node.reads.run(s.stop) })
-	s.spawn(func() { s.node.watchDisk(s.stop) })
+	s.spawn(func() { watchDisk(s.node, s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
 	s.spawn(func() { s.node.snapshotLoop(s.stop) })
 	s.spawn(s.node.audit.run)
-	s.spawn(func() { s.node.watch.notify(s.stop) })
+	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })
-	s.spawn(func() { s.node.leaderLossLoop(s.stop) })
+	s.spawn(func() { s.node.leaderLoss.Run(s.stop) })
 	s.spawn(func() { s.node.announceLoop(s.stop) })
 	s.spawn(func() { s.node.removalLoop(s.stop) })
 	if s.gossip != nil {
@@ -586,7 +544,7 @@ func (s *Server) Close() error {
 
 func (s *Server) shutdown() error {
 	close(s.node.draining) // Writes streams tell their clients to close them
-	s.node.watch.closeAll()
+	s.node.watch.CloseAll()
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING from now on: balancers move away while the node drains
 	}
@@ -680,7 +638,7 @@ func (s *Server) IsLeader() bool { return s.node.isLeader() }
 func (s *Server) Leader() uint64 { return s.node.knownLeader() }
 
 // Watchers is how many Watch streams this node currently serves (leased_watchers).
-func (s *Server) Watchers() int { return s.node.watch.len() }
+func (s *Server) Watchers() int { return s.node.watch.Len() }
 
 // Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
 // free resources are refused (quota.go).

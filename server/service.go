@@ -11,6 +11,8 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/watch"
 )
 
 // leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
@@ -67,7 +69,7 @@ func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leas
 	if err := s.n.cfg.Limits.resource("resource", req.GetResource()); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -85,7 +87,7 @@ func (s *leasesService) List(ctx context.Context, req *leasepb.ListRequest) (*le
 	if err := s.n.cfg.Limits.list(req); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -101,7 +103,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	if err := s.n.cfg.Limits.leaseRef(req.GetResource(), req.GetToken()); err != nil {
 		return nil, s.n.status(err)
 	}
-	id, err := s.n.identityOf(ctx)
+	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
 		return nil, s.n.status(err)
 	}
@@ -113,7 +115,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	return resp, nil
 }
 
-// Watch streams the events a watcher matches from the node's history (watch.go): each round reads the
+// Watch streams the events a watcher matches from the node's history (internal/watch): each round reads the
 // next events after the stream's cursor, without holding anything the apply loop needs, and sends them
 // in messages of at most watchRoundBytes; between rounds it waits for the next publish. Subscriptions are
 // bounded per connection (--max-watchers-per-conn), per identity (--max-watchers-per-identity, with client
@@ -123,7 +125,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if err := s.n.cfg.Limits.watch(req); err != nil {
 		return s.n.status(err)
 	}
-	id, err := s.n.identityOf(stream.Context())
+	id, err := s.n.authz.Identity(stream.Context())
 	if err != nil {
 		return s.n.status(err)
 	}
@@ -131,7 +133,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 	if req.GetResource() != "" {
 		scope = req.GetResource()
 	}
-	if err := s.n.authorizeRead(id, scope); err != nil {
+	if err := s.n.authz.AuthorizeRead(id, scope); err != nil {
 		return s.n.status(err)
 	}
 	ctx := stream.Context()
@@ -142,20 +144,20 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		defer cc.watchers.Add(-1)
 	}
 	if id != "" {
-		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.identities.take(id, limit) {
+		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.Identities.Take(id, limit) {
 			return s.n.status(limited("--max-watchers-per-identity", "identity %q holds %d watchers on this node, the most one identity may", id, limit))
 		}
-		defer s.n.watch.identities.put(id)
+		defer s.n.watch.Identities.Put(id)
 	}
-	w, err := s.n.watch.subscribe(req.GetFromIndex(), s.n.commit.Load()+1, matcher(req.GetResource(), req.GetPrefix()))
+	w, err := s.n.watch.Subscribe(req.GetFromIndex(), s.n.commit.Load()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.status(err)
 	}
-	defer s.n.watch.unsubscribe(w)
+	defer s.n.watch.Unsubscribe(w)
 	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
-	last := w.from - 1 // the index before the next event to send, for the resume hint
+	last := w.From() - 1 // the index before the next event to send, for the resume hint
 	for {
-		events, err := s.n.watch.read(w, int64(limit))
+		events, err := s.n.watch.Read(w, int64(limit))
 		if err != nil {
 			return s.watchEnded(err, last)
 		}
@@ -165,7 +167,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			}
 			continue
 		}
-		for _, resp := range s.n.watchResponses(visibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
+		for _, resp := range s.n.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -175,8 +177,8 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 }
 
 // sleep waits until the hub's notifier has events for w, the stream ends, or the node stops serving.
-func (s *leasesService) sleep(ctx context.Context, w *watcher) error {
-	wake, leave := s.n.watch.sleep(w)
+func (s *leasesService) sleep(ctx context.Context, w *watch.Watcher) error {
+	wake, leave := s.n.watch.Sleep(w)
 	defer leave()
 	select {
 	case <-ctx.Done():

@@ -11,11 +11,12 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // TestCommitNoticesRideOnTheNextAppend: while acquires follow one another, the leader tells its
 // followers of each commit in the next append (raft alone would send every follower an empty append at
-// every commit: two per acquire here); after the last, it tells them within commitNoticeDelay, without
+// every commit: two per acquire here); after the last, it tells them within raftnode.CommitNoticeDelay, without
 // waiting for a heartbeat, and they apply it. Virtual time: the acquires take none.
 func TestCommitNoticesRideOnTheNextAppend(t *testing.T) {
 	runSim(t, 3, nil, func(t *testing.T, c *simCluster) {
@@ -86,8 +87,8 @@ func TestCommitNoticesRideOnTheNextAppend(t *testing.T) {
 			return true
 		})
 		for i := range c.size() {
-			if waited := told(i, commit).Sub(done); i != l && replicating[c.id(i)] && waited > 2*commitNoticeDelay {
-				t.Fatalf("%s was told of the last commit %v after it, want within about %v", c.cfgs[i].Name, waited, commitNoticeDelay)
+			if waited := told(i, commit).Sub(done); i != l && replicating[c.id(i)] && waited > 2*raftnode.CommitNoticeDelay {
+				t.Fatalf("%s was told of the last commit %v after it, want within about %v", c.cfgs[i].Name, waited, raftnode.CommitNoticeDelay)
 			}
 		}
 	})

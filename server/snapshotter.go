@@ -115,7 +115,7 @@ func (n *node) writeSnapshot(job snapshotJob) snapshotResult {
 		return res
 	}
 	res.bytes = len(data)
-	res.err = n.watchedWrite(&n.snapWrite, "snapshot", func() error {
+	res.err = n.watchdog.SnapshotWrite("snapshot", func() error {
 		_, err := n.storage.CreateSnapshot(res.index, job.cs, data)
 		return err
 	})
@@ -135,7 +135,7 @@ func (n *node) snapshotTaken(res snapshotResult) error {
 	}
 	n.snapIndex = max(n.snapIndex, res.index)
 	if res.index > n.cfg.SnapshotCatchUp {
-		err := n.diskWrite("compaction", func() error { return n.storage.Compact(res.index - n.cfg.SnapshotCatchUp) })
+		err := n.watchdog.Write("compaction", func() error { return n.storage.Compact(res.index - n.cfg.SnapshotCatchUp) })
 		if err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("compact log at %d: %w", res.index-n.cfg.SnapshotCatchUp, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // FuzzValidateRequests decodes arbitrary bytes as each client request and validates it: no panic, and
@@ -38,7 +39,7 @@ func FuzzValidateRequests(f *testing.F) {
 				len(acq.GetValue()) > l.MaxValueBytes || delay < 0 || delay*1e6 > float64(l.MaxLockDelay) {
 				t.Fatalf("accepted an acquire outside the limits: %v", &acq)
 			}
-			if d := ms(acq.GetTtlMs()); d < l.MinTTL || d > l.MaxTTL {
+			if d := lessor.Millis(acq.GetTtlMs()); d < l.MinTTL || d > l.MaxTTL {
 				t.Fatalf("the lessor turns an accepted TTL of %d ms into %v", acq.GetTtlMs(), d)
 			}
 		}

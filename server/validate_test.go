@@ -13,6 +13,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/lessor"
 )
 
 // TestTTLFloor: with the default election timeout (1 s) the floor is 8 s; a 3 s lease — lost on a leader
@@ -114,10 +115,10 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_000, LockDelayMs: 60_000}); err != nil {
 		t.Fatalf("the maxima themselves: %v", err)
 	}
-	if d := ms(math.MaxInt64); d <= 0 || d < 100*365*24*time.Hour {
+	if d := lessor.Millis(math.MaxInt64); d <= 0 || d < 100*365*24*time.Hour {
 		t.Fatalf("ms(MaxInt64) = %v, want a saturated positive duration", d)
 	}
-	if d := ms(1 << 58); d <= 0 {
+	if d := lessor.Millis(1 << 58); d <= 0 {
 		t.Fatalf("ms(2^58) = %v wrapped", d)
 	}
 }

@@ -359,7 +359,7 @@ func chaosRun(t testing.TB, cfg runConfig, dir string) *report {
 		_ = f.Close()
 	}
 	if rep.WatchRedeliv > 0 {
-		// Fixed in server/watch.go: a watcher must never see an event below the index it started from.
+		// Fixed in server/internal/watch: a watcher must never see an event below the index it started from.
 		violate("I1/I2", fmt.Sprintf("%d watch events re-delivered below their from_index", rep.WatchRedeliv))
 	}
 	violate("I1/I2", checkGrants(events, releases, gaps)...)

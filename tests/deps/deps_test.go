@@ -17,16 +17,25 @@ const module = "github.com/leased/leased"
 // subpackages: so client may import client/fence, while client/fence, the most specific rule, imports
 // nothing of ours). Tests may import more (a client test starts a real server); only non-test code is checked.
 var allowed = map[string][]string{
-	"api":          {"api"},
-	"fsm":          {"api"},
-	"raftlog":      {"internal/fileutil"},
-	"server":       {"api", "fsm", "raftlog", "internal/fileutil"},
-	"client/fence": {},
-	"client":       {"api"},
-	"cmd/internal": {},
-	"cmd/leased":   {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
-	"cmd/leasectl": {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
-	"tests":        {"api", "client", "server", "fsm", "raftlog"},
+	"api":     {"api"},
+	"fsm":     {"api"},
+	"raftlog": {"internal/fileutil"},
+	"server":  {"api", "fsm", "raftlog", "internal/fileutil"},
+	// The node's internal packages (docs/design.md, "Packages and dependency direction"): each imports
+	// only those below it, never package server.
+	"server/internal/errs":   {},
+	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
+	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
+	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
+	"server/internal/auth":   {"api", "fsm"},
+	// The raft host never imports the lease service (nor lessor, waitq, watch or auth).
+	"server/internal/raftnode": {"api", "raftlog", "server/transport", "server/internal/errs"},
+	"client/fence":             {},
+	"client":                   {"api"},
+	"cmd/internal":             {},
+	"cmd/leased":               {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
+	"cmd/leasectl":             {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
+	"tests":                    {"api", "client", "server", "fsm", "raftlog"},
 
 	// Helpers below every layer, for any of them.
 	"internal/fileutil": {},
@@ -101,23 +110,26 @@ func TestImportsPointDownTheLayers(t *testing.T) {
 // The checker itself catches the arrows ARCHITECTURE.md forbids.
 func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 	bad := map[string][]string{
-		"fsm":              {"server"},
-		"client":           {"server/servertest"},
-		"api/leasepb":      {"client"},
-		"raftlog":          {"fsm"},
-		"server/transport": {"client/fence"},
-		"client/fence/pg":  {"client"},
+		"fsm":                      {"server"},
+		"client":                   {"server/servertest"},
+		"api/leasepb":              {"client"},
+		"raftlog":                  {"fsm"},
+		"server/transport":         {"client/fence"},
+		"client/fence/pg":          {"client"},
+		"server/internal/waitq":    {"server"},
+		"server/internal/raftnode": {"server/internal/lessor"},
 	}
 	got := violations(bad)
 	if len(got) != len(bad) {
 		t.Fatalf("violations = %v, want one per package of %v", got, bad)
 	}
 	good := map[string][]string{
-		"server":           {"api/leasepb", "api/wirepb", "fsm", "raftlog", "server/transport"},
-		"client":           {"api/leasepb", "client/internal/x"},
-		"cmd/leasectl":     {"client", "client/fence", "api/leasepb"},
-		"client/fence/pg":  {"client/fence"},
-		"server/transport": {"api/wirepb"},
+		"server":                {"api/leasepb", "api/wirepb", "fsm", "raftlog", "server/transport"},
+		"client":                {"api/leasepb", "client/internal/x"},
+		"cmd/leasectl":          {"client", "client/fence", "api/leasepb"},
+		"client/fence/pg":       {"client/fence"},
+		"server/transport":      {"api/wirepb"},
+		"server/internal/waitq": {"server/internal/errs", "fsm"},
 	}
 	if got := violations(good); len(got) != 0 {
 		t.Fatalf("allowed arrows reported: %v", got)

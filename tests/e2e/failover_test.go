@@ -150,8 +150,8 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 
 // TestLeaderCrashElectsBeforeTheElectionTimeout: with a 5 s election timeout, a SIGKILLed leader's
 // successor is elected well before the timeout could have fired, because each follower's raft stream
-// from the dead leader broke and it forgot the leader and campaigned (server/leaderloss.go); the
-// survivors count the hint in leased_leader_stream_lost_total. Without it no follower campaigns for at
+// from the dead leader broke and it forgot the leader and campaigned (server/internal/raftnode,
+// LeaderLoss); the survivors count the hint in leased_leader_stream_lost_total. Without it no follower campaigns for at
 // least 5 s.
 func TestLeaderCrashElectsBeforeTheElectionTimeout(t *testing.T) {
 	const electionTimeout = 5 * time.Second

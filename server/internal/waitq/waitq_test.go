@@ -1,6 +1,7 @@
-package server
+package waitq
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/leased/leased/api/wirepb"
@@ -9,55 +10,55 @@ import (
 // A waiter has at most one grant in flight: a release cannot claim a waiter that is proposing its own
 // Acquire, and a claimed waiter does not propose one, until the claim's outcome is known.
 func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
-	q := newWaitQueue(10, 10, 10)
+	q := New(10, 10, 10)
 	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
-	w, err := q.enqueue("r", cmd, 7)
+	w, err := q.Enqueue("r", cmd, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	behind, _ := q.enqueue("r", cmd, 8)
-	if head, err := q.head("r", w); !head || err != nil {
+	behind, _ := q.Enqueue("r", cmd, 8)
+	if head, err := q.Head("r", w); !head || err != nil {
 		t.Fatalf("head: %v %v", head, err)
 	}
-	if !q.begin(w) {
+	if !q.Begin(w) {
 		t.Fatal("an unclaimed head may not propose")
 	}
-	if q.claim("r") != nil {
+	if q.Claim("r") != nil {
 		t.Fatal("claimed a waiter that is trying")
 	}
-	q.end(w)
-	if q.claim("r") != w {
+	q.End(w)
+	if q.Claim("r") != w {
 		t.Fatal("the idle head was not claimed")
 	}
-	if q.claim("r") != nil {
+	if q.Claim("r") != nil {
 		t.Fatal("claimed twice")
 	}
-	if head, _ := q.head("r", w); head || q.begin(w) {
+	if head, _ := q.Head("r", w); head || q.Begin(w) {
 		t.Fatal("a claimed waiter may try on its own")
 	}
-	if acq, id := q.carried(w); acq != cmd || id != 7 {
+	if acq, id := q.Carried(w); acq != cmd || id != 7 {
 		t.Fatalf("carried %v %d", acq, id)
 	}
-	q.rearm(w, 9) // the entry refused it: claimable again, under a new proposal id
-	if q.claim("r") != w {
+	q.Rearm(w, 9) // the entry refused it: claimable again, under a new proposal id
+	if q.Claim("r") != w {
 		t.Fatal("not claimable after rearm")
 	}
-	if _, id := q.carried(w); id != 9 {
+	if _, id := q.Carried(w); id != 9 {
 		t.Fatalf("proposal id %d after rearm", id)
 	}
-	q.unclaim(w)
-	if head, _ := q.head("r", w); !head {
+	q.Unclaim(w)
+	if head, _ := q.Head("r", w); !head {
 		t.Fatal("not the head after unclaim")
 	}
-	q.leave("r", w) // only the head is ever claimed
-	if q.claim("r") != behind {
+	q.Leave("r", w) // only the head is ever claimed
+	if q.Claim("r") != behind {
 		t.Fatal("the next waiter did not become claimable")
 	}
-	q.failAll(ErrNotLeader)
-	if q.claim("r") != nil {
+	q.FailAll(errors.New("not the leader"))
+	if q.Claim("r") != nil {
 		t.Fatal("claimed a failed waiter")
 	}
-	if nocmd, _ := q.enqueue("s", nil, 1); nocmd == nil || q.claim("s") != nil {
+	if nocmd, _ := q.Enqueue("s", nil, 1); nocmd == nil || q.Claim("s") != nil {
 		t.Fatal("claimed a waiter without a command")
 	}
 }
@@ -65,33 +66,33 @@ func TestWaiterIsNeverClaimedAndTryingAtOnce(t *testing.T) {
 // A waiter whose wait ends leaves at once, unless a release carries its Acquire: that entry's outcome is
 // then its answer, and it stays (claimable again, and withdrawable, once the outcome was a refusal).
 func TestWithdrawWaitsForACarriedAcquire(t *testing.T) {
-	q := newWaitQueue(10, 10, 10)
+	q := New(10, 10, 10)
 	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
-	w, _ := q.enqueue("r", cmd, 7)
-	behind, _ := q.enqueue("r", cmd, 8)
-	if q.claim("r") != w {
+	w, _ := q.Enqueue("r", cmd, 7)
+	behind, _ := q.Enqueue("r", cmd, 8)
+	if q.Claim("r") != w {
 		t.Fatal("the idle head was not claimed")
 	}
-	if q.withdraw("r", w) {
+	if q.Withdraw("r", w) {
 		t.Fatal("withdrew a waiter a release carries")
 	}
-	if q.len() != 2 {
-		t.Fatalf("queue holds %d waiters, want 2", q.len())
+	if q.Len() != 2 {
+		t.Fatalf("queue holds %d waiters, want 2", q.Len())
 	}
-	q.rearm(w, 9) // the release's entry refused it: the resource was not free after all
-	if !q.withdraw("r", w) {
+	q.Rearm(w, 9) // the release's entry refused it: the resource was not free after all
+	if !q.Withdraw("r", w) {
 		t.Fatal("a waiter no release carries must leave when its wait ends")
 	}
-	if head, err := q.head("r", behind); !head || err != nil || q.len() != 1 {
-		t.Fatalf("after the head withdrew: head %v %v, %d waiters; want the next one at the head, alone", head, err, q.len())
+	if head, err := q.Head("r", behind); !head || err != nil || q.Len() != 1 {
+		t.Fatalf("after the head withdrew: head %v %v, %d waiters; want the next one at the head, alone", head, err, q.Len())
 	}
 	select {
 	case <-behind.wake:
 	default:
 		t.Fatal("the new head was not woken")
 	}
-	q.leave("r", w) // the acquire's deferred leave: a no-op now
-	if q.len() != 1 {
-		t.Fatalf("leave after withdraw changed the queue: %d waiters", q.len())
+	q.Leave("r", w) // the acquire's deferred leave: a no-op now
+	if q.Len() != 1 {
+		t.Fatalf("leave after withdraw changed the queue: %d waiters", q.Len())
 	}
 }

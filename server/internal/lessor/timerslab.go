@@ -1,4 +1,4 @@
-package server
+package lessor
 
 import "math/bits"
 

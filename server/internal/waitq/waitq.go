@@ -1,15 +1,19 @@
-package server
+// Package waitq holds the leader's blocking acquires: a FIFO queue per resource whose head is woken to
+// try when the resource frees, with the claims a release takes to hand the resource to the head waiter in
+// its own entry (Queue, "Handoff"). It knows nothing of raft or of how an acquire is proposed: the lease
+// service asks it who may try and tells it what each applied entry freed.
+package waitq
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
-// waitQueue holds blocking acquires, FIFO per resource, on the leader. Only the head of a resource's queue
+// Queue holds blocking acquires, FIFO per resource, on the leader. Only the head of a resource's queue
 // tries to acquire; it is woken when the resource frees (a release, an expiry, the end of a lock-delay) or
 // when the waiter ahead of it leaves. Losing leadership fails every waiter with Unavailable, and the client
 // retries on the new leader with the same request id.
@@ -22,10 +26,10 @@ import (
 //
 // The queue is bounded (decision 14): at most maxTotal waiters in all (--max-waiters), maxPerResource
 // for one resource (--max-waiters-per-resource) and, with client authentication, maxPerIdentity of one
-// identity (--max-waiters-per-identity); enqueue refuses past any.
-type waitQueue struct {
+// identity (--max-waiters-per-identity); Enqueue refuses past any.
+type Queue struct {
 	mu             sync.Mutex
-	queues         map[string][]*waiter
+	queues         map[string][]*Waiter
 	total          int
 	perIdentity    map[string]int // waiters by their command's identity; "" is not counted
 	maxTotal       int
@@ -33,7 +37,8 @@ type waitQueue struct {
 	maxPerIdentity int
 }
 
-type waiter struct {
+// Waiter is one blocking acquire in a Queue.
+type Waiter struct {
 	wake chan struct{} // capacity 1: a wake-up is never lost and never blocks the apply loop
 	err  error         // set, under the queue's lock, when the waiter is failed
 
@@ -47,33 +52,42 @@ type waiter struct {
 	trying, claimed bool
 }
 
-func newWaitQueue(maxTotal, maxPerResource, maxPerIdentity int) *waitQueue {
-	return &waitQueue{queues: make(map[string][]*waiter), perIdentity: make(map[string]int),
+// New returns an empty queue with the given limits (--max-waiters, --max-waiters-per-resource,
+// --max-waiters-per-identity).
+func New(maxTotal, maxPerResource, maxPerIdentity int) *Queue {
+	return &Queue{queues: make(map[string][]*Waiter), perIdentity: make(map[string]int),
 		maxTotal: maxTotal, maxPerResource: maxPerResource, maxPerIdentity: maxPerIdentity}
 }
 
-// len is the number of waiters (leased_waiters).
-func (q *waitQueue) len() int {
+// Len is the number of waiters (leased_waiters).
+func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.total
 }
 
-// enqueue appends a waiter for resource, or refuses past a limit. cmd and proposal (see waiter) make it
+// Waiting is the number of waiters queued for resource.
+func (q *Queue) Waiting(resource string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queues[resource])
+}
+
+// Enqueue appends a waiter for resource, or refuses past a limit. cmd and proposal (see Waiter) make it
 // claimable by a release; a nil cmd never is.
-func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal uint64) (*waiter, error) {
+func (q *Queue) Enqueue(resource string, cmd *wirepb.AcquireCmd, proposal uint64) (*Waiter, error) {
 	identity := cmd.GetIdentity()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
 	case q.total >= q.maxTotal:
-		return nil, limited("--max-waiters", "the leader queues %d blocking acquires, the most it may", q.maxTotal)
+		return nil, errs.Limited("--max-waiters", "the leader queues %d blocking acquires, the most it may", q.maxTotal)
 	case len(q.queues[resource]) >= q.maxPerResource:
-		return nil, limited("--max-waiters-per-resource", "%d blocking acquires wait for %q, the most that may", q.maxPerResource, resource)
+		return nil, errs.Limited("--max-waiters-per-resource", "%d blocking acquires wait for %q, the most that may", q.maxPerResource, resource)
 	case identity != "" && q.perIdentity[identity] >= q.maxPerIdentity:
-		return nil, limited("--max-waiters-per-identity", "identity %q has %d blocking acquires queued, the most one identity may", identity, q.maxPerIdentity)
+		return nil, errs.Limited("--max-waiters-per-identity", "identity %q has %d blocking acquires queued, the most one identity may", identity, q.maxPerIdentity)
 	}
-	w := &waiter{wake: make(chan struct{}, 1), cmd: cmd, proposal: proposal}
+	w := &Waiter{wake: make(chan struct{}, 1), cmd: cmd, proposal: proposal}
 	q.queues[resource] = append(q.queues[resource], w)
 	q.total++
 	if identity != "" {
@@ -82,9 +96,9 @@ func (q *waitQueue) enqueue(resource string, cmd *wirepb.AcquireCmd, proposal ui
 	return w, nil
 }
 
-// head reports whether w may try to acquire now (it heads the queue and no release carries its grant),
+// Head reports whether w may try to acquire now (it heads the queue and no release carries its grant),
 // or the error it was failed with.
-func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
+func (q *Queue) Head(resource string, w *Waiter) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if w.err != nil {
@@ -94,9 +108,9 @@ func (q *waitQueue) head(resource string, w *waiter) (bool, error) {
 	return len(ws) > 0 && ws[0] == w && !w.claimed, nil
 }
 
-// begin marks w as proposing its own Acquire, so that no release claims it until end; it refuses if a
-// release claimed it since head said it may try (that release's entry will answer it).
-func (q *waitQueue) begin(w *waiter) bool {
+// Begin marks w as proposing its own Acquire, so that no release claims it until End; it refuses if a
+// release claimed it since Head said it may try (that release's entry will answer it).
+func (q *Queue) Begin(w *Waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if w.claimed || w.err != nil {
@@ -106,16 +120,16 @@ func (q *waitQueue) begin(w *waiter) bool {
 	return true
 }
 
-// end ends what begin began.
-func (q *waitQueue) end(w *waiter) {
+// End ends what Begin began.
+func (q *Queue) End(w *Waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.trying = false
 }
 
-// claim claims the head waiter of resource for a release to carry its Acquire, if it is claimable: it
+// Claim claims the head waiter of resource for a release to carry its Acquire, if it is claimable: it
 // has a command and a proposal id, and is neither trying nor claimed already. It returns nil otherwise.
-func (q *waitQueue) claim(resource string) *waiter {
+func (q *Queue) Claim(resource string) *Waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.queues[resource]
@@ -130,41 +144,41 @@ func (q *waitQueue) claim(resource string) *waiter {
 	return w
 }
 
-// carried is the Acquire and proposal id a claimed waiter's release carries.
-func (q *waitQueue) carried(w *waiter) (*wirepb.AcquireCmd, uint64) {
+// Carried is the Acquire and proposal id a claimed waiter's release carries.
+func (q *Queue) Carried(w *Waiter) (*wirepb.AcquireCmd, uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return w.cmd, w.proposal
 }
 
-// unclaim returns a claimed waiter to waiting when the release that claimed it never entered the log,
+// Unclaim returns a claimed waiter to waiting when the release that claimed it never entered the log,
 // and wakes it to look again.
-func (q *waitQueue) unclaim(w *waiter) {
+func (q *Queue) Unclaim(w *Waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.claimed = false
 	notify(w)
 }
 
-// rearm makes w claimable again under a new proposal id, after the entry that carried its Acquire
+// Rearm makes w claimable again under a new proposal id, after the entry that carried its Acquire
 // refused it (the resource was not free after all), and wakes it.
-func (q *waitQueue) rearm(w *waiter, proposal uint64) {
+func (q *Queue) Rearm(w *Waiter, proposal uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w.claimed, w.proposal = false, proposal
 	notify(w)
 }
 
-// leave removes w (granted, cancelled or failed) and wakes the next waiter, which is now the head.
-func (q *waitQueue) leave(resource string, w *waiter) {
+// Leave removes w (granted, cancelled or failed) and wakes the next waiter, which is now the head.
+func (q *Queue) Leave(resource string, w *Waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.leaveLocked(resource, w)
 }
 
-// withdraw removes w, whose wait ended (AcquireRequest.wait_ms), unless a release carries its Acquire:
+// Withdraw removes w, whose wait ended (AcquireRequest.wait_ms), unless a release carries its Acquire:
 // then that entry's outcome is w's answer, and w stays until it is known. It reports whether w left.
-func (q *waitQueue) withdraw(resource string, w *waiter) bool {
+func (q *Queue) Withdraw(resource string, w *Waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if w.claimed {
@@ -174,7 +188,7 @@ func (q *waitQueue) withdraw(resource string, w *waiter) bool {
 	return true
 }
 
-func (q *waitQueue) leaveLocked(resource string, w *waiter) {
+func (q *Queue) leaveLocked(resource string, w *Waiter) {
 	ws := q.queues[resource]
 	for i, x := range ws {
 		if x == w {
@@ -192,10 +206,10 @@ func (q *waitQueue) leaveLocked(resource string, w *waiter) {
 	notify(ws[0])
 }
 
-// applied wakes the head waiter of every resource an applied entry freed: a release, an expiry (of a
+// Applied wakes the head waiter of every resource an applied entry freed: a release, an expiry (of a
 // lease or of one semaphore slot), the end of a lock-delay. A head granted a slot leaves, which wakes
 // the next waiter to try for another free slot.
-func (q *waitQueue) applied(res fsm.Result) {
+func (q *Queue) Applied(res fsm.Result) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.queues) == 0 {
@@ -211,14 +225,14 @@ func (q *waitQueue) applied(res fsm.Result) {
 	}
 }
 
-func (q *waitQueue) wakeHead(resource string) {
+func (q *Queue) wakeHead(resource string) {
 	if ws := q.queues[resource]; len(ws) > 0 {
 		notify(ws[0])
 	}
 }
 
-// failAll fails every waiter, e.g. when this node stops leading.
-func (q *waitQueue) failAll(err error) {
+// FailAll fails every waiter, e.g. when this node stops leading.
+func (q *Queue) FailAll(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for r, ws := range q.queues {
@@ -233,7 +247,7 @@ func (q *waitQueue) failAll(err error) {
 }
 
 // uncount takes a leaving waiter off its identity's count.
-func (q *waitQueue) uncount(w *waiter) {
+func (q *Queue) uncount(w *Waiter) {
 	id := w.cmd.GetIdentity()
 	if id == "" {
 		return
@@ -243,16 +257,13 @@ func (q *waitQueue) uncount(w *waiter) {
 	}
 }
 
-func notify(w *waiter) {
+func notify(w *Waiter) {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
 
-// testHooks are points where a test may step in; all nil outside tests.
-type testHooks struct {
-	// handoffProposing runs after a release claimed a waiter and before it proposes the entry that
-	// carries the waiter's grant, on the release's goroutine.
-	handoffProposing atomic.Pointer[func()]
-}
+// Wake is signalled (never lost, never blocking the apply loop) when w should look again: it may head its
+// queue now, it was failed, or a claim on it ended.
+func (w *Waiter) Wake() <-chan struct{} { return w.wake }

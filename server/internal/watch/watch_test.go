@@ -1,4 +1,4 @@
-package server
+package watch
 
 import (
 	"bytes"
@@ -10,20 +10,21 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 func granted(index uint64, resource string) []fsm.Event {
 	return []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: index, Lease: fsm.Lease{Resource: resource, Token: index}}}
 }
 
-func testHub() *watchHub { return newWatchHub(100, 1<<20, 10, 1) }
+func testHub() *Hub { return New(100, 1<<20, 10, 1) }
 
 // drain reads everything w has to read now.
-func drain(t *testing.T, h *watchHub, w *watcher) []uint64 {
+func drain(t *testing.T, h *Hub, w *Watcher) []uint64 {
 	t.Helper()
 	var got []uint64
 	for {
-		events, err := h.read(w, 1<<20)
+		events, err := h.Read(w, 1<<20)
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
@@ -40,12 +41,12 @@ func drain(t *testing.T, h *watchHub, w *watcher) []uint64 {
 // a watcher that resumed from a later index must not receive them (indexes must never go backwards).
 func TestWatcherNeverSeesEventsBeforeItsStart(t *testing.T) {
 	h := testHub()
-	w, err := h.subscribe(50, 0, matcher("", ""))
+	w, err := h.Subscribe(50, 0, Matcher("", ""))
 	if err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
 	for i := uint64(40); i <= 55; i++ { // the node replays 40..55
-		h.publish(i, granted(i, "r"))
+		h.Publish(i, granted(i, "r"))
 	}
 	if got := drain(t, h, w); len(got) != 6 || got[0] != 50 {
 		t.Fatalf("watcher from 50 got %v", got)
@@ -54,9 +55,9 @@ func TestWatcherNeverSeesEventsBeforeItsStart(t *testing.T) {
 
 func TestWatchFromNowStartsAfterTheCommitIndex(t *testing.T) {
 	h := testHub()
-	w, _ := h.subscribe(0, 11, matcher("", ""))
-	h.publish(10, granted(10, "old"))
-	h.publish(11, granted(11, "new"))
+	w, _ := h.Subscribe(0, 11, Matcher("", ""))
+	h.Publish(10, granted(10, "old"))
+	h.Publish(11, granted(11, "new"))
 	if got := drain(t, h, w); len(got) != 1 || got[0] != 11 {
 		t.Fatalf("watch from now got %v, want [11]", got)
 	}
@@ -65,15 +66,15 @@ func TestWatchFromNowStartsAfterTheCommitIndex(t *testing.T) {
 // TestWatchResumesFromTheRetainedHistory: a watcher from an index inside the history gets exactly the
 // matching events from there, across segment boundaries.
 func TestWatchResumesFromTheRetainedHistory(t *testing.T) {
-	h := newWatchHub(10_000, 1<<30, 10, 1)
+	h := New(10_000, 1<<30, 10, 1)
 	for i := uint64(1); i <= 3*segmentEvents; i++ {
 		r := "a"
 		if i%2 == 0 {
 			r = "b"
 		}
-		h.publish(i, granted(i, r))
+		h.Publish(i, granted(i, r))
 	}
-	w, err := h.subscribe(segmentEvents-10, 0, matcher("b", ""))
+	w, err := h.Subscribe(segmentEvents-10, 0, Matcher("b", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,28 +94,28 @@ func TestWatchResumesFromTheRetainedHistory(t *testing.T) {
 // The newest entry stays even when it alone is over the bound.
 func TestWatchHistoryIsBoundedInBytes(t *testing.T) {
 	const maxBytes = 64 << 10
-	h := newWatchHub(100_000, maxBytes, 10, 1)
+	h := New(100_000, maxBytes, 10, 1)
 	value := bytes.Repeat([]byte("v"), 4096)
 	for i := uint64(1); i <= 1000; i++ {
-		h.publish(i, []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: i, Lease: fsm.Lease{Resource: "r", Token: i, Value: value}}})
-		if _, b := h.retained(); b > maxBytes {
+		h.Publish(i, []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: i, Lease: fsm.Lease{Resource: "r", Token: i, Value: value}}})
+		if _, b := h.Retained(); b > maxBytes {
 			t.Fatalf("after %d entries the history holds %d bytes, the bound is %d", i, b, maxBytes)
 		}
 	}
-	n, _ := h.retained()
+	n, _ := h.Retained()
 	if n < 10 || n > maxBytes/4096 {
 		t.Fatalf("history keeps %d events of 4 KiB under a 64 KiB bound", n)
 	}
-	var ce *compactedError
-	if _, err := h.subscribe(1, 0, matcher("", "")); !errors.As(err, &ce) || ce.oldest != uint64(1000-n+1) {
+	var ce *errs.Compacted
+	if _, err := h.Subscribe(1, 0, Matcher("", "")); !errors.As(err, &ce) || ce.Oldest != uint64(1000-n+1) {
 		t.Fatalf("watch from an evicted index: %v, want compacted with oldest %d", err, 1000-n+1)
 	}
 	big := make([]fsm.Event, 40)
 	for k := range big {
 		big[k] = fsm.Event{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Index: 1001, Lease: fsm.Lease{Resource: "r", Value: value}}
 	}
-	w, _ := h.subscribe(1001, 0, matcher("", ""))
-	h.publish(1001, big)
+	w, _ := h.Subscribe(1001, 0, Matcher("", ""))
+	h.Publish(1001, big)
 	if got := drain(t, h, w); len(got) != 40 {
 		t.Fatalf("an entry over the bound reached the watcher with %d of its 40 events", len(got))
 	}
@@ -123,17 +124,17 @@ func TestWatchHistoryIsBoundedInBytes(t *testing.T) {
 // TestSlowWatcherIsCutOff: a watcher whose cursor the history evicted before it read there fails with
 // errWatchFellBehind instead of holding events for it; one that kept up is unaffected.
 func TestSlowWatcherIsCutOff(t *testing.T) {
-	h := newWatchHub(10, 1<<20, 10, 1)
-	slow, _ := h.subscribe(0, 1, matcher("", ""))
-	quick, _ := h.subscribe(0, 1, matcher("", ""))
+	h := New(10, 1<<20, 10, 1)
+	slow, _ := h.Subscribe(0, 1, Matcher("", ""))
+	quick, _ := h.Subscribe(0, 1, Matcher("", ""))
 	for i := uint64(1); i <= 30; i++ {
-		h.publish(i, granted(i, "r"))
+		h.Publish(i, granted(i, "r"))
 		drain(t, h, quick)
 	}
-	if _, err := h.read(slow, 1<<20); !errors.Is(err, errWatchFellBehind) {
+	if _, err := h.Read(slow, 1<<20); !errors.Is(err, errWatchFellBehind) {
 		t.Fatalf("slow watcher read: %v, want it cut off", err)
 	}
-	if n, _ := h.retained(); n != 10 {
+	if n, _ := h.Retained(); n != 10 {
 		t.Fatalf("history holds %d events, want 10", n)
 	}
 }
@@ -142,13 +143,13 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 // blocks in its match function), the apply path's publish completes. The old hub copied a new watcher's
 // backlog under the lock publish needs, so 4,000 watches from index 1 stalled the apply loop.
 func TestPublishNeverWaitsForAWatcher(t *testing.T) {
-	h := newWatchHub(100_000, 1<<30, 10, 1)
+	h := New(100_000, 1<<30, 10, 1)
 	for i := uint64(1); i <= 1000; i++ {
-		h.publish(i, granted(i, "r"))
+		h.Publish(i, granted(i, "r"))
 	}
 	inMatch, release := make(chan struct{}), make(chan struct{})
 	first := true
-	w, err := h.subscribe(1, 0, func(string) bool {
+	w, err := h.Subscribe(1, 0, func(string) bool {
 		if first {
 			first = false
 			close(inMatch)
@@ -162,12 +163,12 @@ func TestPublishNeverWaitsForAWatcher(t *testing.T) {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		_, _ = h.read(w, 1<<20)
+		_, _ = h.Read(w, 1<<20)
 	}()
 	<-inMatch
 	published := make(chan struct{})
 	go func() {
-		h.publish(1001, granted(1001, "r"))
+		h.Publish(1001, granted(1001, "r"))
 		close(published)
 	}()
 	select {
@@ -183,18 +184,18 @@ func TestPublishNeverWaitsForAWatcher(t *testing.T) {
 // TestWatcherLimit: past maxWatchers a subscription is refused with the flag's name; unsubscribing
 // frees a place.
 func TestWatcherLimit(t *testing.T) {
-	h := newWatchHub(100, 1<<20, 2, 1)
-	a, _ := h.subscribe(0, 1, matcher("", ""))
-	if _, err := h.subscribe(0, 1, matcher("", "")); err != nil {
+	h := New(100, 1<<20, 2, 1)
+	a, _ := h.Subscribe(0, 1, Matcher("", ""))
+	if _, err := h.Subscribe(0, 1, Matcher("", "")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.subscribe(0, 1, matcher("", ""))
-	var le *limitError
-	if !errors.As(err, &le) || le.flag != "--max-watchers" {
+	_, err := h.Subscribe(0, 1, Matcher("", ""))
+	var le *errs.Limit
+	if !errors.As(err, &le) || le.Flag != "--max-watchers" {
 		t.Fatalf("third watcher: %v, want a --max-watchers refusal", err)
 	}
-	h.unsubscribe(a)
-	if _, err := h.subscribe(0, 1, matcher("", "")); err != nil {
+	h.Unsubscribe(a)
+	if _, err := h.Subscribe(0, 1, Matcher("", "")); err != nil {
 		t.Fatalf("after one left: %v", err)
 	}
 }
@@ -203,15 +204,15 @@ func TestWatcherLimit(t *testing.T) {
 // every retained event is where a reader looks for it.
 func TestHistoryEvictsAcrossSegments(t *testing.T) {
 	for _, bound := range []int{1, segmentEvents - 1, segmentEvents, segmentEvents + 1, 3 * segmentEvents} {
-		h := newWatchHub(bound, 1<<40, 10, 1)
+		h := New(bound, 1<<40, 10, 1)
 		for i := uint64(1); i <= 5*segmentEvents+7; i++ {
-			h.publish(i, granted(i, "r"))
-			if n, _ := h.retained(); n != min(int(i), bound) {
+			h.Publish(i, granted(i, "r"))
+			if n, _ := h.Retained(); n != min(int(i), bound) {
 				t.Fatalf("bound %d, after %d entries: %d retained", bound, i, n)
 			}
 		}
 		from := uint64(5*segmentEvents + 7 - bound + 1)
-		w, err := h.subscribe(from, 0, matcher("", ""))
+		w, err := h.Subscribe(from, 0, Matcher("", ""))
 		if err != nil {
 			t.Fatalf("bound %d: subscribe from %d: %v", bound, from, err)
 		}
@@ -226,12 +227,12 @@ func TestHistoryEvictsAcrossSegments(t *testing.T) {
 // and the notifier moves its cursor past them, so it does not fall behind while the history turns over
 // many times; an event it matches wakes it, and it reads exactly that.
 func TestNotifierWakesOnlyMatchingWatchers(t *testing.T) {
-	h := newWatchHub(10, 1<<20, 10, 1)
-	w, _ := h.subscribe(0, 1, matcher("", "x/"))
-	wake, leave := h.sleep(w)
+	h := New(10, 1<<20, 10, 1)
+	w, _ := h.Subscribe(0, 1, Matcher("", "x/"))
+	wake, leave := h.Sleep(w)
 	defer leave()
 	for i := uint64(1); i <= 1000; i++ {
-		h.publish(i, granted(i, "r"))
+		h.Publish(i, granted(i, "r"))
 		h.round()
 	}
 	select {
@@ -239,7 +240,7 @@ func TestNotifierWakesOnlyMatchingWatchers(t *testing.T) {
 		t.Fatal("woken for events it does not match")
 	default:
 	}
-	h.publish(1001, granted(1001, "x/1"))
+	h.Publish(1001, granted(1001, "x/1"))
 	h.round()
 	select {
 	case <-wake:
@@ -256,10 +257,10 @@ func TestNotifierWakesOnlyMatchingWatchers(t *testing.T) {
 // alive, and every name its events referenced).
 func TestEvictedHistorySegmentsAreFreed(t *testing.T) {
 	const retained = 64 // segments
-	h := newWatchHub(retained*segmentEvents, 1<<30, 10, 1)
+	h := New(retained*segmentEvents, 1<<30, 10, 1)
 	var made []weak.Pointer[segment]
 	for i := uint64(1); i <= 4*retained*segmentEvents; i++ {
-		h.publish(i, granted(i, "r"))
+		h.Publish(i, granted(i, "r"))
 		if segs := h.segs; len(made) < int(i+segmentEvents-1)/segmentEvents {
 			made = append(made, weak.Make(segs[len(segs)-1]))
 		}

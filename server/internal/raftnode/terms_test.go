@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"math"
@@ -7,8 +7,8 @@ import (
 )
 
 func TestTermGuardBoundsJumpsNotElections(t *testing.T) {
-	clock := NewManualClock()
-	g := newTermGuard(clock, 7)
+	clock := newManualClock()
+	g := NewTermGuard(clock, 7)
 	for _, c := range []struct {
 		term uint64
 		want bool
@@ -17,13 +17,13 @@ func TestTermGuardBoundsJumpsNotElections(t *testing.T) {
 		{7 + 1<<32, true}, {7 + 1<<32 + 1, false}, // the allowance of a node that just started
 		{1<<62 - 1, false}, {1 << 63, false}, {math.MaxUint64, false},
 	} {
-		if got := g.acceptTerm(c.term); got != c.want {
+		if got := g.AcceptTerm(c.term); got != c.want {
 			t.Errorf("term %d at own term 7: accepted %v, want %v", c.term, got, c.want)
 		}
 	}
 	// The next term is accepted at any term below the ceiling: a node that reached a high term still elects.
-	g.observe(termCeiling - 2)
-	if !g.acceptTerm(termCeiling-1) || g.acceptTerm(termCeiling) {
+	g.Observe(TermCeiling - 2)
+	if !g.AcceptTerm(TermCeiling-1) || g.AcceptTerm(TermCeiling) {
 		t.Error("at the top of the range, the next term must be accepted and the ceiling refused")
 	}
 }
@@ -31,23 +31,23 @@ func TestTermGuardBoundsJumpsNotElections(t *testing.T) {
 // Forged messages, as many as the allowance lets through, move a node's term by at most maxTermJump a
 // second (and one per message, the next term's): the top of the range is decades away.
 func TestTermGuardRatchetIsBoundedByTime(t *testing.T) {
-	clock := NewManualClock()
-	g := newTermGuard(clock, 1)
+	clock := newManualClock()
+	g := NewTermGuard(clock, 1)
 	own := uint64(1)
 	const seconds, perSecond = 30, 1000
 	for range seconds {
 		for range perSecond {
 			// The largest term the guard takes, found by halving (acceptTerm is monotone above own+1).
-			lo, hi := own+1, uint64(termCeiling)
+			lo, hi := own+1, uint64(TermCeiling)
 			for lo+1 < hi {
-				if mid := lo + (hi-lo)/2; g.acceptTerm(mid) {
+				if mid := lo + (hi-lo)/2; g.AcceptTerm(mid) {
 					lo = mid
 				} else {
 					hi = mid
 				}
 			}
 			own = lo
-			g.observe(own)
+			g.Observe(own)
 		}
 		clock.Advance(time.Second)
 	}
@@ -59,10 +59,10 @@ func TestTermGuardRatchetIsBoundedByTime(t *testing.T) {
 // A node left behind by others' jumps (it dropped them, or was down) accepts their term once it has held
 // its own long enough: the gap closes a second per maxTermJump, and nobody is left behind for good.
 func TestTermGuardLetsALaggingNodeCatchUp(t *testing.T) {
-	clock := NewManualClock()
-	g := newTermGuard(clock, 5)
+	clock := newManualClock()
+	g := NewTermGuard(clock, 5)
 	others := uint64(5 + 4*maxTermJump + 3) // the cluster, jumped and then elected three times
-	for s := 0; !g.acceptTerm(others); s++ {
+	for s := 0; !g.AcceptTerm(others); s++ {
 		if s > 5 {
 			t.Fatalf("term %d still refused after %d s at term 5", others, s)
 		}

@@ -1,4 +1,4 @@
-package server
+package lessor
 
 import (
 	"fmt"
@@ -10,33 +10,34 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 // lessorSim drives the lessors of several nodes over one shared log, with a manual clock: whatever the
 // current leader's lessor proposes is committed and applied on every node, as raft would.
 type lessorSim struct {
 	t       *testing.T
-	clock   *ManualClock
+	clock   *manualClock
 	sm      *fsm.FSM
 	index   uint64
-	out     chan lessorCmd
-	lessors []*lessor
+	out     chan Cmd
+	lessors []*Lessor
 	leader  int // -1: none
 	term    uint64
 	expired map[string]time.Time
 }
 
 func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
-	s := &lessorSim{t: t, clock: NewManualClock(), sm: fsm.New(), out: make(chan lessorCmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	s := &lessorSim{t: t, clock: newManualClock(), sm: fsm.New(), out: make(chan Cmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
 	for range nodes {
-		s.lessors = append(s.lessors, newLessor(cfg, s.out))
+		s.lessors = append(s.lessors, New(cfg, s.out))
 	}
 	return s
 }
 
 // applyAll applies the entries a proposer makes of c, in order.
-func (s *lessorSim) applyAll(c lessorCmd) {
-	for _, cmd := range c.entries() {
+func (s *lessorSim) applyAll(c Cmd) {
+	for _, cmd := range c.Entries() {
 		s.apply(cmd)
 	}
 }
@@ -49,7 +50,7 @@ func (s *lessorSim) apply(cmd *wirepb.Command) fsm.Result {
 	}
 	now := s.clock.Now()
 	for _, l := range s.lessors {
-		l.applied(now, res)
+		l.Applied(now, res)
 	}
 	for _, e := range res.Events {
 		if e.Type == leasepb.EventType_EVENT_TYPE_EXPIRED {
@@ -64,7 +65,7 @@ func (s *lessorSim) step(d, tick time.Duration) {
 	for end := s.clock.Now().Add(d); s.clock.Now().Before(end); {
 		s.clock.Advance(tick)
 		if s.leader >= 0 {
-			s.lessors[s.leader].tick(s.clock.Now())
+			s.lessors[s.leader].Tick(s.clock.Now())
 		}
 		for len(s.out) > 0 {
 			s.applyAll(<-s.out)
@@ -74,11 +75,11 @@ func (s *lessorSim) step(d, tick time.Duration) {
 
 func (s *lessorSim) elect(i int) {
 	if s.leader >= 0 {
-		s.lessors[s.leader].demote()
+		s.lessors[s.leader].Demote()
 	}
 	s.leader = i
 	s.term++
-	s.lessors[i].promote(s.clock.Now(), s.term)
+	s.lessors[i].Promote(s.clock.Now(), s.term)
 }
 
 func (s *lessorSim) renew(resource string, token uint64) bool {
@@ -103,24 +104,24 @@ type renewal struct {
 }
 
 // checkRenew reports whether (resource, token) can be renewed by this leader (checkRenewals of one).
-func (l *lessor) checkRenew(resource string, token uint64) (renewal, error) {
-	batch := []renewalCheck{{resource: resource, token: token}}
-	if _, err := l.checkRenewals(batch); err != nil {
+func (l *Lessor) checkRenew(resource string, token uint64) (renewal, error) {
+	batch := []Renewal{{Resource: resource, Token: token}}
+	if _, err := l.CheckRenewals(batch); err != nil {
 		return renewal{}, err
 	}
 	if batch[0].t == nil {
-		return renewal{}, ErrNotCurrent
+		return renewal{}, errs.ErrNotCurrent
 	}
-	return renewal{ttl: batch[0].t.ttl, idle: batch[0].idle}, nil
+	return renewal{ttl: batch[0].t.ttl, idle: batch[0].Idle}, nil
 }
 
 // renew resets the deadline of (resource, token) to at + TTL (renewChecked of one, looked up afresh).
-func (l *lessor) renew(resource string, token uint64, at time.Time) (time.Duration, error) {
-	batch := []renewalCheck{{resource: resource, token: token}}
-	if err := l.renewChecked(0, batch, at); err != nil {
+func (l *Lessor) renew(resource string, token uint64, at time.Time) (time.Duration, error) {
+	batch := []Renewal{{Resource: resource, Token: token}}
+	if err := l.RenewChecked(0, batch, at); err != nil {
 		return 0, err
 	}
-	return batch[0].ttl, batch[0].err
+	return batch[0].TTL, batch[0].Err
 }
 
 func renew(resource string, token uint64) *wirepb.Command {
@@ -142,10 +143,10 @@ func TestDeadHolderExpiresDespiteLeadershipChurn(t *testing.T) {
 		interval = time.Second
 		tick     = 100 * time.Millisecond
 	)
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = interval
-	cfg.TickInterval, cfg.ElectionTicks = tick, 10
-	election := cfg.ElectionTimeout()
+	election := 10 * tick
+	cfg.Retry = 2 * election
 	s := newLessorSim(t, 3, cfg)
 	s.elect(0)
 	dead := s.apply(acquireCmd("dead", ttl)).Lease.Token
@@ -167,7 +168,7 @@ func TestDeadHolderExpiresDespiteLeadershipChurn(t *testing.T) {
 			s.step(time.Second, tick)
 		}
 		// Leadership moves: an election timeout without a leader, then the next node takes over.
-		s.lessors[s.leader].demote()
+		s.lessors[s.leader].Demote()
 		s.leader = -1
 		s.step(election, tick)
 		s.elect((round + 1) % 3)
@@ -188,7 +189,7 @@ func TestDeadHolderExpiresDespiteLeadershipChurn(t *testing.T) {
 // TestNewLeaderNeverShortensRenewedLease: a lease renewed just before a leader change gets a full TTL
 // from the new leader, even though its last checkpoint recorded less.
 func TestNewLeaderNeverShortensRenewedLease(t *testing.T) {
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = time.Second
 	s := newLessorSim(t, 2, cfg)
 	s.elect(0)
@@ -211,7 +212,7 @@ func TestNewLeaderNeverShortensRenewedLease(t *testing.T) {
 
 // TestStalledLeaderDoesNotMassExpire: a gap in the leader's ticks extends every deadline by the gap.
 func TestStalledLeaderDoesNotMassExpire(t *testing.T) {
-	cfg := TestConfig()
+	cfg := testConfig()
 	s := newLessorSim(t, 1, cfg)
 	s.elect(0)
 	for i := range 100 {
@@ -220,7 +221,7 @@ func TestStalledLeaderDoesNotMassExpire(t *testing.T) {
 	s.step(time.Second, 10*time.Millisecond)
 	// The loop stalls for 10s: the node notices the gap and extends deadlines before the next tick.
 	s.clock.Advance(10 * time.Second)
-	s.lessors[0].extend(10 * time.Second)
+	s.lessors[0].Extend(10 * time.Second)
 	s.step(500*time.Millisecond, 10*time.Millisecond)
 	if len(s.expired) != 0 {
 		t.Fatalf("%d leases expired right after a stall", len(s.expired))
@@ -234,7 +235,7 @@ func TestStalledLeaderDoesNotMassExpire(t *testing.T) {
 // TestLockDelayKeepsResourceUngrantable: after an expiry with a lock-delay, the resource is refused until
 // the leader ends the delay.
 func TestLockDelayEndsAfterDelay(t *testing.T) {
-	cfg := TestConfig()
+	cfg := testConfig()
 	s := newLessorSim(t, 1, cfg)
 	s.elect(0)
 	s.apply(&wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 500, LockDelayMs: 2000}}})
@@ -259,7 +260,7 @@ func TestLockDelayEndsAfterDelay(t *testing.T) {
 // durable and acknowledged it; the entry applies on the new leader only after it took over with the lease
 // counted as idle. The new leader must then give it a full TTL, not the checkpointed remainder.
 func TestDurableRenewalAppliedAfterTakeoverEarnsFullTTL(t *testing.T) {
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = time.Second
 	s := newLessorSim(t, 2, cfg)
 	s.elect(0)
@@ -287,7 +288,7 @@ func TestIdleMarkDurableWithinOneInterval(t *testing.T) {
 		interval = time.Second
 		tick     = 10 * time.Millisecond
 	)
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = interval
 	for offset := time.Duration(0); offset < interval; offset += 70 * time.Millisecond {
 		s := newLessorSim(t, 2, cfg)
@@ -316,7 +317,7 @@ func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
 		ttl  = 4 * time.Second
 		tick = 10 * time.Millisecond
 	)
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = time.Second
 	s := newLessorSim(t, 2, cfg)
 	s.elect(0)
@@ -327,7 +328,7 @@ func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
 			t.Fatal("setup: no checkpoint decided")
 		}
 		s.clock.Advance(tick)
-		s.lessors[0].tick(s.clock.Now())
+		s.lessors[0].Tick(s.clock.Now())
 	}
 	drain := func() {
 		for len(s.out) > 0 {
@@ -352,7 +353,7 @@ func TestCheckpointInFlightMakesRenewalDurable(t *testing.T) {
 // TestLessorReportsExpiryLag: the leader's lessor reports how late after its deadline it expired a lease
 // (leased_expiry_lag_seconds): here the first tick after the deadline, 20 ms later; followers report nothing.
 func TestLessorReportsExpiryLag(t *testing.T) {
-	s := newLessorSim(t, 2, TestConfig())
+	s := newLessorSim(t, 2, testConfig())
 	lags := make([][]float64, 2)
 	for i, l := range s.lessors {
 		l.expiryLag = func(seconds float64) { lags[i] = append(lags[i], seconds) }
@@ -380,9 +381,9 @@ func TestMonoAddSaturates(t *testing.T) {
 	if got := mono(10).add(-3); got != 7 {
 		t.Fatalf("mono(10).add(-3) = %d", got)
 	}
-	l := &lessor{}
+	l := &Lessor{}
 	now := time.Now()
-	if d := l.at(now).add(ms(math.MaxInt64)); d <= l.at(now.Add(100*365*24*time.Hour)) {
+	if d := l.at(now).add(Millis(math.MaxInt64)); d <= l.at(now.Add(100*365*24*time.Hour)) {
 		t.Fatalf("the longest TTL gives a deadline %d, before a century from now", d)
 	}
 }
@@ -390,7 +391,7 @@ func TestMonoAddSaturates(t *testing.T) {
 // checkpointBacklog starts a leader whose idle checkpoints go one lease per command, grants n leases and
 // ticks until it has decided a checkpoint for each, which it returns unapplied.
 func checkpointBacklog(t *testing.T, n int) (*lessorSim, []*wirepb.Command) {
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = time.Second
 	cfg.ExpiryBatch = 1
 	s := newLessorSim(t, 1, cfg)
@@ -404,9 +405,9 @@ func checkpointBacklog(t *testing.T, n int) (*lessorSim, []*wirepb.Command) {
 			t.Fatalf("setup: %d checkpoints decided within an interval, want %d", len(cmds), n)
 		}
 		s.clock.Advance(10 * time.Millisecond)
-		s.lessors[0].tick(s.clock.Now())
+		s.lessors[0].Tick(s.clock.Now())
 		for len(s.out) > 0 {
-			cmds = append(cmds, (<-s.out).entries()...)
+			cmds = append(cmds, (<-s.out).Entries()...)
 		}
 	}
 	return s, cmds
@@ -423,11 +424,11 @@ func TestCheckpointBacklogIsNotReproposed(t *testing.T) {
 	for _, c := range backlog {
 		for range 4 { // retry/2 between applies: the backlog takes 3 retry periods to drain
 			s.clock.Advance(l.retry / 8)
-			l.tick(s.clock.Now())
+			l.Tick(s.clock.Now())
 		}
 		s.apply(c)
 		if len(s.out) > 0 {
-			t.Fatalf("a checkpoint still in the queue was proposed again: %v", (<-s.out).cmd)
+			t.Fatalf("a checkpoint still in the queue was proposed again: %v", (<-s.out).Cmd)
 		}
 	}
 }
@@ -441,8 +442,8 @@ func TestLostCheckpointIsReproposed(t *testing.T) {
 	// Both were decided in one scan: a later scan's checkpoint must apply to show the first was lost.
 	s.apply(backlog[1])
 	s.clock.Advance(l.retry + l.scan) // a scan after the retry period
-	l.tick(s.clock.Now())
-	if len(s.out) != 1 || (<-s.out).cmd.GetCheckpoint().GetLeases()[0].GetResource() != lost {
+	l.Tick(s.clock.Now())
+	if len(s.out) != 1 || (<-s.out).Cmd.GetCheckpoint().GetLeases()[0].GetResource() != lost {
 		t.Fatalf("the lost checkpoint of %s was not proposed again after the retry period", lost)
 	}
 }
@@ -453,7 +454,7 @@ func TestLostCheckpointIsReproposed(t *testing.T) {
 // that shifts every deadline.
 func TestRenewedLeasesExpireAtTheirLastDeadline(t *testing.T) {
 	const n, tick = 60, 10 * time.Millisecond
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = time.Hour // no lease goes idle: renewals stay in memory
 	s := newLessorSim(t, 1, cfg)
 	s.elect(0)
@@ -480,7 +481,7 @@ func TestRenewedLeasesExpireAtTheirLastDeadline(t *testing.T) {
 		if !stalled && now.Sub(start) >= 4*time.Second {
 			stalled = true
 			s.clock.Advance(gap)
-			s.lessors[0].extend(gap)
+			s.lessors[0].Extend(gap)
 			for _, l := range leases {
 				if _, gone := s.expired[l.name]; !gone {
 					l.deadline = l.deadline.Add(gap)
@@ -516,14 +517,14 @@ func TestRenewedLeasesExpireAtTheirLastDeadline(t *testing.T) {
 // also match the resource — a renewal, checkpoint or release naming a live token with another resource
 // touches nothing.
 func TestTokenOfAnotherResourceIsNotCurrent(t *testing.T) {
-	s := newLessorSim(t, 1, TestConfig())
+	s := newLessorSim(t, 1, testConfig())
 	s.elect(0)
 	tok := s.apply(acquireCmd("a", 2*time.Second)).Lease.Token
 	l := s.lessors[0]
-	if _, err := l.checkRenew("b", tok); err != ErrNotCurrent {
+	if _, err := l.checkRenew("b", tok); err != errs.ErrNotCurrent {
 		t.Fatalf("checkRenew of another resource's token: %v, want ErrNotCurrent", err)
 	}
-	if _, err := l.renew("b", tok, s.clock.Now()); err != ErrNotCurrent {
+	if _, err := l.renew("b", tok, s.clock.Now()); err != errs.ErrNotCurrent {
 		t.Fatalf("renew of another resource's token: %v, want ErrNotCurrent", err)
 	}
 	l.mu.Lock()
@@ -543,13 +544,13 @@ func TestTokenOfAnotherResourceIsNotCurrent(t *testing.T) {
 // granted in between (not current when checked) is looked up again and renewed; after a leader change in
 // between every lease is looked up again.
 func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
-	s := newLessorSim(t, 1, TestConfig())
+	s := newLessorSim(t, 1, testConfig())
 	s.elect(0)
 	l := s.lessors[0]
 	a := s.apply(acquireCmd("a", 2*time.Second)).Lease.Token
 	kept := s.apply(acquireCmd("kept", 2*time.Second)).Lease.Token
-	batch := []renewalCheck{{resource: "a", token: a}, {resource: "kept", token: kept}, {resource: "b", token: kept + 2}}
-	gen, err := l.checkRenewals(batch)
+	batch := []Renewal{{Resource: "a", Token: a}, {Resource: "kept", Token: kept}, {Resource: "b", Token: kept + 2}}
+	gen, err := l.CheckRenewals(batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,28 +567,28 @@ func TestBatchedRenewalsUseTheTimersTheCheckFound(t *testing.T) {
 	if !reused { // so a's renewal below holds a timer that is now b's
 		t.Fatal("b's timer is not the slot a's release freed; the test expects the slab to reuse it")
 	}
-	if err := l.renewChecked(gen, batch, s.clock.Now()); err != nil {
+	if err := l.RenewChecked(gen, batch, s.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if batch[0].err != ErrNotCurrent {
-		t.Errorf("a, released after the check: %v, want ErrNotCurrent", batch[0].err)
+	if batch[0].Err != errs.ErrNotCurrent {
+		t.Errorf("a, released after the check: %v, want ErrNotCurrent", batch[0].Err)
 	}
-	if batch[1].err != nil || batch[2].err != nil || batch[1].ttl != 2*time.Second || batch[2].ttl != 2*time.Second {
-		t.Errorf("kept: %v %v, b (granted after the check): %v %v; want both renewed for 2s", batch[1].ttl, batch[1].err, batch[2].ttl, batch[2].err)
+	if batch[1].Err != nil || batch[2].Err != nil || batch[1].TTL != 2*time.Second || batch[2].TTL != 2*time.Second {
+		t.Errorf("kept: %v %v, b (granted after the check): %v %v; want both renewed for 2s", batch[1].TTL, batch[1].Err, batch[2].TTL, batch[2].Err)
 	}
 
 	// The timers rebuilt between the check and the renewal (a restore): they are looked up again, so the
 	// renewal moves the live timer's deadline, not the discarded one's.
-	batch = []renewalCheck{{resource: "kept", token: kept}}
-	if gen, err = l.checkRenewals(batch); err != nil {
+	batch = []Renewal{{Resource: "kept", Token: kept}}
+	if gen, err = l.CheckRenewals(batch); err != nil {
 		t.Fatal(err)
 	}
 	old := batch[0].t
-	l.reset(s.sm, s.clock.Now())
+	l.Reset(s.sm, s.clock.Now())
 	s.clock.Advance(time.Second)
 	at := s.clock.Now()
-	if err := l.renewChecked(gen, batch, at); err != nil || batch[0].err != nil {
-		t.Fatalf("kept after a reset: %v, %v; want renewed", err, batch[0].err)
+	if err := l.RenewChecked(gen, batch, at); err != nil || batch[0].Err != nil {
+		t.Fatalf("kept after a reset: %v, %v; want renewed", err, batch[0].Err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -604,7 +605,7 @@ func TestMassExpiryKeepsToTheExpiryRate(t *testing.T) {
 		rate, batch, n = 2000, 100, 1000
 		tick           = 10 * time.Millisecond
 	)
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.ExpiryRate, cfg.ExpiryBatch = rate, batch // bursts of 200
 	s := newLessorSim(t, 1, cfg)
 	s.elect(0)
@@ -644,11 +645,11 @@ func TestLessorCommandsGoToTheLogInNameOrder(t *testing.T) {
 		cps = append(cps, &wirepb.LeaseCheckpoint{Resource: r, Token: uint64(10 - i), RemainingMs: int64(i)})
 	}
 	want := "a/7 b/5 b/9 | c/4 m/10 q/6 | z/8"
-	expire := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}, batch: 3}
-	checkpoint := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}, batch: 3}
-	for _, c := range []lessorCmd{expire, checkpoint} {
+	expire := Cmd{Cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}, Batch: 3}
+	checkpoint := Cmd{Cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}, Batch: 3}
+	for _, c := range []Cmd{expire, checkpoint} {
 		var entries []string
-		for _, e := range c.entries() {
+		for _, e := range c.Entries() {
 			var leases []string
 			for _, r := range e.GetExpire().GetLeases() {
 				leases = append(leases, fmt.Sprintf("%s/%d", r.GetResource(), r.GetToken()))
@@ -659,11 +660,11 @@ func TestLessorCommandsGoToTheLogInNameOrder(t *testing.T) {
 			entries = append(entries, strings.Join(leases, " "))
 		}
 		if got := strings.Join(entries, " | "); got != want {
-			t.Errorf("%T entries: %s, want %s", c.cmd.GetOp(), got, want)
+			t.Errorf("%T entries: %s, want %s", c.Cmd.GetOp(), got, want)
 		}
 	}
-	whole := lessorCmd{cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}}
-	if got := whole.entries(); len(got) != 1 || got[0] != whole.cmd {
+	whole := Cmd{Cmd: &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: refs}}}}
+	if got := whole.Entries(); len(got) != 1 || got[0] != whole.Cmd {
 		t.Errorf("a command without a batch became %d entries", len(got))
 	}
 }
@@ -672,40 +673,40 @@ func TestLessorCommandsGoToTheLogInNameOrder(t *testing.T) {
 // again one retry period later, not before; meanwhile the lease shows no time left; and the lag reported
 // when an expiry finally applies counts from the lease's deadline, not from the retry.
 func TestLostExpiryIsReproposedAndLagCountsFromTheDeadline(t *testing.T) {
-	out := make(chan lessorCmd, 16)
-	l := newLessor(TestConfig(), out)
+	out := make(chan Cmd, 16)
+	l := New(testConfig(), out)
 	var lags []float64
 	l.expiryLag = func(seconds float64) { lags = append(lags, seconds) }
 	start := time.Now()
-	l.promote(start, 1)
+	l.Promote(start, 1)
 	l.add(start, fsm.Lease{Resource: "r", Token: 7, TTLMs: 1000})
 	expiries := func() int {
 		n := 0
 		for len(out) > 0 {
-			for _, cmd := range (<-out).entries() {
+			for _, cmd := range (<-out).Entries() {
 				n += len(cmd.GetExpire().GetLeases())
 			}
 		}
 		return n
 	}
 	first := start.Add(1100 * time.Millisecond)
-	l.tick(first)
+	l.Tick(first)
 	if n := expiries(); n != 1 {
 		t.Fatalf("%d expiries proposed 100ms after the deadline, want 1", n)
 	}
-	if left := l.remaining("r", 7, first); left != 0 {
+	if left := l.Remaining("r", 7, first); left != 0 {
 		t.Fatalf("an expiring lease shows %v left", left)
 	}
-	l.tick(first.Add(l.retry - time.Millisecond))
+	l.Tick(first.Add(l.retry - time.Millisecond))
 	if n := expiries(); n != 0 {
 		t.Fatalf("the expiry was proposed again %v after the first, before the retry period", l.retry-time.Millisecond)
 	}
-	l.tick(first.Add(l.retry))
+	l.Tick(first.Add(l.retry))
 	if n := expiries(); n != 1 {
 		t.Fatalf("%d expiries proposed once the retry period passed, want 1", n)
 	}
 	applied := first.Add(l.retry + 50*time.Millisecond)
-	l.applied(applied, fsm.Result{Events: []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Lease: fsm.Lease{Resource: "r", Token: 7}}}})
+	l.Applied(applied, fsm.Result{Events: []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_EXPIRED, Lease: fsm.Lease{Resource: "r", Token: 7}}}})
 	want := applied.Sub(start.Add(time.Second)).Seconds()
 	if len(lags) != 1 || math.Abs(lags[0]-want) > 1e-9 {
 		t.Fatalf("expiry lag reported %v, want [%v]: from the deadline", lags, want)
@@ -728,10 +729,10 @@ func TestQuorumOutageCountsInFull(t *testing.T) {
 		outage   = 40 * time.Second
 		tick     = 100 * time.Millisecond
 	)
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.CheckpointInterval = interval
-	cfg.TickInterval, cfg.ElectionTicks = tick, 10
-	election := cfg.ElectionTimeout()
+	election := 10 * tick
+	cfg.Retry = 2 * election
 	for _, restarted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("new leader restarted %v", restarted), func(t *testing.T) {
 			s := newLessorSim(t, 3, cfg)
@@ -746,11 +747,11 @@ func TestQuorumOutageCountsInFull(t *testing.T) {
 			}
 
 			// Quorum lost: the leader steps down (CheckQuorum) and no entry commits for the outage.
-			s.lessors[s.leader].demote()
+			s.lessors[s.leader].Demote()
 			s.leader = -1
 			s.clock.Advance(outage)
 			if restarted { // the node that leads next was restarted during the outage: it rebuilds its lessor
-				s.lessors[1].reset(s.sm, s.clock.Now())
+				s.lessors[1].Reset(s.sm, s.clock.Now())
 			}
 			quorumBack := s.clock.Now()
 			s.step(election, tick)

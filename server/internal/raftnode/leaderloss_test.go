@@ -1,14 +1,14 @@
-package server
+package raftnode
 
 import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/quorum"
 )
@@ -31,9 +31,8 @@ func TestCampaignRank(t *testing.T) {
 	}
 }
 
-// campaignRecorder is the part of raftControl leaderLossLoop uses: it records when Campaign is called.
+// campaignRecorder is a LeaderLossRaft that records when Campaign is called.
 type campaignRecorder struct {
-	raftControl
 	voters quorum.MajorityConfig
 
 	mu        sync.Mutex
@@ -69,15 +68,14 @@ func (r *campaignRecorder) calls() []time.Time {
 func TestALaterLeaderLossReplacesTheTurnAwaited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &campaignRecorder{voters: quorum.MajorityConfig{1: {}, 2: {}, 3: {}}}
-		cfg := TestConfig()
-		n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), id: 3, raft: rec, lostStreams: make(chan uint64, 1)}
-		n.metrics = newMetrics(prometheus.NewRegistry(), n)
-		n.role.Store(int32(raft.StateFollower))
+		var leader atomic.Uint64
+		n := NewLeaderLoss(LeaderLossConfig{Self: 3, Election: 100 * time.Millisecond, Raft: rec, // TestConfig's
+			Leader: leader.Load, IsLeader: func() bool { return false }, Forgot: func() {}, Log: slog.New(slog.DiscardHandler)})
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			n.leaderLossLoop(stop)
+			n.Run(stop)
 		}()
 		defer func() {
 			close(stop)
@@ -85,11 +83,11 @@ func TestALaterLeaderLossReplacesTheTurnAwaited(t *testing.T) {
 		}()
 		wait := n.campaignSettle() + n.campaignStagger() // node 3's turn: the second
 		start := time.Now()
-		n.leader.Store(1)
-		n.streamLost(1)
+		leader.Store(1)
+		n.StreamLost(1)
 		time.Sleep(10 * time.Millisecond) // virtual: node 2 is elected, then crashes
-		n.leader.Store(2)
-		n.streamLost(2)
+		leader.Store(2)
+		n.StreamLost(2)
 		time.Sleep(2 * wait)
 		got := rec.calls()
 		if len(got) != 1 {

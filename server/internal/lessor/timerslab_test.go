@@ -1,4 +1,4 @@
-package server
+package lessor
 
 import (
 	"fmt"
@@ -132,18 +132,18 @@ func TestTimerSlabFindsEveryTimerByToken(t *testing.T) {
 // queued in a valid heap, expired when due and renewed through a batch checked before the move.
 func TestLessorCompactsItsTimersAfterAMassRemoval(t *testing.T) {
 	const n, kept = 20 * slabChunk, 100
-	out := make(chan lessorCmd, 1024)
-	l := newLessor(TestConfig(), out)
+	out := make(chan Cmd, 1024)
+	l := New(testConfig(), out)
 	start := time.Now()
-	l.promote(start, 1)
+	l.Promote(start, 1)
 	lease := func(i int) (string, uint64) { return fmt.Sprintf("r/%06d", i), uint64(i + 1) }
 	for i := range n {
 		res, tok := lease(i)
 		l.add(start, fsm.Lease{Resource: res, Token: tok, TTLMs: 60_000})
 	}
 	keptRes, keptTok := lease(n - 1)
-	batch := []renewalCheck{{resource: keptRes, token: keptTok}}
-	gen, err := l.checkRenewals(batch)
+	batch := []Renewal{{Resource: keptRes, Token: keptTok}}
+	gen, err := l.CheckRenewals(batch)
 	if err != nil || batch[0].t == nil {
 		t.Fatalf("check before the removal: %v, timer %v", err, batch[0].t)
 	}
@@ -169,8 +169,8 @@ func TestLessorCompactsItsTimersAfterAMassRemoval(t *testing.T) {
 		t.Fatalf("after removing %d of %d leases: %d live in %d chunks; want %d in fewer than %d", n-kept, n, live, chunks, kept, minSparseChunks)
 	}
 	at := start.Add(time.Second)
-	if err := l.renewChecked(gen, batch, at); err != nil || batch[0].err != nil || batch[0].ttl != time.Minute {
-		t.Fatalf("renewal checked before the compaction: %v, %v, ttl %v; want renewed", err, batch[0].err, batch[0].ttl)
+	if err := l.RenewChecked(gen, batch, at); err != nil || batch[0].Err != nil || batch[0].TTL != time.Minute {
+		t.Fatalf("renewal checked before the compaction: %v, %v, ttl %v; want renewed", err, batch[0].Err, batch[0].TTL)
 	}
 	l.mu.Lock()
 	renewedAt := l.current(keptRes, keptTok).renewedAt
@@ -181,11 +181,11 @@ func TestLessorCompactsItsTimersAfterAMassRemoval(t *testing.T) {
 	for len(out) > 0 { // checkpoints and the like so far
 		<-out
 	}
-	l.tick(start.Add(60500 * time.Millisecond)) // all but the renewed lease (due at 61 s) are due
+	l.Tick(start.Add(60500 * time.Millisecond)) // all but the renewed lease (due at 61 s) are due
 	expired := 0
 	for len(out) > 0 {
 		c := <-out
-		for _, cmd := range c.entries() {
+		for _, cmd := range c.Entries() {
 			expired += len(cmd.GetExpire().GetLeases())
 		}
 	}

@@ -1,4 +1,4 @@
-package server
+package lessor
 
 import (
 	"fmt"
@@ -15,12 +15,12 @@ import (
 // BenchmarkCheckpointScan: one checkpoint scan of a leader holding a million leases, none of them due
 // (all renewed a second ago): the time the Ready loop and the lessor's lock are held every scan period
 // (a quarter of --checkpoint-interval), whatever the leases do.
-// Run: go test -run '^$' -bench CheckpointScan -benchtime 10x ./server/
+// Run: go test -run '^$' -bench CheckpointScan -benchtime 10x ./server/internal/lessor/
 func BenchmarkCheckpointScan(b *testing.B) {
 	const n = 1_000_000
-	l := newLessor(DefaultConfig(), make(chan lessorCmd, 16))
+	l := New(defaultConfig(), make(chan Cmd, 16))
 	start := time.Now()
-	l.promote(start, 1)
+	l.Promote(start, 1)
 	for i := range n {
 		l.add(start, fsm.Lease{Resource: fmt.Sprintf("r/%07d", i), Token: uint64(i + 1), TTLMs: 60_000})
 	}
@@ -38,7 +38,7 @@ func BenchmarkCheckpointScan(b *testing.B) {
 
 // BenchmarkCheckpointEntries: the proposer's share of a mass disconnect's checkpoint storm — sorting a
 // million idle checkpoints, in the order the leader's scan found them, by name and splitting them into
-// entries (lessorCmd.entries). It runs off the Ready loop, but on a 2-core node beside both loops.
+// entries (Cmd.entries). It runs off the Ready loop, but on a 2-core node beside both loops.
 func BenchmarkCheckpointEntries(b *testing.B) {
 	const n = 1_000_000
 	names := make([]string, n)
@@ -54,9 +54,9 @@ func BenchmarkCheckpointEntries(b *testing.B) {
 		for i, j := range order { // fresh protos each time, allocated in scan order as the lessor does
 			cps[i] = &wirepb.LeaseCheckpoint{Resource: names[j], Token: uint64(j + 1), RemainingMs: 1000}
 		}
-		cmd := lessorCmd{batch: 1000, cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: slices.Clone(cps)}}}}
+		cmd := Cmd{Batch: 1000, Cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: slices.Clone(cps)}}}}
 		b.StartTimer()
-		if got := len(cmd.entries()); got != n/1000 {
+		if got := len(cmd.Entries()); got != n/1000 {
 			b.Fatalf("%d entries, want %d", got, n/1000)
 		}
 	}
@@ -66,7 +66,7 @@ func BenchmarkCheckpointEntries(b *testing.B) {
 // applied does) among a million, in random order as renewals and a mass disconnect's checkpoints come;
 // and the heap the lessor keeps a lease (lessor-B/lease: timers, token index, the leader's deadline heap;
 // the names are the FSM's, not counted).
-// Run: go test -run '^$' -bench LessorLookup ./server/
+// Run: go test -run '^$' -bench LessorLookup ./server/internal/lessor/
 func BenchmarkLessorLookup(b *testing.B) {
 	const n = 1_000_000
 	names := make([]string, n)
@@ -74,9 +74,9 @@ func BenchmarkLessorLookup(b *testing.B) {
 		names[i] = fmt.Sprintf("r/%07d", i)
 	}
 	before := heapInUse()
-	l := newLessor(DefaultConfig(), make(chan lessorCmd, 16))
+	l := New(defaultConfig(), make(chan Cmd, 16))
 	start := time.Now()
-	l.promote(start, 1)
+	l.Promote(start, 1)
 	for i := range n {
 		l.add(start, fsm.Lease{Resource: names[i], Token: uint64(i + 1), TTLMs: 60_000})
 	}

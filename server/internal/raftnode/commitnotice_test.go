@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"testing"
@@ -18,10 +18,10 @@ func appendTo(to, commit uint64, entries int) *raftpb.Message {
 // A commit notice is held; an append of entries to the same follower goes out and supersedes it;
 // everything else passes untouched, in order.
 func TestCommitNoticesAreHeldUntilAnAppendCarriesThem(t *testing.T) {
-	c := newCommitNotices()
+	c := NewCommitNotices()
 	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: new(uint64(2))}
 	apps := appendTo(3, 7, 1)
-	out := c.filter([]*raftpb.Message{appendTo(2, 7, 0), hb, appendTo(3, 7, 0), apps})
+	out := c.Filter([]*raftpb.Message{appendTo(2, 7, 0), hb, appendTo(3, 7, 0), apps})
 	if len(out) != 2 || out[0] != hb || out[1] != apps {
 		t.Fatalf("sent %v, want the heartbeat and the append of entries", out)
 	}
@@ -29,35 +29,35 @@ func TestCommitNoticesAreHeldUntilAnAppendCarriesThem(t *testing.T) {
 		t.Fatalf("held %v, want follower 2's notice only (3's went with its append)", c.held)
 	}
 	app2 := appendTo(2, 8, 2)
-	if out := c.filter([]*raftpb.Message{app2}); len(out) != 1 || out[0] != app2 {
+	if out := c.Filter([]*raftpb.Message{app2}); len(out) != 1 || out[0] != app2 {
 		t.Fatalf("sent %v, want the append", out)
 	}
 	if len(c.held) != 0 {
 		t.Fatalf("held %v after an append to every follower", c.held)
 	}
 	select {
-	case <-c.due():
+	case <-c.Due():
 		t.Fatal("due with nothing held")
 	default:
 	}
 }
 
-// Notices nothing supersedes go out once they have waited commitNoticeDelay, the newest per follower.
+// Notices nothing supersedes go out once they have waited CommitNoticeDelay, the newest per follower.
 func TestCommitNoticesGoOutWhenDue(t *testing.T) {
-	c := newCommitNotices()
+	c := NewCommitNotices()
 	newest := appendTo(2, 9, 0)
 	start := time.Now()
-	c.filter([]*raftpb.Message{appendTo(2, 8, 0)})
-	c.filter([]*raftpb.Message{newest, appendTo(3, 9, 0)})
+	c.Filter([]*raftpb.Message{appendTo(2, 8, 0)})
+	c.Filter([]*raftpb.Message{newest, appendTo(3, 9, 0)})
 	select {
-	case <-c.due():
+	case <-c.Due():
 	case <-time.After(10 * time.Second):
 		t.Fatal("held notices never came due")
 	}
-	if waited := time.Since(start); waited < commitNoticeDelay {
-		t.Fatalf("due after %v, before commitNoticeDelay (%v)", waited, commitNoticeDelay)
+	if waited := time.Since(start); waited < CommitNoticeDelay {
+		t.Fatalf("due after %v, before CommitNoticeDelay (%v)", waited, CommitNoticeDelay)
 	}
-	out := c.release()
+	out := c.Release()
 	if len(out) != 2 || len(c.held) != 0 {
 		t.Fatalf("released %v (held now %v), want one notice per follower and none left", out, c.held)
 	}

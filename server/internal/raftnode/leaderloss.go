@@ -1,7 +1,8 @@
-package server
+package raftnode
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -21,19 +22,50 @@ import (
 // not depend on when elections happen; this only makes a crashed leader's successor come sooner (a
 // frozen or partitioned leader breaks no stream and is found by the election timeout, as before).
 
-// streamLost is the transport's hint (OnStreamLost); it runs on a transport goroutine, so it only
-// hands the peer to leaderLossLoop, dropping the hint if one is already pending.
-func (n *node) streamLost(peer uint64) {
+// LeaderLoss acts on the transport's hints that a peer's stream broke.
+type LeaderLoss struct {
+	cfg  LeaderLossConfig
+	lost chan uint64 // the hint pending for Run, at most one
+}
+
+// LeaderLossConfig is what LeaderLoss needs of the node.
+type LeaderLossConfig struct {
+	Self     uint64
+	Election time.Duration // the election timeout
+	Raft     LeaderLossRaft
+	// Leader is the leader raft knows (0: none), and IsLeader whether this node leads.
+	Leader   func() uint64
+	IsLeader func() bool
+	// Forgot hears each time this follower forgets its leader on a hint (a metric).
+	Forgot func()
+	Log    *slog.Logger
+}
+
+// LeaderLossRaft is the part of raft LeaderLoss uses; its calls may come from any goroutine.
+type LeaderLossRaft interface {
+	ForgetLeader(ctx context.Context) error
+	Campaign(ctx context.Context) error
+	Status() raft.Status
+}
+
+// NewLeaderLoss returns a LeaderLoss that acts once Run runs.
+func NewLeaderLoss(cfg LeaderLossConfig) *LeaderLoss {
+	return &LeaderLoss{cfg: cfg, lost: make(chan uint64, 1)}
+}
+
+// StreamLost is the transport's hint (OnStreamLost); it runs on a transport goroutine, so it only
+// hands the peer to Run, dropping the hint if one is already pending.
+func (l *LeaderLoss) StreamLost(peer uint64) {
 	select {
-	case n.lostStreams <- peer:
+	case l.lost <- peer:
 	default:
 	}
 }
 
-// leaderLossLoop acts on the hints until stop closes. Each hint that names the leader starts its own
+// Run acts on the hints until stop closes. Each hint that names the leader starts its own
 // turn and replaces the turn a previous one was waiting for: a leader elected after one crash may crash in
 // turn before that wait is over, and its successor should not wait behind it.
-func (n *node) leaderLossLoop(stop <-chan struct{}) {
+func (l *LeaderLoss) Run(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
 	turn := time.NewTimer(0)
@@ -44,13 +76,13 @@ func (n *node) leaderLossLoop(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case peer := <-n.lostStreams:
-			if wait, ok := n.leaderStreamLost(ctx, peer); ok {
+		case peer := <-l.lost:
+			if wait, ok := l.leaderStreamLost(ctx, peer); ok {
 				turn.Reset(wait)
 				lost = peer
 			}
 		case <-turn.C:
-			n.campaignInTurn(ctx, lost)
+			l.campaignInTurn(ctx, lost)
 			lost = 0
 		}
 	}
@@ -61,30 +93,30 @@ func (n *node) leaderLossLoop(stop <-chan struct{}) {
 // the same moment would campaign at the same moment and split the vote (each votes for itself), so they
 // take turns: the voters other than the lost leader, in id order, campaign one campaignStagger apart after
 // a campaignSettle, each only if no leader is known by its turn (campaignInTurn).
-func (n *node) leaderStreamLost(ctx context.Context, peer uint64) (wait time.Duration, ok bool) {
-	if peer != n.leader.Load() || n.isLeader() {
+func (l *LeaderLoss) leaderStreamLost(ctx context.Context, peer uint64) (wait time.Duration, ok bool) {
+	if peer != l.cfg.Leader() || l.cfg.IsLeader() {
 		return 0, false
 	}
-	n.log.Info("the leader's raft stream broke: forgetting it", "leader", leasepb.FormatID(peer))
-	n.metrics.leaderStreamLost.Inc()
-	if err := n.raft.ForgetLeader(ctx); err != nil {
+	l.cfg.Log.Info("the leader's raft stream broke: forgetting it", "leader", leasepb.FormatID(peer))
+	l.cfg.Forgot()
+	if err := l.cfg.Raft.ForgetLeader(ctx); err != nil {
 		return 0, false // stopping
 	}
-	rank, voter := campaignRank(n.raft.Status().Config.Voters.IDs(), n.id, peer)
+	rank, voter := campaignRank(l.cfg.Raft.Status().Config.Voters.IDs(), l.cfg.Self, peer)
 	if !voter {
 		return 0, false
 	}
-	return n.campaignSettle() + time.Duration(rank)*n.campaignStagger(), true
+	return l.campaignSettle() + time.Duration(rank)*l.campaignStagger(), true
 }
 
 // campaignInTurn campaigns, once this follower's turn came after it lost leader lost, unless another
 // leader is known by now.
-func (n *node) campaignInTurn(ctx context.Context, lost uint64) {
-	if lead := n.leader.Load(); lead != raft.None && lead != lost {
+func (l *LeaderLoss) campaignInTurn(ctx context.Context, lost uint64) {
+	if lead := l.cfg.Leader(); lead != raft.None && lead != lost {
 		return // a new leader was elected
 	}
-	n.log.Info("campaigning after the leader's stream broke")
-	_ = n.raft.Campaign(ctx)
+	l.cfg.Log.Info("campaigning after the leader's stream broke")
+	_ = l.cfg.Raft.Campaign(ctx)
 }
 
 // campaignSettle is how long even the first follower in turn waits before it campaigns: the other
@@ -92,11 +124,11 @@ func (n *node) campaignInTurn(ctx context.Context, lost uint64) {
 // the leader refuses the pre-vote (it heard from a leader within the election timeout). Campaigning at
 // once lost that race so often that the median failover was the second turn's, a stagger later (0.25 s
 // with the defaults, 5 leader kills in `bench --rows=failover`).
-func (n *node) campaignSettle() time.Duration { return n.cfg.ElectionTimeout() / 20 }
+func (l *LeaderLoss) campaignSettle() time.Duration { return l.cfg.Election / 20 }
 
 // campaignStagger is the time between two followers' turns: enough for one pre-vote, vote and the new
 // leader's first heartbeat, well under the election timeout.
-func (n *node) campaignStagger() time.Duration { return n.cfg.ElectionTimeout() / 5 }
+func (l *LeaderLoss) campaignStagger() time.Duration { return l.cfg.Election / 5 }
 
 // campaignRank is self's place among the voters other than lost, in id order; voter is false if self
 // is not a voter (a learner does not campaign).
@@ -110,4 +142,17 @@ func campaignRank(voters map[uint64]struct{}, self, lost uint64) (rank int, vote
 	slices.Sort(ids)
 	rank = slices.Index(ids, self)
 	return rank, rank >= 0
+}
+
+// stopContext is a context cancelled when stop closes (or cancel is called).
+func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -1,17 +1,20 @@
-package server
+package raftnode
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+
+	"go.etcd.io/raft/v3"
 )
 
 // raftLogger adapts slog to raft's Logger interface. raft is chatty at Info (every election step), so its
 // Info goes to Debug unless it is about leadership; warnings and errors keep their level.
 type raftLogger struct{ log *slog.Logger }
 
-func newRaftLogger(l *slog.Logger) *raftLogger { return &raftLogger{log: l.With("component", "raft")} }
+// NewRaftLogger adapts l to raft's Logger, under component=raft.
+func NewRaftLogger(l *slog.Logger) raft.Logger { return &raftLogger{log: l.With("component", "raft")} }
 
 func (r *raftLogger) emit(level slog.Level, msg string) { r.log.Log(context.Background(), level, msg) }
 

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 // the CN is empty, its first URI SAN (as url.URL.String spells it, e.g. "spiffe://example.org/billing").
 // DNS and e-mail SANs are never used. Without ClientCertAuth there is no identity and ACLs are off.
 //
-// identityOf is the one place an identity is read, for both client ports: a gRPC connection's peer carries
-// its TLS state, and the HTTP/JSON API (gateway.go) puts each request's TLS connection state into the
+// Identity is the one place an identity is read, for both client ports: a gRPC connection's peer carries
+// its TLS state, and the HTTP/JSON API (server/gateway.go) puts each request's TLS connection state into the
 // context as the same kind of peer, so an HTTP request has exactly the identity its certificate names.
 //
 // Only the node a client reached reads the certificate; a write it forwards carries the identity in
@@ -23,30 +23,30 @@ import (
 // MaxIdentityBytes bounds an identity, as it bounds an ACL rule's (api/acl).
 const maxIdentityBytes = 256
 
-// identityOf returns the identity of the client that sent the request ctx belongs to: "" without
+// Identity returns the identity of the client that sent the request ctx belongs to: "" without
 // ClientCertAuth, else its certificate's identity or an Unauthenticated error.
-func (n *node) identityOf(ctx context.Context) (string, error) {
-	if !n.cfg.ClientCertAuth {
+func (a *Authorizer) Identity(ctx context.Context) (string, error) {
+	if !a.identities {
 		return "", nil
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", unauthenticated("the request came without a connection to read a certificate from")
+		return "", Unauthenticated("the request came without a connection to read a certificate from")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return "", unauthenticated("the connection is not TLS; this node requires client certificates (--client-cert-auth)")
+		return "", Unauthenticated("the connection is not TLS; this node requires client certificates (--client-cert-auth)")
 	}
 	chains := info.State.VerifiedChains
 	if len(chains) == 0 || len(chains[0]) == 0 {
-		return "", unauthenticated("the connection carries no verified client certificate; this node requires one (--client-cert-auth)")
+		return "", Unauthenticated("the connection carries no verified client certificate; this node requires one (--client-cert-auth)")
 	}
 	id := certIdentity(chains[0][0])
 	switch {
 	case id == "":
-		return "", unauthenticated("the client certificate names no identity (empty subject CN and no URI SAN)")
+		return "", Unauthenticated("the client certificate names no identity (empty subject CN and no URI SAN)")
 	case len(id) > maxIdentityBytes || !printableASCII(id):
-		return "", unauthenticated("the client certificate's identity is not 1..256 printable ASCII bytes without spaces")
+		return "", Unauthenticated("the client certificate's identity is not 1..256 printable ASCII bytes without spaces")
 	}
 	return id, nil
 }

@@ -1,4 +1,4 @@
-package server
+package lessor
 
 import (
 	"runtime"
@@ -8,7 +8,7 @@ import (
 
 // BenchmarkTimerSlabMemory reports the heap a slab of n timers holds after a collection, per timer
 // (B/timer), and the part of it beyond the chunks (index-B/timer: the token index). The numbers beside
-// timerSlab come from it. Run: go test -run '^$' -bench TimerSlabMemory -benchtime 1x ./server/
+// timerSlab come from it. Run: go test -run '^$' -bench TimerSlabMemory -benchtime 1x ./server/internal/lessor/
 func BenchmarkTimerSlabMemory(b *testing.B) {
 	for _, c := range []struct {
 		name string

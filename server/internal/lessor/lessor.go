@@ -1,4 +1,8 @@
-package server
+// Package lessor keeps each live lease's deadline on the node's monotonic clock and, on the leader, decides
+// expirations, idle checkpoints and lock-delay ends (decision 3). It sees the state machine only through the
+// results of applied entries and talks back only through the channel of commands it decides (Cmd), which
+// the node proposes; it knows nothing of raft, the network or the disk.
+package lessor
 
 import (
 	"cmp"
@@ -14,9 +18,10 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
-// lessor keeps each live lease's deadline on this node's monotonic clock (decision 3). Every node tracks
+// Lessor keeps each live lease's deadline on this node's monotonic clock (decision 3). Every node tracks
 // the leases as they apply, with the time it applied each lease's last checkpoint, so that it can take over;
 // only the leader acts: it expires leases whose deadline passed, checkpoints leases that went idle, ends
 // lock-delays, and resets deadlines on renewal (decision 4: in memory, no log entry, after a ReadIndex).
@@ -27,18 +32,18 @@ import (
 // interval - scan old, so the idle mark is in the log within one CheckpointInterval of the last renewal,
 // and later leaders honour it. So a lease whose holder died is expired within TTL + CheckpointInterval +
 // election gap (docs/design.md, "The lessor"), plus, when a mass disconnect's checkpoints take longer to
-// apply than the scan period (the proposer paces them: proposeAsync), the rest of that time.
+// apply than the scan period (the node's proposer paces them), the rest of that time.
 //
 // An idle checkpoint decided but not yet applied counts as idle for renewals: a renewal acknowledged from
 // memory after the checkpoint was decided would be undone by it (its remainder predates the renewal), so
 // such a renewal goes through the log, as the first renewal of an idle lease does.
-type lessor struct {
+type Lessor struct {
 	mu       sync.Mutex
 	interval time.Duration // checkpoint interval: an idle lease is marked so in the log within it
 	scan     time.Duration // how often the leader looks for leases gone idle
 	retry    time.Duration // re-propose an expiry or checkpoint not applied within this
 	batch    int
-	out      chan<- lessorCmd
+	out      chan<- Cmd
 	// expiries is the expiry rate's budget (expiryBudget): leases this leader may still propose to expire.
 	expiries expiryBudget
 
@@ -46,7 +51,7 @@ type lessor struct {
 	term   uint64 // the raft term this node leads in; tags every command it decides
 	// gen changes whenever the timers may be other objects or other deadlines rule (reset, promote,
 	// demote): a batch of renewals checked under one gen is renewed through the timers it found only
-	// under the same (renewChecked).
+	// under the same (RenewChecked).
 	gen uint64
 	// timers holds a timer for each lease, found by token: tokens are unique (one grant per entry,
 	// decision 1), so the token alone names a lease; current checks the resource too. A token key
@@ -60,21 +65,21 @@ type lessor struct {
 	// the latest proposal time of one that applied (checkpointLost).
 	checkpointsApplied, checkpointsProposed mono
 
-	// expiryLag, when set, hears how late after its deadline each lease this leader expired was expired
+	// expiryLag, when set (OnExpiryLag), hears how late after its deadline each lease this leader expired was expired
 	// (leased_expiry_lag_seconds). Called with mu held.
 	expiryLag func(seconds float64)
 }
 
-// lessorCmd is a command the lessor decided while leading in term. It must reach the log only from the
-// same node still leading in the same term (Server.proposeLessorCommands): decided in an earlier term, a
+// Cmd is a command the lessor decided while leading in Term. It must reach the log only from the
+// same node still leading in the same term (the node's proposer checks): decided in an earlier term, a
 // checkpoint's remainder or an expiry may predate renewals another leader acknowledged since.
-type lessorCmd struct {
-	term uint64
-	cmd  *wirepb.Command
-	// batch, when set, says cmd (an Expire or a Checkpoint) names all the leases of one decision: the
-	// proposer sorts them by name and proposes them in entries of at most batch (entries), off the Ready
+type Cmd struct {
+	Term uint64
+	Cmd  *wirepb.Command
+	// Batch, when set, says Cmd (an Expire or a Checkpoint) names all the leases of one decision: the
+	// proposer sorts them by name and proposes them in entries of at most Batch (Entries), off the Ready
 	// loop, where sorting a mass disconnect's worth (100,000 names: 30-50 ms) would stall it.
-	batch int
+	Batch int
 }
 
 // mono is a reading of the lessor's clock as an offset from lessor.base: 8 bytes per lease, not a
@@ -82,7 +87,7 @@ type lessorCmd struct {
 type mono int64
 
 // at converts a reading of the node's clock; the first one fixes base. Called with l.mu held.
-func (l *lessor) at(now time.Time) mono {
+func (l *Lessor) at(now time.Time) mono {
 	if l.base.IsZero() {
 		l.base = now
 	}
@@ -137,11 +142,24 @@ type delayTimer struct {
 	proposed time.Time
 }
 
-func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
-	return &lessor{
+// Config is what the lessor needs of the node's configuration.
+type Config struct {
+	// CheckpointInterval: an idle lease is marked so in the log within it (--checkpoint-interval).
+	CheckpointInterval time.Duration
+	// Retry: an expiry or checkpoint not applied within it is proposed again (the node uses two election
+	// timeouts).
+	Retry time.Duration
+	// ExpiryBatch is the most leases one Expire or Checkpoint entry names (--expiry-batch); ExpiryRate the
+	// leases a second the leader proposes to expire (--expiry-rate).
+	ExpiryBatch, ExpiryRate int
+}
+
+// New returns a follower's lessor that hands the commands it decides to out.
+func New(cfg Config, out chan<- Cmd) *Lessor {
+	return &Lessor{
 		interval: cfg.CheckpointInterval,
 		scan:     cfg.CheckpointInterval / 4,
-		retry:    2 * cfg.ElectionTimeout(),
+		retry:    cfg.Retry,
 		batch:    cfg.ExpiryBatch,
 		out:      out,
 		expiries: newExpiryBudget(cfg.ExpiryRate, cfg.ExpiryBatch),
@@ -149,9 +167,17 @@ func newLessor(cfg Config, out chan<- lessorCmd) *lessor {
 	}
 }
 
-// reset rebuilds the lessor from a state machine (at start, or after restoring a snapshot). Checkpoint
+// OnExpiryLag sets fn to hear how late after its deadline each lease this leader expired was expired
+// (leased_expiry_lag_seconds). Set it before the lessor is used; fn is called with the lessor's lock held.
+func (l *Lessor) OnExpiryLag(fn func(seconds float64)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiryLag = fn
+}
+
+// Reset rebuilds the lessor from a state machine (at start, or after restoring a snapshot). Checkpoint
 // times are unknown, so they count from now: later, never earlier, than the old leader's deadlines.
-func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
+func (l *Lessor) Reset(sm *fsm.FSM, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.gen++
@@ -159,23 +185,23 @@ func (l *lessor) reset(sm *fsm.FSM, now time.Time) {
 	l.deadlines = l.deadlines[:0]
 	sm.Ascend(func(ls fsm.Lease) bool {
 		l.timers.add(leaseTimer{
-			resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
+			resource: ls.Resource, token: ls.Token, ttl: Millis(ls.TTLMs),
 			idle:          ls.Checkpointed && !ls.Renewed,
-			checkpointEnd: l.at(now).add(ms(ls.RemainingMs)),
+			checkpointEnd: l.at(now).add(Millis(ls.RemainingMs)),
 		})
 		return true
 	})
 	l.delays = make(map[string]*delayTimer)
 	for _, d := range sm.LockDelays() {
-		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
+		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(Millis(d.DelayMs))}
 	}
 	if l.leader {
 		l.startDeadlines(now)
 	}
 }
 
-// promote makes this node's lessor active after it became leader in term.
-func (l *lessor) promote(now time.Time, term uint64) {
+// Promote makes this node's lessor active after it became leader in term.
+func (l *Lessor) Promote(now time.Time, term uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.leader, l.term = true, term
@@ -186,7 +212,7 @@ func (l *lessor) promote(now time.Time, term uint64) {
 // startDeadlines sets every deadline as a new leader must: a full TTL for leases that may have been
 // renewed (the takeover counts as their renewal, so their idle mark follows within an interval), the
 // checkpointed remainder (from when this node applied the checkpoint) for idle ones.
-func (l *lessor) startDeadlines(now time.Time) {
+func (l *Lessor) startDeadlines(now time.Time) {
 	l.deadlines = slices.Grow(l.deadlines[:0], l.timers.len()) // one allocation, not a doubling series
 	cur := l.at(now)
 	l.timers.each(func(t *leaseTimer) {
@@ -206,7 +232,7 @@ func (l *lessor) startDeadlines(now time.Time) {
 	}
 }
 
-func (l *lessor) demote() {
+func (l *Lessor) Demote() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.leader = false
@@ -214,8 +240,8 @@ func (l *lessor) demote() {
 	l.deadlines = l.deadlines[:0]
 }
 
-// extend pushes every deadline back by a stall of the leader's loop.
-func (l *lessor) extend(gap time.Duration) {
+// Extend pushes every deadline back by a stall of the leader's loop.
+func (l *Lessor) Extend(gap time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leader {
@@ -230,9 +256,9 @@ func (l *lessor) extend(gap time.Duration) {
 	}
 }
 
-// applied updates the lessor with the result of one applied entry. Called by the Ready loop. The FSM
+// Applied updates the lessor with the result of one applied entry. Called by the Ready loop. The FSM
 // decided which leases and lock-delays the entry changed; the lessor follows, without checking again.
-func (l *lessor) applied(now time.Time, res fsm.Result) {
+func (l *Lessor) Applied(now time.Time, res fsm.Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range res.Events {
@@ -249,11 +275,11 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 	}
 	ch := res.Changes
 	for _, d := range ch.DelaysStarted {
-		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(ms(d.DelayMs))}
+		l.delays[d.Resource] = &delayTimer{token: d.Token, end: now.Add(Millis(d.DelayMs))}
 	}
 	for _, cp := range ch.Checkpointed {
 		if t := l.current(cp.Resource, cp.Token); t != nil {
-			t.checkpointEnd, t.idle = l.at(now).add(ms(cp.RemainingMs)), !cp.Renewed
+			t.checkpointEnd, t.idle = l.at(now).add(Millis(cp.RemainingMs)), !cp.Renewed
 			if t.checkpointing {
 				t.checkpointing, l.checkpointsApplied = false, l.at(now)
 				l.checkpointsProposed = max(l.checkpointsProposed, t.checkpointedAt)
@@ -270,7 +296,7 @@ func (l *lessor) applied(now time.Time, res fsm.Result) {
 
 // durablyRenewed records a Renew entry for one lease. A durable renewal is a renewal: the next checkpoint
 // must not mark the lease idle again before the renewing call resets its deadline.
-func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
+func (l *Lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 	t := l.current(ref.Resource, ref.Token)
 	if t == nil {
 		return
@@ -283,21 +309,21 @@ func (l *lessor) durablyRenewed(now time.Time, ref fsm.Ref) {
 	}
 }
 
-func (l *lessor) add(now time.Time, ls fsm.Lease) {
+func (l *Lessor) add(now time.Time, ls fsm.Lease) {
 	cur := l.at(now)
 	if old := l.timers.get(ls.Token); old != nil { // not from the log (tokens are unique), but never leak a slot
 		l.remove(old.resource, old.token)
 	}
 	t := l.timers.add(leaseTimer{
-		resource: ls.Resource, token: ls.Token, ttl: ms(ls.TTLMs),
-		deadline: cur.add(ms(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(ms(ls.TTLMs)), heapIdx: -1,
+		resource: ls.Resource, token: ls.Token, ttl: Millis(ls.TTLMs),
+		deadline: cur.add(Millis(ls.TTLMs)), renewedAt: cur, checkpointEnd: cur.add(Millis(ls.TTLMs)), heapIdx: -1,
 	})
 	if l.leader {
 		heap.Push(&l.deadlines, queuedTimer{at: t.deadline, t: t})
 	}
 }
 
-func (l *lessor) remove(resource string, token uint64) {
+func (l *Lessor) remove(resource string, token uint64) {
 	t := l.current(resource, token)
 	if t == nil {
 		return
@@ -314,7 +340,7 @@ func (l *lessor) remove(resource string, token uint64) {
 // compactTimers moves the timers into a fresh slab, with its own token index, and repoints the deadline
 // heap. The gen changes: a renewal batch checked before holds timers of the old slab, and looks its
 // leases up again.
-func (l *lessor) compactTimers() {
+func (l *Lessor) compactTimers() {
 	old := l.timers
 	l.timers = timerSlab{}
 	l.gen++
@@ -327,19 +353,19 @@ func (l *lessor) compactTimers() {
 }
 
 // queued reports whether t is in the deadline heap.
-func (l *lessor) queued(t *leaseTimer) bool {
+func (l *Lessor) queued(t *leaseTimer) bool {
 	return t.heapIdx >= 0 && int(t.heapIdx) < len(l.deadlines) && l.deadlines[t.heapIdx].t == t
 }
 
-func (l *lessor) current(resource string, token uint64) *leaseTimer {
+func (l *Lessor) current(resource string, token uint64) *leaseTimer {
 	if t := l.timers.get(token); t != nil && t.resource == resource {
 		return t
 	}
 	return nil
 }
 
-// tick does the leader's periodic work: propose expirations, checkpoints and lock-delay ends.
-func (l *lessor) tick(now time.Time) {
+// Tick does the leader's periodic work: propose expirations, checkpoints and lock-delay ends.
+func (l *Lessor) Tick(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leader {
@@ -355,7 +381,7 @@ func (l *lessor) tick(now time.Time) {
 
 // expireDue proposes the expiry of leases whose deadline passed, the most overdue first, as many as the
 // expiry rate's budget allows; the rest wait in the heap for the next tick.
-func (l *lessor) expireDue(now time.Time) {
+func (l *Lessor) expireDue(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	cur := l.at(now)
 	budget, proposed := l.expiries.refill(now), 0
@@ -411,7 +437,7 @@ func (b *expiryBudget) refill(now time.Time) int {
 // spend takes n leases' worth from the budget (n at most what refill returned).
 func (b *expiryBudget) spend(n int) { b.left -= float64(n) }
 
-func (l *lessor) endDelays(now time.Time) {
+func (l *Lessor) endDelays(now time.Time) {
 	var refs []*leasepb.LeaseRef
 	for resource, d := range l.delays {
 		if d.end.After(now) || (!d.proposed.IsZero() && now.Sub(d.proposed) < l.retry) {
@@ -430,7 +456,7 @@ func (l *lessor) endDelays(now time.Time) {
 // within one interval. Leases renewed since need no entry: the log already says "renewed", which is still
 // true; idle leases need none either: their checkpointed remainder still holds. A checkpoint lost before
 // reaching the log (a full queue, a refused proposal) is proposed again (checkpointLost).
-func (l *lessor) checkpoint(now time.Time) {
+func (l *Lessor) checkpoint(now time.Time) {
 	var cps []*wirepb.LeaseCheckpoint
 	cur, idleAfter := l.at(now), mono(l.interval-l.scan)
 	l.timers.each(func(t *leaseTimer) {
@@ -457,7 +483,7 @@ func (l *lessor) checkpoint(now time.Time) {
 // old is not enough: a leader that takes over a million leases checkpoints them all at once, a thousand
 // entries that may take longer than l.retry to apply, and re-proposing those each scan would add a
 // thousand more each time, faster than they apply, until no client's write applied again.
-func (l *lessor) checkpointLost(t *leaseTimer, cur mono) bool {
+func (l *Lessor) checkpointLost(t *leaseTimer, cur mono) bool {
 	if t.checkpointedAt < l.checkpointsProposed {
 		return true
 	}
@@ -466,47 +492,51 @@ func (l *lessor) checkpointLost(t *leaseTimer, cur mono) bool {
 
 // send hands a command, tagged with this leader's term, to the proposer without blocking the Ready loop;
 // a dropped expiry or checkpoint is retried after l.retry.
-func (l *lessor) send(cmd *wirepb.Command) { l.sendCmd(lessorCmd{term: l.term, cmd: cmd}) }
+func (l *Lessor) send(cmd *wirepb.Command) { l.Send(Cmd{Term: l.term, Cmd: cmd}) }
 
 // sendSplit sends an Expire or Checkpoint naming every lease of one decision, for the proposer to sort
-// and split into entries of at most the expiry batch (lessorCmd.entries).
-func (l *lessor) sendSplit(cmd *wirepb.Command) {
-	l.sendCmd(lessorCmd{term: l.term, cmd: cmd, batch: l.batch})
+// and split into entries of at most the expiry batch (Cmd.Entries).
+func (l *Lessor) sendSplit(cmd *wirepb.Command) {
+	l.Send(Cmd{Term: l.term, Cmd: cmd, Batch: l.batch})
 }
 
-func (l *lessor) sendCmd(c lessorCmd) {
+// Send hands c to the proposer without blocking, beside the lessor's own commands (the node's initial
+// ACL goes this way too); it reports whether the queue took it.
+func (l *Lessor) Send(c Cmd) bool {
 	select {
 	case l.out <- c:
+		return true
 	default:
+		return false
 	}
 }
 
-// entries is what c proposes: c.cmd, or, with a batch, its leases sorted by name in entries of at most
+// Entries is what c proposes: c.Cmd, or, with a Batch, its leases sorted by name in entries of at most
 // batch. By name because every node finds each lease in its B-tree by name, and lookups in name order
 // go down paths still in cache from the previous one; in the order the lessor finds them (its map's, or
 // the deadlines') each lookup was a string of cache misses: 1.6 µs of every node's loop a lease at 100,000
 // leases (docs/benchmarks.md, "Checkpoints in place, in name order"). The leader sorts once for all nodes.
 // The order among one decision's leases means nothing to the lessor (checkpointLost compares decisions).
-func (c lessorCmd) entries() []*wirepb.Command {
-	if c.batch <= 0 {
-		return []*wirepb.Command{c.cmd}
+func (c Cmd) Entries() []*wirepb.Command {
+	if c.Batch <= 0 {
+		return []*wirepb.Command{c.Cmd}
 	}
 	var out []*wirepb.Command
-	switch op := c.cmd.GetOp().(type) {
+	switch op := c.Cmd.GetOp().(type) {
 	case *wirepb.Command_Expire:
 		refs := op.Expire.GetLeases()
 		sortByName(refs, func(r *leasepb.LeaseRef) (string, uint64) { return r.Resource, r.Token })
-		for batch := range slices.Chunk(refs, c.batch) {
+		for batch := range slices.Chunk(refs, c.Batch) {
 			out = append(out, &wirepb.Command{Op: &wirepb.Command_Expire{Expire: &wirepb.ExpireCmd{Leases: batch}}})
 		}
 	case *wirepb.Command_Checkpoint:
 		cps := op.Checkpoint.GetLeases()
 		sortByName(cps, func(c *wirepb.LeaseCheckpoint) (string, uint64) { return c.Resource, c.Token })
-		for batch := range slices.Chunk(cps, c.batch) {
+		for batch := range slices.Chunk(cps, c.Batch) {
 			out = append(out, &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: batch}}})
 		}
 	default:
-		out = append(out, c.cmd)
+		out = append(out, c.Cmd)
 	}
 	return out
 }
@@ -540,75 +570,75 @@ func compareRefs(resA string, tokA uint64, resB string, tokB uint64) int {
 	return cmp.Compare(tokA, tokB)
 }
 
-// errIdle: the lease was marked idle after the renewal was checked; it must be renewed durably first.
-var errIdle = errors.New("lease marked idle")
+// ErrIdle: the lease was marked idle after the renewal was checked; it must be renewed durably first.
+var ErrIdle = errors.New("lease marked idle")
 
-// renewalCheck is one lease of a batch of renewals: checked before the leadership confirmation
-// (checkRenewals), renewed after it (renewChecked) through the timer the check found, so that a renewal
+// Renewal is one lease of a batch of renewals: checked before the leadership confirmation
+// (CheckRenewals), renewed after it (RenewChecked) through the timer the check found, so that a renewal
 // costs one lookup, not two (each was a tenth of the leader's CPU under batched renewals).
-type renewalCheck struct {
-	resource string
-	token    uint64
+type Renewal struct {
+	Resource string
+	Token    uint64
 	t        *leaseTimer // the timer found by the check; nil: not current when checked
-	// idle: the first renewal of an idle lease, or of one an idle checkpoint is on its way for: make it
+	// Idle: the first renewal of an idle lease, or of one an idle checkpoint is on its way for: make it
 	// durable (a Renew entry) before acknowledging.
-	idle bool
-	// The outcome (renewChecked): the TTL granted, or ErrNotCurrent or errIdle.
-	ttl time.Duration
-	err error
+	Idle bool
+	// The outcome (RenewChecked): the TTL granted, or errs.ErrNotCurrent or ErrIdle.
+	TTL time.Duration
+	Err error
 }
 
-// checkRenewals checks every renewal of batch under one lock and returns the lessor's gen, for
-// renewChecked. A lease not current is decided only after the confirmation: a node that just took over
+// CheckRenewals checks every renewal of batch under one lock and returns the lessor's gen, for
+// RenewChecked. A lease not current is decided only after the confirmation: a node that just took over
 // may not have applied a grant its predecessor acknowledged.
-func (l *lessor) checkRenewals(batch []renewalCheck) (gen uint64, err error) {
+func (l *Lessor) CheckRenewals(batch []Renewal) (gen uint64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leader {
-		return 0, ErrNotLeader
+		return 0, errs.ErrNotLeader
 	}
 	for i := range batch {
 		c := &batch[i]
-		if t := l.current(c.resource, c.token); t != nil && !t.expiring {
-			c.t, c.idle = t, t.idle || t.checkpointing
+		if t := l.current(c.Resource, c.Token); t != nil && !t.expiring {
+			c.t, c.Idle = t, t.idle || t.checkpointing
 		}
 	}
 	return l.gen, nil
 }
 
-// renewChecked resets the deadline of every lease of batch to at + TTL, or says why not in its err. The
+// RenewChecked resets the deadline of every lease of batch to at + TTL, or says why not in its err. The
 // caller has confirmed leadership after the requests arrived, and at is no earlier than that
 // confirmation. A timer the check found is used as it is unless the lease left since; when the gen
 // changed (a leader change, a restore), and for leases not current when checked, it looks again.
-func (l *lessor) renewChecked(gen uint64, batch []renewalCheck, at time.Time) error {
+func (l *Lessor) RenewChecked(gen uint64, batch []Renewal, at time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leader {
-		return ErrNotLeader
+		return errs.ErrNotLeader
 	}
 	cur, fresh := l.at(at), gen != l.gen
 	for i := range batch {
 		c := &batch[i]
 		t := c.t
 		if t == nil || fresh {
-			t = l.current(c.resource, c.token)
+			t = l.current(c.Resource, c.Token)
 		}
 		switch {
-		case t == nil || !t.holds(c.token) || t.expiring:
-			c.err = ErrNotCurrent
+		case t == nil || !t.holds(c.Token) || t.expiring:
+			c.Err = errs.ErrNotCurrent
 		case t.idle || t.checkpointing:
-			c.err = errIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first
+			c.Err = ErrIdle // a checkpoint marked (or will mark) it idle meanwhile: renew it through the log first
 		default:
 			t.deadline = max(t.deadline, cur.add(t.ttl)) // the heap catches up lazily (expireDue)
 			t.renewedAt = cur
-			c.ttl, c.err = t.ttl, nil
+			c.TTL, c.Err = t.ttl, nil
 		}
 	}
 	return nil
 }
 
-// remaining is the leader's view of the time left on a lease (0 when unknown or not leader).
-func (l *lessor) remaining(resource string, token uint64, now time.Time) time.Duration {
+// Remaining is the leader's view of the time left on a lease (0 when unknown or not leader).
+func (l *Lessor) Remaining(resource string, token uint64, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.current(resource, token)
@@ -618,8 +648,8 @@ func (l *lessor) remaining(resource string, token uint64, now time.Time) time.Du
 	return time.Duration(max(t.deadline-l.at(now), 0))
 }
 
-// delayRemaining is the time left on a resource's lock-delay, as this node counts it.
-func (l *lessor) delayRemaining(resource string, now time.Time) time.Duration {
+// DelayRemaining is the time left on a resource's lock-delay, as this node counts it.
+func (l *Lessor) DelayRemaining(resource string, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if d, ok := l.delays[resource]; ok {
@@ -628,11 +658,11 @@ func (l *lessor) delayRemaining(resource string, now time.Time) time.Duration {
 	return 0
 }
 
-// ms converts milliseconds from the log to a Duration, saturating instead of overflowing: the edge never
+// Millis converts milliseconds from the log to a Duration, saturating instead of overflowing: the edge never
 // lets a TTL or lock-delay past its (hour-scale) maximum, but an entry written by a faulty or older
 // proposer must not wrap around to a short or negative deadline. maxMs is about 146 years, short enough
 // that adding it to a clock reading does not overflow either.
-func ms(v int64) time.Duration {
+func Millis(v int64) time.Duration {
 	const maxMs = int64(math.MaxInt64/2) / int64(time.Millisecond)
 	return time.Duration(min(max(v, -maxMs), maxMs)) * time.Millisecond
 }

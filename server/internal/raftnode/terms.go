@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"math"
@@ -23,23 +23,27 @@ import (
 //     stop that (each forged message may go the bound further), so a node accepts a jump only within an
 //     allowance that grows with time, not with messages: at most maxTermJump above its current term plus
 //     maxTermJump for every second it has held that term, and at most maxTermJump above the term it
-//     started with plus maxTermJump for every second it has run. Reaching termCeiling then takes 2^31
+//     started with plus maxTermJump for every second it has run. Reaching TermCeiling then takes 2^31
 //     seconds (68 years) of forged messages (next terms aside, one a message, and a fresh allowance at
 //     each restart), and a node that fell behind (it dropped a jump, or missed
 //     one) is within the allowance again a few seconds after the others stop jumping: nobody is left
 //     behind for good, which a fixed relative bound would do to a node the others outran by one election.
 //
-// termCeiling is refused outright: raft adds one to a term without checking, and 2^63 leaves room for
+// TermCeiling is refused outright: raft adds one to a term without checking, and 2^63 leaves room for
 // every election there will ever be.
 const (
 	maxTermJump    = 1 << 32
 	termJumpPeriod = time.Second
-	termCeiling    = 1 << 63
+	// TermCeiling also bounds the indexes a peer may send.
+	TermCeiling = 1 << 63
 )
 
-// termGuard decides which peer terms this node accepts (acceptTerm). The Ready loop tells it every new
-// term of the node's (observe); the transport's goroutines ask. Safe for concurrent use.
-type termGuard struct {
+// Clock reads the node's monotonic clock.
+type Clock interface{ Now() time.Time }
+
+// TermGuard decides which peer terms this node accepts (AcceptTerm). The Ready loop tells it every new
+// term of the node's (Observe); the transport's goroutines ask. Safe for concurrent use.
+type TermGuard struct {
 	clock     Clock
 	startTerm uint64
 	started   time.Time
@@ -52,26 +56,26 @@ type heldTerm struct {
 	since time.Time
 }
 
-// newTermGuard starts a guard for a node whose persisted term is term.
-func newTermGuard(clock Clock, term uint64) *termGuard {
+// NewTermGuard starts a guard for a node whose persisted term is term.
+func NewTermGuard(clock Clock, term uint64) *TermGuard {
 	now := clock.Now()
-	g := &termGuard{clock: clock, startTerm: term, started: now}
+	g := &TermGuard{clock: clock, startTerm: term, started: now}
 	g.cur.Store(&heldTerm{term: term, since: now})
 	return g
 }
 
-// observe records the node's term (the Ready loop, from raft's HardState).
-func (g *termGuard) observe(term uint64) {
+// Observe records the node's term (the Ready loop, from raft's HardState).
+func (g *TermGuard) Observe(term uint64) {
 	if cur := g.cur.Load(); term != cur.term {
 		g.cur.Store(&heldTerm{term: term, since: g.clock.Now()})
 	}
 }
 
-// acceptTerm reports whether a peer message at term may reach raft.
-func (g *termGuard) acceptTerm(term uint64) bool {
+// AcceptTerm reports whether a peer message at term may reach raft.
+func (g *TermGuard) AcceptTerm(term uint64) bool {
 	cur := g.cur.Load()
 	switch {
-	case term >= termCeiling:
+	case term >= TermCeiling:
 		return false
 	case term <= cur.term+1:
 		return true // the node's own term or the next election's

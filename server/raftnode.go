@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/leased/leased/server/internal/raftnode"
+)
+
+// The wiring of server/internal/raftnode's parts to the node.
+
+// newWatchdog returns the disk watchdog of n's raft log writes (decision 13): snapshots go to logPath
+// (raft.db), saves and compactions to the WAL segment walPath names (nil: logPath too).
+func newWatchdog(n *node, logPath string, walPath func() string) *raftnode.Watchdog {
+	return raftnode.NewWatchdog(raftnode.WatchdogConfig{
+		Path: func(op string) string {
+			if op == "snapshot" || walPath == nil {
+				return logPath
+			}
+			return walPath()
+		},
+		BeforeWrite: n.faults.beforeWrite,
+		Stop:        n.stopped,
+		Fatal: func() error {
+			if p := n.fatalErr.Load(); p != nil {
+				return *p
+			}
+			return nil
+		},
+	})
+}
+
+// watchDisk runs n's disk watchdog until stop closes or n stops. On a stalled write it stops n serving
+// with the watchdog's error, while n's Ready loop may still be blocked in that write.
+func watchDisk(n *node, stop <-chan struct{}) {
+	n.watchdog.Watch(stop, n.done, n.cfg.DiskStallTimeout, func(err error) {
+		n.fail(err)
+		n.halt()
+	})
+}
+
+// newLeaderLoss returns the leader-loss hint of n (raftnode.LeaderLoss).
+func newLeaderLoss(n *node) *raftnode.LeaderLoss {
+	return raftnode.NewLeaderLoss(raftnode.LeaderLossConfig{
+		Self: n.id, Election: n.cfg.ElectionTimeout(), Raft: liveRaft{n},
+		Leader: n.leader.Load, IsLeader: n.isLeader, Log: n.log,
+		Forgot: func() { n.metrics.leaderStreamLost.Inc() },
+	})
+}
+
+// liveRaft reaches n's raft as it is when called (n.raft is set once raft starts, after the transport
+// that carries the hints; tests replace it).
+type liveRaft struct{ n *node }
+
+func (r liveRaft) ForgetLeader(ctx context.Context) error { return r.n.raft.ForgetLeader(ctx) }
+func (r liveRaft) Campaign(ctx context.Context) error     { return r.n.raft.Campaign(ctx) }
+func (r liveRaft) Status() raft.Status                    { return r.n.raft.Status() }
