@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -45,8 +46,8 @@ func TestOperationsDocExamples(t *testing.T) {
 	ctlOK(t, endpoints, "acquire", "docs/audit", "--ttl", "30s")
 
 	t.Run("backup and restore", func(t *testing.T) { restoreDocExample(t, md, endpoints) })
-	t.Run("security.md acl", func(t *testing.T) { securityACLExample(t, readDoc(t, "docs/security.md"), endpoints) })
-	t.Run("audit trail", func(t *testing.T) { auditDocExample(t, md, nodes) })
+	aclSet := t.Run("security.md acl", func(t *testing.T) { securityACLExample(t, readDoc(t, "docs/security.md"), endpoints) })
+	t.Run("audit trail", func(t *testing.T) { auditDocExample(t, md, nodes, aclSet) })
 }
 
 // docBlock returns the first code block of md with info string lang that starts with prefix.
@@ -278,47 +279,106 @@ func logKeys(line string) []string {
 }
 
 // auditDocExample checks the audit trail's sample lines against the lines the nodes wrote to stderr (the
-// default --audit-log) for the grant and the ACL change this test made: the same message and keys, values
-// aside. The samples leave out the time every log line starts with. The admin release needs identities
-// (--client-cert-auth) and is not checked here.
-func auditDocExample(t *testing.T, md string, nodes []*proc.Node) {
-	block := docBlock(t, md, "", "level=INFO ")
-	checked := 0
-	for sample := range strings.Lines(block) {
-		sample = strings.TrimSpace(sample)
-		event := regexp.MustCompile(`\bevent=(\S+)`).FindStringSubmatch(sample)
-		if event == nil {
-			t.Fatalf("docs/operations.md: an audit sample without an event: %s", sample)
-		}
-		if event[1] == "admin-release" {
+// default --audit-log) for the grant and the ACL change this test made (if aclSet): the same message and
+// keys, values aside. The admin release needs identities (--client-cert-auth): auditAdminReleaseExample
+// checks it on the TLS cluster.
+func auditDocExample(t *testing.T, md string, nodes []*proc.Node, aclSet bool) {
+	var logs []string
+	for _, n := range nodes {
+		logs = append(logs, n.LogPath)
+	}
+	var checked []string
+	for _, sample := range auditSamples(t, md) {
+		event := auditEvent(sample)
+		if event == "admin-release" || (event == "acl-set" && !aclSet) {
 			continue
 		}
-		msg := regexp.MustCompile(`\bmsg="[^"]*"`).FindString(sample)
-		var real string
-		err := proc.Poll(10*time.Second, func() bool {
-			for _, n := range nodes {
-				log, _ := os.ReadFile(n.LogPath)
-				for line := range bytes.Lines(log) {
-					if s := string(line); strings.Contains(s, " event="+event[1]+" ") && strings.Contains(s, msg) && strings.Contains(s, "level=INFO") {
-						real = strings.TrimSpace(s)
-						return true
-					}
+		checkAuditSample(t, sample, logs)
+		checked = append(checked, event)
+	}
+	if !slices.Contains(checked, "granted") {
+		t.Fatalf("docs/operations.md: checked the audit samples %q, none for a grant: the samples were not found", checked)
+	}
+}
+
+// auditAdminReleaseExample checks the sample of an admin's release against the TLS cluster of
+// TestDocTLSExamplesRun (client certificates in certs, ACL of scripts/acl.example.yaml): alice takes a
+// lease, ops releases it, and the leader's line has the sample's keys.
+func auditAdminReleaseExample(t *testing.T, md, certs string, c *cluster) {
+	var sample string
+	for _, s := range auditSamples(t, md) {
+		if auditEvent(s) == "admin-release" {
+			sample = s
+		}
+	}
+	if sample == "" {
+		t.Fatal("docs/operations.md has no audit sample of an admin's release: update the test")
+	}
+	as := func(identity string, args ...string) string {
+		f := func(p string) string { return filepath.Join(certs, p) }
+		return runCLI(t, c.Endpoints(), append([]string{"--cacert", f("ca.crt"), "--cert", f(identity + ".crt"), "--key", f(identity + ".key")}, args...)...)
+	}
+	var lease struct {
+		Token uint64 `json:"token"`
+	}
+	if out := as("alice", "acquire", "jobs/audit", "--ttl", "30s", "-o", "json"); json.Unmarshal([]byte(out), &lease) != nil || lease.Token == 0 {
+		t.Fatalf("leasectl acquire -o json printed no token: %s", out)
+	}
+	as("ops", "release", "jobs/audit", "--token", fmt.Sprint(lease.Token))
+	var logs []string
+	for _, n := range c.Nodes {
+		logs = append(logs, n.LogPath)
+	}
+	checkAuditSample(t, sample, logs)
+}
+
+// auditSamples returns the sample lines of docs/operations.md's "Audit trail".
+func auditSamples(t *testing.T, md string) []string {
+	t.Helper()
+	var samples []string
+	for s := range strings.Lines(docBlock(t, md, "", "level=INFO ")) {
+		if auditEvent(s) == "" {
+			t.Fatalf("docs/operations.md: an audit sample without an event: %s", s)
+		}
+		samples = append(samples, strings.TrimSpace(s))
+	}
+	return samples
+}
+
+// auditEvent is the event an audit line is about, "" if none.
+func auditEvent(line string) string {
+	if m := regexp.MustCompile(`\bevent=(\S+)`).FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// checkAuditSample waits for an info line with sample's message and event in one of the logs, and checks
+// that it has the sample's keys; the samples leave out the time every log line starts with.
+func checkAuditSample(t *testing.T, sample string, logs []string) {
+	t.Helper()
+	msg := regexp.MustCompile(`\bmsg="[^"]*"`).FindString(sample)
+	event := auditEvent(sample)
+	var real string
+	err := proc.Poll(10*time.Second, func() bool {
+		for _, path := range logs {
+			log, _ := os.ReadFile(path)
+			for line := range bytes.Lines(log) {
+				if s := string(line); strings.Contains(s, " event="+event+" ") && strings.Contains(s, msg) && strings.Contains(s, "level=INFO") {
+					real = strings.TrimSpace(s)
+					return true
 				}
 			}
-			return false
-		})
-		if err != nil {
-			t.Fatalf("no node logged an audit line %s event=%s: %v", msg, event[1], err)
 		}
-		want := logKeys(sample)
-		got := slices.DeleteFunc(logKeys(real), func(k string) bool { return k == "time" })
-		if !slices.Equal(got, want) {
-			t.Errorf("docs/operations.md's audit sample has the keys %v, a real line %v:\nshown: %s\nreal:  %s", want, got, sample, real)
-		}
-		checked++
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no node logged an audit line %s event=%s: %v", msg, event, err)
 	}
-	if checked < 2 {
-		t.Fatalf("docs/operations.md: checked %d audit samples: the samples were not found", checked)
+	want := logKeys(sample)
+	got := slices.DeleteFunc(logKeys(real), func(k string) bool { return k == "time" })
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/operations.md's audit sample has the keys %v, a real line %v:\nshown: %s\nreal:  %s", want, got, sample, real)
 	}
 }
 
