@@ -359,7 +359,7 @@ func runGrpcurlExamples(t *testing.T, md string, endpoints []string) {
 // set up as `scripts/cluster.sh --tls` sets it up: certificates from scripts/certs.sh, client
 // certificates required, the ACL of scripts/acl.example.yaml, the default timing. It also checks what
 // the page says of a client without a certificate (curl exits 56) and of plain http:// to the HTTPS port
-// (400).
+// (400), and docs/operations.md's audit sample of an admin's release (auditAdminReleaseExample).
 func TestDocTLSExamplesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
@@ -385,6 +385,7 @@ func TestDocTLSExamplesRun(t *testing.T) {
 	md := readDoc(t, "docs/http.md")
 	httpTLSDocExamples(t, md, certs, httpAddrs)
 	securityDocExamples(t, readDoc(t, "docs/security.md"), certs, c.Endpoints())
+	auditAdminReleaseExample(t, readDoc(t, "docs/operations.md"), certs, c)
 
 	// The prose after the examples.
 	if !strings.Contains(md, "Without a client certificate the TLS handshake fails (curl exits 56); plain `http://` to the HTTPS port\nanswers 400.") {
