@@ -68,14 +68,28 @@ func TestDiskStallHookContract(t *testing.T) {
 // status 1.
 func TestInjectedDiskStallExitsOne(t *testing.T) {
 	skipShort(t)
+	err, log := faultedSolo(t, "disk-stall?duration=20s", "--disk-stall-timeout=300ms")
+	if !errors.Is(err, server.ErrDiskStalled) || exitCode(err, io.Discard) != 1 {
+		t.Fatalf("run returned %v (exit %d), want ErrDiskStalled and exit 1", err, exitCode(err, io.Discard))
+	}
+	// The stalled write is a Save, which writes the WAL segment (raft.db holds only snapshots).
+	if !strings.Contains(log, "raft log write stalled") || !strings.Contains(log, ".wal") {
+		t.Errorf("the log does not name the stall and the file:\n%s", log)
+	}
+}
+
+// faultedSolo runs a one-node leased with extra flags until it leads, injects fault through the admin
+// port's /debug/fault/ route, checks that an acquire is not acknowledged, and returns what run returned
+// and the node's log.
+func faultedSolo(t *testing.T, fault string, extra ...string) (error, string) {
+	t.Helper()
 	addrs := freeAddrs(t, 3)
 	client, peer, admin := addrs[0], addrs[1], addrs[2]
 	stderr := &syncBuffer{}
-	args := []string{
+	args := append([]string{
 		"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
-		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer,
-		"--election-timeout=100ms", "--disk-stall-timeout=300ms",
-	}
+		"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--election-timeout=100ms",
+	}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -87,13 +101,13 @@ func TestInjectedDiskStallExitsOne(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	resp, err := http.Post("http://"+admin+"/debug/fault/disk-stall?duration=20s", "text/plain", nil)
+	resp, err := http.Post("http://"+admin+"/debug/fault/"+fault, "text/plain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("POST disk-stall: %d", resp.StatusCode)
+		t.Fatalf("POST %s: %d", fault, resp.StatusCode)
 	}
 	conn, err := grpc.NewClient(client, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -103,19 +117,14 @@ func TestInjectedDiskStallExitsOne(t *testing.T) {
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 	defer acancel()
 	if _, err := leasepb.NewLeasesClient(conn).Acquire(actx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 60_000}); err == nil {
-		t.Fatal("a write was acknowledged while the disk stalled")
+		t.Fatalf("a write was acknowledged after %s", fault)
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, server.ErrDiskStalled) || exitCode(err, io.Discard) != 1 {
-			t.Fatalf("run returned %v (exit %d), want ErrDiskStalled and exit 1", err, exitCode(err, io.Discard))
-		}
-		// The stalled write is a Save, which writes the WAL segment (raft.db holds only snapshots).
-		if !strings.Contains(stderr.String(), "raft log write stalled") || !strings.Contains(stderr.String(), ".wal") {
-			t.Errorf("the log does not name the stall and the file:\n%s", stderr.String())
-		}
+		return err, stderr.String()
 	case <-time.After(10 * time.Second):
-		t.Fatal("the node kept running with a stalled disk")
+		t.Fatalf("the node kept running after %s", fault)
+		return nil, ""
 	}
 }
 
@@ -160,52 +169,12 @@ func TestInjectedDiskErrorExitsOne(t *testing.T) {
 	skipShort(t)
 	for name, errno := range map[string]syscall.Errno{"EIO": syscall.EIO, "ENOSPC": syscall.ENOSPC} {
 		t.Run(name, func(t *testing.T) {
-			addrs := freeAddrs(t, 3)
-			client, peer, admin := addrs[0], addrs[1], addrs[2]
-			stderr := &syncBuffer{}
-			args := []string{
-				"--name=solo", "--data-dir=" + filepath.Join(t.TempDir(), "solo"), "--client-addr=" + client,
-				"--peer-addr=" + peer, "--admin-addr=" + admin, "--initial-cluster=solo=" + peer, "--election-timeout=100ms",
+			err, log := faultedSolo(t, "disk-error?errno="+name)
+			if !errors.Is(err, errno) || exitCode(err, io.Discard) != 1 {
+				t.Fatalf("run returned %v (exit %d), want %v and exit 1", err, exitCode(err, io.Discard), errno)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- run(ctx, args, env(), &bytes.Buffer{}, stderr) }()
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(stderr.String(), `msg="became leader"`) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no leader after 10s:\n%s", stderr.String())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			resp, err := http.Post("http://"+admin+"/debug/fault/disk-error?errno="+name, "text/plain", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("POST disk-error: %d", resp.StatusCode)
-			}
-			conn, err := grpc.NewClient(client, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			defer acancel()
-			if _, err := leasepb.NewLeasesClient(conn).Acquire(actx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 60_000}); err == nil {
-				t.Fatal("a write was acknowledged after its raft log write failed")
-			}
-			select {
-			case err := <-done:
-				if !errors.Is(err, errno) || exitCode(err, io.Discard) != 1 {
-					t.Fatalf("run returned %v (exit %d), want %v and exit 1", err, exitCode(err, io.Discard), errno)
-				}
-				if log := stderr.String(); !strings.Contains(log, errno.Error()) || !strings.Contains(log, ".wal") {
-					t.Errorf("the log does not name the error and the file:\n%s", log)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the node kept running after a failed raft log write")
+			if !strings.Contains(log, errno.Error()) || !strings.Contains(log, ".wal") {
+				t.Errorf("the log does not name the error and the file:\n%s", log)
 			}
 		})
 	}
