@@ -26,6 +26,8 @@ if [[ $# -eq 0 ]]; then
 	echo "== bench (the comparison's own tests; a ZooKeeper ensemble, which bench/zookeeper.sh installs as root)"
 	./bench/zookeeper.sh
 	(cd bench && go vet ./... && go test -race -count=1 ./...)
+	echo "== cmd/leased with -tags faultinject (the chaos harness's fault hooks)"
+	go vet -tags faultinject ./cmd/leased/ && go test -race -count=1 -tags faultinject -run 'Hook|Injected' ./cmd/leased/
 	echo "== tests/deploy/kubeapi"
 	(cd tests/deploy/kubeapi && go vet ./... && go test -count=1 ./...)
 	set -- ./...
