@@ -28,6 +28,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
@@ -76,7 +77,7 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.Real{}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

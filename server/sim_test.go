@@ -21,6 +21,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/sim"
 )
 
@@ -100,7 +101,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 		cfg.InsecurePeer = true // an in-memory network: no port is ever opened
 		cfg.InitialCluster = initial
 		cfg.Logger = logger.With("sim", cfg.Name)
-		cfg.Clock = realClock{} // virtual inside the bubble
+		cfg.Clock = clock.Real{} // virtual inside the bubble
 		if mutate != nil {
 			mutate(&cfg)
 		}

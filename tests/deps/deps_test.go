@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	// The node's internal packages (docs/design.md, "Packages and dependency direction"): each imports
 	// only those below it, never package server.
 	"server/internal/errs":   {},
+	"server/internal/clock":  {},
 	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},

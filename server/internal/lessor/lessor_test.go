@@ -10,6 +10,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/errs"
 )
 
@@ -17,7 +18,7 @@ import (
 // current leader's lessor proposes is committed and applied on every node, as raft would.
 type lessorSim struct {
 	t       *testing.T
-	clock   *manualClock
+	clock   *clock.Manual
 	sm      *fsm.FSM
 	index   uint64
 	out     chan Cmd
@@ -28,7 +29,7 @@ type lessorSim struct {
 }
 
 func newLessorSim(t *testing.T, nodes int, cfg Config) *lessorSim {
-	s := &lessorSim{t: t, clock: newManualClock(), sm: fsm.New(), out: make(chan Cmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
+	s := &lessorSim{t: t, clock: clock.NewManual(), sm: fsm.New(), out: make(chan Cmd, 1<<16), leader: -1, expired: map[string]time.Time{}}
 	for range nodes {
 		s.lessors = append(s.lessors, New(cfg, s.out))
 	}

@@ -4,11 +4,13 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/leased/leased/server/internal/clock"
 )
 
 func TestTermGuardBoundsJumpsNotElections(t *testing.T) {
-	clock := newManualClock()
-	g := NewTermGuard(clock, 7)
+	clk := clock.NewManual()
+	g := NewTermGuard(clk, 7)
 	for _, c := range []struct {
 		term uint64
 		want bool
@@ -31,8 +33,8 @@ func TestTermGuardBoundsJumpsNotElections(t *testing.T) {
 // Forged messages, as many as the allowance lets through, move a node's term by at most maxTermJump a
 // second (and one per message, the next term's): the top of the range is decades away.
 func TestTermGuardRatchetIsBoundedByTime(t *testing.T) {
-	clock := newManualClock()
-	g := NewTermGuard(clock, 1)
+	clk := clock.NewManual()
+	g := NewTermGuard(clk, 1)
 	own := uint64(1)
 	const seconds, perSecond = 30, 1000
 	for range seconds {
@@ -49,7 +51,7 @@ func TestTermGuardRatchetIsBoundedByTime(t *testing.T) {
 			own = lo
 			g.Observe(own)
 		}
-		clock.Advance(time.Second)
+		clk.Advance(time.Second)
 	}
 	if limit := uint64(1) + maxTermJump*(seconds+1) + seconds*perSecond; own > limit {
 		t.Fatalf("%d forged messages over %d s took the term to %d, beyond %d", seconds*perSecond, seconds, own, limit)
@@ -59,14 +61,14 @@ func TestTermGuardRatchetIsBoundedByTime(t *testing.T) {
 // A node left behind by others' jumps (it dropped them, or was down) accepts their term once it has held
 // its own long enough: the gap closes a second per maxTermJump, and nobody is left behind for good.
 func TestTermGuardLetsALaggingNodeCatchUp(t *testing.T) {
-	clock := newManualClock()
-	g := NewTermGuard(clock, 5)
+	clk := clock.NewManual()
+	g := NewTermGuard(clk, 5)
 	others := uint64(5 + 4*maxTermJump + 3) // the cluster, jumped and then elected three times
 	for s := 0; !g.AcceptTerm(others); s++ {
 		if s > 5 {
 			t.Fatalf("term %d still refused after %d s at term 5", others, s)
 		}
-		clock.Advance(time.Second)
+		clk.Advance(time.Second)
 	}
 }
 
