@@ -3,7 +3,7 @@
 // (proxy_test.go), drives a workload of SDK clients that acquire / hold / write through a fence /
 // release / get on hot and cold resources (workload_test.go), injects faults from a seeded schedule
 // (run_test.go: SIGKILL, SIGSTOP, partitions, one-way cuts, delays, paused holders, client clock skew),
-// and checks invariants I1–I6 of ARCHITECTURE.md (checkers_test.go, model_test.go). With
+// and checks invariants I1–I6 of docs/guarantees.md (checkers_test.go, model_test.go). With
 // LEASED_CHAOS_GRAY=1 it adds the gray failures (gray_test.go: a frozen leader, clients'
 // links to it black-holed through the client-side fault layer of clientnet_test.go, a stalled disk),
 // and it always checks L1 (l1check_test.go) and every answer against the applied log (logcheck_test.go).

@@ -1,4 +1,4 @@
-// Package deps checks the dependency direction of ARCHITECTURE.md: arrows only point down the list
+// Package deps checks the dependency direction of docs/design.md ("Packages and dependency direction"): arrows only point down the list
 // api -> fsm -> raftlog -> server -> client -> cmd, with the exceptions the contract names. It reads the
 // non-test imports of every package in the module with `go list`, so a forbidden import fails the tests.
 package deps
@@ -108,7 +108,7 @@ func TestImportsPointDownTheLayers(t *testing.T) {
 	}
 }
 
-// The checker itself catches the arrows ARCHITECTURE.md forbids.
+// The checker itself catches the arrows docs/design.md forbids.
 func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 	bad := map[string][]string{
 		"fsm":                      {"server"},
