@@ -477,7 +477,11 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.autoPromote(s.stop) })
-	s.spawn(func() { s.node.leaderLoss.Run(s.stop) })
+	s.spawn(func() {
+		ctx, cancel := stopContext(s.stop)
+		defer cancel()
+		s.node.leaderLoss.Run(ctx)
+	})
 	s.spawn(func() { s.node.announceLoop(s.stop) })
 	s.spawn(func() { s.node.removalLoop(s.stop) })
 	if s.gossip != nil {

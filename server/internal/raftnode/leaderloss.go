@@ -62,19 +62,17 @@ func (l *LeaderLoss) StreamLost(peer uint64) {
 	}
 }
 
-// Run acts on the hints until stop closes. Each hint that names the leader starts its own
+// Run acts on the hints until ctx ends. Each hint that names the leader starts its own
 // turn and replaces the turn a previous one was waiting for: a leader elected after one crash may crash in
 // turn before that wait is over, and its successor should not wait behind it.
-func (l *LeaderLoss) Run(stop <-chan struct{}) {
-	ctx, cancel := stopContext(stop)
-	defer cancel()
+func (l *LeaderLoss) Run(ctx context.Context) {
 	turn := time.NewTimer(0)
 	defer turn.Stop()
 	<-turn.C
 	var lost uint64 // the leader whose loss the pending turn is for; 0: none pending
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case peer := <-l.lost:
 			if wait, ok := l.leaderStreamLost(ctx, peer); ok {
@@ -142,17 +140,4 @@ func campaignRank(voters map[uint64]struct{}, self, lost uint64) (rank int, vote
 	slices.Sort(ids)
 	rank = slices.Index(ids, self)
 	return rank, rank >= 0
-}
-
-// stopContext is a context cancelled when stop closes (or cancel is called).
-func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

@@ -71,14 +71,14 @@ func TestALaterLeaderLossReplacesTheTurnAwaited(t *testing.T) {
 		var leader atomic.Uint64
 		n := NewLeaderLoss(LeaderLossConfig{Self: 3, Election: 100 * time.Millisecond, Raft: rec, // TestConfig's
 			Leader: leader.Load, IsLeader: func() bool { return false }, Forgot: func() {}, Log: slog.New(slog.DiscardHandler)})
-		stop := make(chan struct{})
+		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			n.Run(stop)
+			n.Run(ctx)
 		}()
 		defer func() {
-			close(stop)
+			stop()
 			<-done
 		}()
 		wait := n.campaignSettle() + n.campaignStagger() // node 3's turn: the second
