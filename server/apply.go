@@ -36,7 +36,7 @@ func (n *node) applyEntries(ents []*raftpb.Entry) error {
 			return err
 		}
 		n.applied.Store(e.GetIndex())
-		n.appliedWait.notify(e.GetIndex())
+		n.appliedWait.Notify(e.GetIndex())
 		if cmd != nil {
 			n.answerProposers(e.GetIndex(), cmd, res)
 		}

@@ -85,7 +85,7 @@ func (n *node) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FS
 		if ok {
 			return true, nil
 		}
-		err := n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		err := n.appliedWait.Wait(wctx, n.applied.Load()+1, n.done)
 		switch {
 		case errors.Is(err, ErrStopped):
 			return false, unknownOutcome(n.stoppedErr())
@@ -110,7 +110,7 @@ func (n *node) waitConfApplied(ctx context.Context) error {
 			return fmt.Errorf("%w: a membership change is still being applied; retry", ErrMembershipRefused)
 		}
 		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout())
-		err = n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		err = n.appliedWait.Wait(wctx, n.applied.Load()+1, n.done)
 		cancel()
 		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
 			return errors.Join(ctx.Err(), err)

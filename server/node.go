@@ -14,6 +14,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/leases"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
@@ -74,7 +75,7 @@ type node struct {
 	seedNames map[string]uint64
 
 	applied     atomic.Uint64
-	appliedWait *indexWaiter
+	appliedWait *leases.IndexWaiter
 	proposals   *proposalWaiter
 	reads       *readIndexer
 	lessor      *lessor.Lessor
@@ -422,7 +423,7 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	n.lessor.Reset(sm, n.clock.Now())
 	n.size.reset(sm)
 	n.watch.Reset(n.snapIndex + 1)
-	n.appliedWait.notify(n.snapIndex)
+	n.appliedWait.Notify(n.snapIndex)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()

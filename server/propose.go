@@ -176,7 +176,7 @@ func (n *node) linearizable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.appliedWait.wait(ctx, idx, n.done); err != nil {
+	if err := n.appliedWait.Wait(ctx, idx, n.done); err != nil {
 		return errors.Join(err, n.stoppedErr())
 	}
 	return nil

@@ -29,6 +29,7 @@ import (
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/clock"
+	"github.com/leased/leased/server/internal/leases"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
@@ -332,7 +333,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
-		appliedWait: newIndexWaiter(snapIndex),
+		appliedWait: leases.NewIndexWaiter(snapIndex),
 		proposals:   newProposalWaiter(),
 		lessor:      lessor.New(lessorConfig(cfg), out),
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
