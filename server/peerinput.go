@@ -186,7 +186,7 @@ func (n *node) peerView() peerView {
 
 // isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
 // its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
-// (clientAddrs, keyed by every member's id) rather than wait on the state's lock while an apply batch holds it.
+// (clientAddrs, keyed by every member's id) rather than wait for the state while an apply batch holds it.
 func (n *node) isMember(id uint64) bool {
 	if addrs := n.clientAddrs.Load(); addrs != nil {
 		_, ok := (*addrs)[id]
