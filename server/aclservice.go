@@ -72,7 +72,7 @@ func (s *clusterService) AclSet(ctx context.Context, req *leasepb.AclSetRequest)
 // the command to the lessor's proposer without blocking.
 func (n *node) proposeInitialACL() {
 	var set bool
-	n.readFSM(func(sm *fsm.FSM) { _, set = sm.ACL() })
+	n.state.Read(func(sm *fsm.FSM) { _, set = sm.ACL() })
 	if set {
 		return
 	}

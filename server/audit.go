@@ -8,6 +8,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/leases"
 )
 
 // The audit trail (docs/operations.md, "Audit trail"): a line per grant, release, expiry and ACL change,
@@ -24,14 +25,14 @@ type auditTrail struct {
 	on    bool // info is enabled: decided once, the level does not change while a node runs
 	debug bool // debug is enabled: lines of entries applied without leading are written too
 
-	pending []auditLine     // the lines of the Ready being applied (Ready loop only)
-	behind  []auditLine     // the newest lines applied while not leading, at most auditCatchUp (Ready loop only)
-	leading bool            // the previous entry was applied while leading (Ready loop only)
-	upTo    uint64          // the newest index with a line in pending (Ready loop only)
-	handed  uint64          // the newest index whose lines were handed over (Ready loop only)
-	batches chan auditBatch // to run; closed by the loop as it ends
-	written *indexWaiter    // the newest index whose lines are written
-	done    chan struct{}   // closed when run returns
+	pending []auditLine         // the lines of the Ready being applied (Ready loop only)
+	behind  []auditLine         // the newest lines applied while not leading, at most auditCatchUp (Ready loop only)
+	leading bool                // the previous entry was applied while leading (Ready loop only)
+	upTo    uint64              // the newest index with a line in pending (Ready loop only)
+	handed  uint64              // the newest index whose lines were handed over (Ready loop only)
+	batches chan auditBatch     // to run; closed by the loop as it ends
+	written *leases.IndexWaiter // the newest index whose lines are written
+	done    chan struct{}       // closed when run returns
 }
 
 // auditLine is one entry's audit: an ACL change, or one lease event.
@@ -59,7 +60,7 @@ const auditBacklog = 64
 func newAuditTrail(log *slog.Logger, from uint64) *auditTrail {
 	return &auditTrail{
 		log: log, on: log.Enabled(context.Background(), slog.LevelInfo), debug: log.Enabled(context.Background(), slog.LevelDebug),
-		batches: make(chan auditBatch, auditBacklog), written: newIndexWaiter(from), done: make(chan struct{}),
+		batches: make(chan auditBatch, auditBacklog), written: leases.NewIndexWaiter(from), done: make(chan struct{}),
 	}
 }
 
@@ -121,7 +122,7 @@ func (a *auditTrail) handOff() {
 
 // waitWritten returns once every line handed over is written (Ready loop, before a snapshot).
 func (a *auditTrail) waitWritten() {
-	_ = a.written.wait(context.Background(), a.handed, a.done)
+	_ = a.written.Wait(context.Background(), a.handed, a.done)
 }
 
 // close ends the trail: run writes what it was handed, then returns (Ready loop, as it ends).
@@ -137,7 +138,7 @@ func (a *auditTrail) run() {
 		for _, l := range b.lines {
 			a.write(l)
 		}
-		a.written.notify(b.upTo)
+		a.written.Notify(b.upTo)
 	}
 }
 

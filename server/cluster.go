@@ -6,6 +6,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 )
 
 // clusterService is the gRPC Cluster service: status, membership (membership.go) and snapshots
@@ -27,7 +28,7 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		Term:          n.term.Load(),
 		LeaderId:      n.knownLeader(),
 		CommitIndex:   n.commit.Load(),
-		AppliedIndex:  n.applied.Load(),
+		AppliedIndex:  n.state.Applied(),
 		DbSizeBytes:   n.disk.logBytes.Load(),
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
@@ -38,9 +39,9 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 }
 
 func (n *node) liveLeases() int {
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	return n.sm.Len()
+	var live int
+	n.state.Read(func(sm *fsm.FSM) { live = sm.Len() })
+	return live
 }
 
 func roleOf(st raft.StateType, learner bool) leasepb.Role {

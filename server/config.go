@@ -200,7 +200,7 @@ type Limits struct {
 	MaxLeasesPerIdentity   int
 	MaxWatchersPerIdentity int
 	MaxWaitersPerIdentity  int
-	// QuotaBytesPerIdentity is the state size one identity's leases may reach (quota.go; checked by the
+	// QuotaBytesPerIdentity is the state size one identity's leases may reach (internal/leases/quota.go; checked by the
 	// leader like QuotaBytes, not by the state machine); 0 means a quarter of QuotaBytes.
 	QuotaBytesPerIdentity int64
 
@@ -213,7 +213,7 @@ type Limits struct {
 	// one that has not finished its TLS and HTTP/2 handshake within the same time (at most
 	// handshakeTimeout), so idle connections do not hold the slots of MaxConnections.
 	MaxConnectionIdle time.Duration
-	// QuotaBytes is the state size (quota.go: live leases and lock-delays, in bytes) at or past which
+	// QuotaBytes is the state size (internal/leases/quota.go: live leases and lock-delays, in bytes) at or past which
 	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
 	QuotaBytes int64
 

@@ -1,13 +1,13 @@
 package server
 
+import "github.com/leased/leased/fsm"
+
 // Test hooks for the peer-input tests (server_test).
 
 // HasLease reports whether this node's own state machine holds a live lease on resource, without asking
 // the leader: what a snapshot the node restored put there.
-func (s *Server) HasLease(resource string) bool {
-	s.node.fsmMu.RLock()
-	defer s.node.fsmMu.RUnlock()
-	_, ok := s.node.sm.Get(resource)
+func (s *Server) HasLease(resource string) (ok bool) {
+	s.node.state.Read(func(sm *fsm.FSM) { _, ok = sm.Get(resource) })
 	return ok
 }
 

@@ -22,23 +22,21 @@ func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
 func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
 
 // LiveViews is how many views of this node's state machine are taken and not yet released.
-func (s *Server) LiveViews() int {
-	s.node.fsmMu.RLock()
-	defer s.node.fsmMu.RUnlock()
-	return s.node.sm.LiveViews()
+func (s *Server) LiveViews() (n int) {
+	s.node.state.Read(func(sm *fsm.FSM) { n = sm.LiveViews() })
+	return n
 }
 
 // CheckpointedAmong is how many of resources hold a lease this node's state machine has applied an idle
 // checkpoint to.
-func (s *Server) CheckpointedAmong(resources []string) int {
-	s.node.fsmMu.RLock()
-	defer s.node.fsmMu.RUnlock()
-	n := 0
-	for _, r := range resources {
-		if l, ok := s.node.sm.Get(r); ok && l.Checkpointed && !l.Renewed {
-			n++
+func (s *Server) CheckpointedAmong(resources []string) (n int) {
+	s.node.state.Read(func(sm *fsm.FSM) {
+		for _, r := range resources {
+			if l, ok := sm.Get(r); ok && l.Checkpointed && !l.Renewed {
+				n++
+			}
 		}
-	}
+	})
 	return n
 }
 

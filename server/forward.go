@@ -249,7 +249,7 @@ func (n *node) header() *leasepb.ResponseHeader {
 		LeaderId:     hint.id,
 		LeaderAddr:   hint.addr,
 		RaftTerm:     n.term.Load(),
-		AppliedIndex: n.applied.Load(),
+		AppliedIndex: n.state.Applied(),
 	}
 }
 

@@ -8,4 +8,4 @@ package server
 //	                             like --max-leases-per-holder, which then counts within one identity
 //	--max-watchers-per-identity  leasesService.Watch (service.go), with watch.Hub.Identities
 //	--max-waiters-per-identity   waitq.Queue.Enqueue (internal/waitq)
-//	--quota-bytes-per-identity   node.admitGrant, by the leader before proposing, like --quota-bytes (quota.go)
+//	--quota-bytes-per-identity   leases.State.AdmitGrant, by the leader before proposing, like --quota-bytes (internal/leases)

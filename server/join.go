@@ -51,7 +51,7 @@ func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
 	var m *leasepb.Member
 	var removed bool
-	n.readFSM(func(sm *fsm.FSM) {
+	n.state.Read(func(sm *fsm.FSM) {
 		m = sm.MemberByName(req.GetName())
 		if id := req.GetId(); id != 0 {
 			removed = sm.WasRemoved(id)
@@ -172,7 +172,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 			continue
 		}
 		if n.askPeersRemoved(ctx) {
-			n.fail(n.removed(n.applied.Load()))
+			n.fail(n.removed(n.state.Applied()))
 			n.halt()
 			return
 		}

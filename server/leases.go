@@ -37,7 +37,7 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
-		if n.held(req.GetResource()) {
+		if n.state.Held(req.GetResource()) {
 			return nil, err
 		}
 		// Tried once, not queued: its refusal is an answer (the state machine remembers it as one).
@@ -117,7 +117,7 @@ func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, ident
 // state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
 func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 	worth := true
-	n.readFSM(func(sm *fsm.FSM) {
+	n.state.Read(func(sm *fsm.FSM) {
 		full := sm.Full(req.GetResource())
 		if !full || req.GetRequestId() == "" {
 			worth = !full
@@ -134,7 +134,7 @@ func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 }
 
 func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if err := n.admitGrant(req.GetResource(), identity); err != nil {
+	if err := n.state.AdmitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: n.acquireCmd(req, identity)}})
@@ -341,7 +341,7 @@ func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)
 			return err
 		}
 	}
-	n.readFSM(fn)
+	n.state.Read(fn)
 	return nil
 }
 

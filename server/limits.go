@@ -10,7 +10,7 @@ import "github.com/leased/leased/server/internal/errs"
 //	--max-watchers, --max-watchers-per-conn        watch.Hub.Subscribe, leasesService.Watch (internal/watch, conns.go)
 //	--max-waiters, --max-waiters-per-resource      waitq.Queue.Enqueue (internal/waitq)
 //	--max-streams-per-conn                         connLimiter's interceptors (conns.go)
-//	--max-leases, --quota-bytes                    node.admitGrant (quota.go)
+//	--max-leases, --quota-bytes                    leases.State.AdmitGrant (internal/leases)
 //	--max-connections, --max-connection-idle       connGate, the client port's options (connlimit.go)
 //	--max-*-per-identity                           see identitylimits.go
 

@@ -87,7 +87,7 @@ func hardStateOf(m *raftpb.Message) *raftpb.HardState {
 func (n *node) applyLocal(m *raftpb.Message) error {
 	if ents := m.GetEntries(); len(ents) > 0 {
 		start := time.Now()
-		if err := n.applyEntries(ents); err != nil {
+		if err := n.state.Apply(ents); err != nil {
 			return err
 		}
 		n.audit.handOff()

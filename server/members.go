@@ -17,17 +17,15 @@ import (
 // and the peer transport in step as entries apply.
 
 // member returns a copy of a member's record, or nil.
-func (n *node) member(id uint64) *leasepb.Member {
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	return n.sm.Member(id)
+func (n *node) member(id uint64) (m *leasepb.Member) {
+	n.state.Read(func(sm *fsm.FSM) { m = sm.Member(id) })
+	return m
 }
 
 // memberTable returns the member table, each record marked with whether it is the leader this node knows.
 func (n *node) memberTable() []*leasepb.Member {
-	n.fsmMu.RLock()
-	ms := n.sm.Members()
-	n.fsmMu.RUnlock()
+	var ms []*leasepb.Member
+	n.state.Read(func(sm *fsm.FSM) { ms = sm.Members() })
 	leader := n.knownLeader()
 	for _, m := range ms {
 		m.IsLeader = m.GetId() == leader
@@ -60,10 +58,7 @@ func (n *node) applyConfChange(e *raftpb.Entry) error {
 	}
 	n.confState = n.host.rn.ApplyConfChange(cc)
 	changes := memberChanges(cc.AsV2())
-	n.fsmMu.Lock()
-	err = n.sm.ApplyMembers(e.GetIndex(), changes)
-	n.fsmMu.Unlock()
-	if err != nil {
+	if err := n.state.ApplyMembers(e.GetIndex(), changes); err != nil {
 		return err
 	}
 	n.syncPeers()
@@ -133,15 +128,18 @@ func memberChanges(cc *raftpb.ConfChangeV2) []fsm.MemberChange {
 // members whose conf changes have not applied yet. It runs on the Ready loop (and before it starts), which
 // owns n.peers.
 func (n *node) syncPeers() {
-	n.fsmMu.RLock()
-	ms := n.sm.Members()
-	var gone []uint64
-	for id := range n.peers {
-		if n.sm.WasRemoved(id) {
-			gone = append(gone, id)
+	var (
+		ms   []*leasepb.Member
+		gone []uint64
+	)
+	n.state.Read(func(sm *fsm.FSM) {
+		ms = sm.Members()
+		for id := range n.peers {
+			if sm.WasRemoved(id) {
+				gone = append(gone, id)
+			}
 		}
-	}
-	n.fsmMu.RUnlock()
+	})
 	for _, id := range gone {
 		n.transport.RemovePeer(id)
 		n.metrics.removePeer(id)

@@ -81,11 +81,11 @@ func (n *node) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FS
 	defer cancel()
 	for {
 		var ok bool
-		n.readFSM(func(sm *fsm.FSM) { ok = done(sm) })
+		n.state.Read(func(sm *fsm.FSM) { ok = done(sm) })
 		if ok {
 			return true, nil
 		}
-		err := n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		err := n.state.WaitApplied(wctx, n.state.Applied()+1, n.done)
 		switch {
 		case errors.Is(err, ErrStopped):
 			return false, unknownOutcome(n.stoppedErr())
@@ -110,7 +110,7 @@ func (n *node) waitConfApplied(ctx context.Context) error {
 			return fmt.Errorf("%w: a membership change is still being applied; retry", ErrMembershipRefused)
 		}
 		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout())
-		err = n.appliedWait.wait(wctx, n.applied.Load()+1, n.done)
+		err = n.state.WaitApplied(wctx, n.state.Applied()+1, n.done)
 		cancel()
 		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
 			return errors.Join(ctx.Err(), err)
@@ -124,7 +124,7 @@ func (n *node) confChangePending() (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	applied := n.applied.Load()
+	applied := n.state.Applied()
 	last, err := st.LastIndex()
 	if err != nil || last <= applied {
 		return false, err
@@ -153,9 +153,9 @@ func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string)
 		return nil, n.notLeaderErr()
 	}
 	m := &leasepb.Member{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
-	n.readFSM(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, n.clusterID, name) })
+	n.state.Read(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, n.clusterID, name) })
 	check := func() (refusal error) {
-		n.readFSM(func(sm *fsm.FSM) {
+		n.state.Read(func(sm *fsm.FSM) {
 			if id, err := nextIncarnation(sm, n.clusterID, name); err != nil || id != m.Id {
 				refusal = cmp.Or(err, fmt.Errorf("%w: %q was added or removed meanwhile; retry", ErrMembershipRefused, name))
 				return

@@ -14,6 +14,7 @@ import (
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/leases"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
@@ -66,22 +67,21 @@ type node struct {
 	// notices holds the appends that only carry a new commit index to a follower (raftnode.CommitNotices).
 	notices *raftnode.CommitNotices
 
-	// fsmMu guards sm and seedNames: the Ready loop writes under it, reads take it shared.
-	fsmMu sync.RWMutex
-	sm    *fsm.FSM
+	// state owns the state machine: the Ready loop hands it committed entries, the rest reads through it
+	// (internal/leases).
+	state *leases.State
 	// seedNames are the members the node was told of before it applied a member table (--initial-cluster,
-	// a join's answer), by name: whose a peer certificate is until the table says (memberByName).
+	// a join's answer), by name: whose a peer certificate is until the table says (memberByName). seedMu
+	// guards it.
+	seedMu    sync.Mutex
 	seedNames map[string]uint64
 
-	applied     atomic.Uint64
-	appliedWait *indexWaiter
-	proposals   *proposalWaiter
-	reads       *readIndexer
-	lessor      *lessor.Lessor
-	queue       *waitq.Queue
-	watch       *watch.Hub
-	metrics     *metrics
-	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
+	proposals *proposalWaiter
+	reads     *readIndexer
+	lessor    *lessor.Lessor
+	queue     *waitq.Queue
+	watch     *watch.Hub
+	metrics   *metrics
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64
@@ -409,20 +409,14 @@ func (n *node) isLeader() bool { return raft.StateType(n.role.Load()) == raft.St
 // restoreSnapshot replaces the state machine with sm, decoded from a snapshot received from the leader.
 func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	sm.SetClusterID(n.clusterID)
-	n.fsmMu.Lock()
-	n.sm = sm
-	n.fsmMu.Unlock()
+	n.state.Replace(sm)
 	n.syncPeers() // the member table came with the snapshot
 	if sm.WasRemoved(n.id) {
 		return n.removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()
-	n.applied.Store(n.snapIndex)
-	n.lessor.Reset(sm, n.clock.Now())
-	n.size.reset(sm)
-	n.watch.Reset(n.snapIndex + 1)
-	n.appliedWait.notify(n.snapIndex)
+	n.state.Restored(n.snapIndex)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()

@@ -176,7 +176,7 @@ func (n *node) linearizable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.appliedWait.wait(ctx, idx, n.done); err != nil {
+	if err := n.state.WaitApplied(ctx, idx, n.done); err != nil {
 		return errors.Join(err, n.stoppedErr())
 	}
 	return nil
@@ -217,11 +217,4 @@ func (n *node) stoppedErr() error {
 	default:
 		return nil
 	}
-}
-
-// readFSM runs fn with the state machine locked for reading.
-func (n *node) readFSM(fn func(sm *fsm.FSM)) {
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	fn(n.sm)
 }

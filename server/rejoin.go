@@ -139,7 +139,7 @@ func (n *node) checkRetire(ctx context.Context, m *leasepb.Member) error {
 func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	var m *leasepb.Member
 	var removed, empty bool
-	n.readFSM(func(sm *fsm.FSM) {
+	n.state.Read(func(sm *fsm.FSM) {
 		m, empty = sm.MemberByName(req.GetName()), len(sm.Members()) == 0
 		removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
 	})

@@ -331,8 +331,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	out := make(chan lessor.Cmd, 4096)
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
-		id: id.NodeID, clusterID: id.ClusterID, storage: storage, sm: sm,
-		appliedWait: newIndexWaiter(snapIndex),
+		id: id.NodeID, clusterID: id.ClusterID, storage: storage,
 		proposals:   newProposalWaiter(),
 		lessor:      lessor.New(lessorConfig(cfg), out),
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
@@ -350,6 +349,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 	}
+	n.state = newLeaseState(n, sm, snapIndex)
 	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
 		walPath = w.WALPath
@@ -363,8 +363,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
-	n.applied.Store(snapIndex)
-	n.authz = auth.New(cfg.ClientCertAuth, n.readFSM, n.status)
+	n.authz = auth.New(cfg.ClientCertAuth, n.state.Read, n.status)
 	audit := n.log
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)
@@ -377,7 +376,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.updateLogEntries()
 	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
 	n.lessor.Reset(sm, cfg.Clock.Now())
-	n.size.reset(sm)
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
@@ -646,13 +644,13 @@ func (s *Server) Leader() uint64 { return s.node.knownLeader() }
 func (s *Server) Watchers() int { return s.node.watch.Len() }
 
 // Quota is the state size counted against Limits.QuotaBytes, and the quota: at or past it, grants of
-// free resources are refused (quota.go).
+// free resources are refused (internal/leases/quota.go).
 func (s *Server) Quota() (used, quota int64) {
-	return s.node.size.bytes.Load(), s.cfg.Limits.QuotaBytes
+	return s.node.state.UsedBytes(), s.cfg.Limits.QuotaBytes
 }
 
 // AppliedIndex is the index of the last entry applied to this node's state machine.
-func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
+func (s *Server) AppliedIndex() uint64 { return s.node.state.Applied() }
 
 // raftAdapter lets the transport hand messages and delivery reports to raft.
 type raftAdapter struct{ n *node }

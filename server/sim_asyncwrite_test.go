@@ -66,7 +66,7 @@ func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 		}
 		appliedAnywhere := func() bool {
 			for i := range c.size() {
-				if c.node(i).applied.Load() >= next {
+				if c.node(i).state.Applied() >= next {
 					return true
 				}
 			}
@@ -108,8 +108,8 @@ func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 			if took := a.at.Sub(start); took < leaderStall {
 				t.Fatalf("the client was answered %v after the stalls began, before the leader's %v write returned", took, leaderStall)
 			}
-			if tok < next || leader.applied.Load() < tok {
-				t.Fatalf("grant with token %d (entry %d), the leader applied %d", tok, next, leader.applied.Load())
+			if tok < next || leader.state.Applied() < tok {
+				t.Fatalf("grant with token %d (entry %d), the leader applied %d", tok, next, leader.state.Applied())
 			}
 		case <-time.After(leaderStall + time.Second):
 			t.Fatal("the client was not answered after the leader's write returned")
@@ -158,7 +158,7 @@ func TestSimFollowersAcknowledgeOnlyDurableCopies(t *testing.T) {
 			return err == nil && last >= next
 		})
 		synctest.Wait() // everything that can happen before a follower's write returns has happened
-		if got := leader.applied.Load(); got >= next {
+		if got := leader.state.Applied(); got >= next {
 			t.Fatalf("the leader applied %d with its own durable copy alone (entry %d)", got, next)
 		}
 		select {
@@ -191,7 +191,7 @@ func TestSimAnswerComesAfterTheAppliedIndex(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tok, applied := resp.GetLease().GetToken(), c.node(l).applied.Load(); applied < tok {
+			if tok, applied := resp.GetLease().GetToken(), c.node(l).state.Applied(); applied < tok {
 				t.Fatalf("acquire %d answered with token %d while the leader's applied index is %d", i, tok, applied)
 			}
 		}

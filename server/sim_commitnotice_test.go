@@ -80,7 +80,7 @@ func TestCommitNoticesRideOnTheNextAppend(t *testing.T) {
 
 		c.waitFor(time.Second, "every follower told of the last commit and applied it", func() bool {
 			for i := range c.size() {
-				if i != l && (told(i, commit).IsZero() || c.node(i).applied.Load() < commit) {
+				if i != l && (told(i, commit).IsZero() || c.node(i).state.Applied() < commit) {
 					return false
 				}
 			}

@@ -76,7 +76,7 @@ func TestSimStalledDiskStopsTheNode(t *testing.T) {
 			for rctx.Err() == nil {
 				for _, i := range survivors {
 					for _, ref := range refs {
-						if tok := c.holds(i, ref.Resource); tok != ref.Token && c.node(i).applied.Load() >= ref.Token {
+						if tok := c.holds(i, ref.Resource); tok != ref.Token && c.node(i).state.Applied() >= ref.Token {
 							mu.Lock()
 							lost = append(lost, fmt.Sprintf("%s on %s at %v", ref.Resource, c.cfgs[i].Name, time.Now().Format("15:04:05.000")))
 							mu.Unlock()

@@ -262,7 +262,7 @@ func (c *simCluster) waitLeader(within time.Duration) int {
 			return false
 		}
 		n := c.node(l)
-		return n.applied.Load() >= n.commit.Load() && n.commit.Load() > 0
+		return n.state.Applied() >= n.commit.Load() && n.commit.Load() > 0
 	})
 	return l
 }
@@ -298,21 +298,22 @@ func (c *simCluster) acquire(ctx context.Context, pick func(attempt int) int, re
 }
 
 // fsmState is node i's applied index and state-machine snapshot, read together.
-func (c *simCluster) fsmState(i int) (uint64, []byte) {
-	n := c.node(i)
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	data, err := n.sm.Snapshot()
+func (c *simCluster) fsmState(i int) (index uint64, data []byte) {
+	var err error
+	c.node(i).state.Read(func(sm *fsm.FSM) {
+		data, err = sm.Snapshot()
+		index = sm.AppliedIndex()
+	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return n.sm.AppliedIndex(), data
+	return index, data
 }
 
 // holds reports node i's state-machine view of resource: the live grant's token, or 0.
 func (c *simCluster) holds(i int, resource string) uint64 {
 	var tok uint64
-	c.node(i).readFSM(func(sm *fsm.FSM) {
+	c.node(i).state.Read(func(sm *fsm.FSM) {
 		if l, ok := sm.Get(resource); ok {
 			tok = l.Token
 		}

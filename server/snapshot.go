@@ -104,9 +104,7 @@ func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint6
 		return nil, 0, err
 	}
 	// A view, encoded outside the lock: the apply waits a moment, not for the encoding.
-	n.fsmMu.Lock()
-	view := n.sm.View()
-	n.fsmMu.Unlock()
+	view := n.state.View()
 	data, err = view.Encode()
 	view.Release()
 	return data, view.AppliedIndex(), err

@@ -48,7 +48,7 @@ func (n *node) maybeSnapshot() error {
 		return nil
 	}
 	due := nextSnapshotAt(n.snapIndex, n.cfg.SnapshotEntries, snapshotPhase(n.id, n.confState, n.cfg.SnapshotEntries))
-	if n.applied.Load() < due && !n.confSnapshotDue {
+	if n.state.Applied() < due && !n.confSnapshotDue {
 		return nil
 	}
 	n.confSnapshotDue = false
@@ -56,9 +56,7 @@ func (n *node) maybeSnapshot() error {
 		return err
 	}
 	n.audit.waitWritten() // a restart re-logs only the entries after the snapshot (audit.go)
-	n.fsmMu.Lock()
-	view := n.sm.View()
-	n.fsmMu.Unlock()
+	view := n.state.View()
 	n.snapshotting = true
 	n.snapJobs <- snapshotJob{view: view, cs: n.confState, start: time.Now()} // room for one: never blocks
 	return nil

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"sync"
@@ -71,52 +70,5 @@ func (w *proposalWaiter) failAll(err error) {
 	for id, ch := range w.waiting {
 		ch <- proposalOutcome{err: err} // buffered, and each channel is answered once
 		delete(w.waiting, id)
-	}
-}
-
-// indexWaiter lets goroutines wait until the applied index reaches a value.
-type indexWaiter struct {
-	mu      sync.Mutex
-	current uint64
-	waiters map[uint64][]chan struct{}
-}
-
-func newIndexWaiter(start uint64) *indexWaiter {
-	return &indexWaiter{current: start, waiters: make(map[uint64][]chan struct{})}
-}
-
-func (w *indexWaiter) notify(index uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if index <= w.current {
-		return
-	}
-	w.current = index
-	for i, chs := range w.waiters {
-		if i <= index {
-			for _, ch := range chs {
-				close(ch)
-			}
-			delete(w.waiters, i)
-		}
-	}
-}
-
-func (w *indexWaiter) wait(ctx context.Context, index uint64, stopped <-chan struct{}) error {
-	w.mu.Lock()
-	if index <= w.current {
-		w.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{})
-	w.waiters[index] = append(w.waiters[index], ch)
-	w.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stopped:
-		return ErrStopped
 	}
 }

@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
 	"server/internal/auth":   {"api", "fsm"},
+	"server/internal/leases": {"api", "fsm", "server/internal/errs"},
 	// The raft host never imports the lease service (nor lessor, waitq, watch or auth).
 	"server/internal/raftnode": {"api", "raftlog", "server/transport", "server/internal/errs"},
 	"client/fence":             {},

@@ -1,4 +1,4 @@
-package server
+package leases
 
 import (
 	"sync"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 // The data-size quota (--quota-bytes) and the lease count limit (--max-leases), etcd's NOSPACE semantics:
@@ -118,43 +119,46 @@ func (s *stateSize) reset(sm *fsm.FSM) {
 	s.bytes.Store(bytes)
 }
 
-// quotaFull reports whether the state is at or past --quota-bytes: the NOSPACE alarm of /readyz and
-// leased_quota_exceeded.
-func (n *node) quotaFull() bool { return n.size.bytes.Load() >= n.cfg.Limits.QuotaBytes }
+// UsedBytes is the state size counted against --quota-bytes.
+func (s *State) UsedBytes() int64 { return s.size.bytes.Load() }
 
-// held reports whether an acquire of resource could only be answered "held" in this node's state: a
+// QuotaFull reports whether the state is at or past --quota-bytes: the NOSPACE alarm of /readyz and
+// leased_quota_exceeded.
+func (s *State) QuotaFull() bool { return s.size.bytes.Load() >= s.cfg.Limits.QuotaBytes }
+
+// Held reports whether an acquire of resource could only be answered "held" in this node's state: a
 // live plain lease, or every slot of its semaphore taken (fsm.Full).
-func (n *node) held(resource string) (held bool) {
-	n.readFSM(func(sm *fsm.FSM) { held = sm.Full(resource) })
+func (s *State) Held(resource string) (held bool) {
+	s.Read(func(sm *fsm.FSM) { held = sm.Full(resource) })
 	return held
 }
 
-// admitGrant refuses an acquire that would grant a free resource while the state is at or past
+// AdmitGrant refuses an acquire that would grant a free resource while the state is at or past
 // --quota-bytes or holds --max-leases leases, or while identity's leases are at or past
 // --quota-bytes-per-identity. An acquire of a held resource passes: the state machine answers it "held"
 // or, for a retry of the same intent, with the grant it already made (decision 5), and neither grows the
 // state.
-func (n *node) admitGrant(resource, identity string) error {
-	lim := n.cfg.Limits
-	bytes, leases := n.size.bytes.Load(), n.size.leases.Load()
+func (s *State) AdmitGrant(resource, identity string) error {
+	lim := s.cfg.Limits
+	bytes, leases := s.size.bytes.Load(), s.size.leases.Load()
 	var own int64
 	if identity != "" {
-		own = n.size.identityBytes(identity)
+		own = s.size.identityBytes(identity)
 	}
 	if bytes < lim.QuotaBytes && leases < int64(lim.MaxLeases) && own < lim.QuotaBytesPerIdentity {
 		return nil
 	}
 	switch {
-	case n.held(resource):
+	case s.Held(resource):
 		return nil
 	case own >= lim.QuotaBytesPerIdentity:
-		return limited("--quota-bytes-per-identity", "identity %q's leases hold %d bytes of state, at its quota of %d: new grants to it "+
+		return errs.Limited("--quota-bytes-per-identity", "identity %q's leases hold %d bytes of state, at its quota of %d: new grants to it "+
 			"are refused until it releases some or the quota is raised", identity, own, lim.QuotaBytesPerIdentity)
 	case bytes >= lim.QuotaBytes:
-		return limited("--quota-bytes", "the state holds %d bytes, at its quota of %d: new grants are refused "+
+		return errs.Limited("--quota-bytes", "the state holds %d bytes, at its quota of %d: new grants are refused "+
 			"until leases are released or the quota is raised (renewals, releases and reads go on)", bytes, lim.QuotaBytes)
 	default:
-		return limited("--max-leases", "%d leases are live, the most the cluster may hold: new grants are refused "+
+		return errs.Limited("--max-leases", "%d leases are live, the most the cluster may hold: new grants are refused "+
 			"until leases are released or the limit is raised", leases)
 	}
 }
