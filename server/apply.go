@@ -28,7 +28,7 @@ func (n *node) applyEntries(ents []*raftpb.Entry) error {
 		case raftpb.EntryType_EntryNormal:
 			cmd, res, err = n.applyNormal(e)
 		case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
-			err = n.applyConfChange(e)
+			err = n.members.applyConfChange(e)
 		default:
 			err = fmt.Errorf("entry %d has unknown type %v", e.GetIndex(), e.GetType())
 		}

@@ -229,11 +229,11 @@ func (n *node) gossipLoop(stop <-chan struct{}) {
 		m := localMeta(n.cfg)
 		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = n.id, n.clusterID, n.clientAddr, n.peerAddr
 		m.HasLeader = n.leader.Load() != 0
-		if n.gossip.setMeta(m) {
-			n.gossip.update()
+		if n.members.gossip.setMeta(m) {
+			n.members.gossip.update()
 		}
-		if len(n.cfg.Join) > 0 && n.gossip.ml.NumMembers() < 2 {
-			if err := n.gossip.join(n.cfg.Join); err != nil {
+		if len(n.cfg.Join) > 0 && n.members.gossip.ml.NumMembers() < 2 {
+			if err := n.members.gossip.join(n.cfg.Join); err != nil {
 				n.log.Debug("gossip join", "err", err)
 			}
 		}

@@ -75,12 +75,12 @@ func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bo
 				return nil, err
 			}
 		}
-		if err := n.updateClientAddr(ctx, m, a); err != nil {
+		if err := n.members.updateClientAddr(ctx, m, a); err != nil {
 			return nil, n.status(err)
 		}
-		m = n.member(m.GetId())
+		m = n.members.member(m.GetId())
 	}
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable(), Started: started}, nil
+	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.members.memberTable(), Started: started}, nil
 }
 
 // relayJoin hands a Join to the leader, once.
@@ -127,7 +127,7 @@ func (n *node) announceLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(n.cfg.ElectionTimeout())
 	defer tick.Stop()
 	for {
-		if m := n.member(n.id); m != nil && m.GetClientAddr() == n.clientAddr {
+		if m := n.members.member(n.id); m != nil && m.GetClientAddr() == n.clientAddr {
 			return
 		}
 		select {
@@ -135,7 +135,7 @@ func (n *node) announceLoop(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		if n.member(n.id) == nil || n.leader.Load() == raft.None {
+		if n.members.member(n.id) == nil || n.leader.Load() == raft.None {
 			continue // not applied its own membership yet, or no one to ask
 		}
 		actx, acancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
@@ -172,7 +172,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 			continue
 		}
 		if n.askPeersRemoved(ctx) {
-			n.fail(n.removed(n.applied.Load()))
+			n.fail(n.members.removed(n.applied.Load()))
 			n.halt()
 			return
 		}
@@ -183,7 +183,7 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 // removed, and reports whether one answered that it was.
 func (n *node) askPeersRemoved(ctx context.Context) bool {
 	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClusterId: n.clusterID, Id: n.id}
-	for _, m := range n.memberTable() {
+	for _, m := range n.members.memberTable() {
 		if m.GetId() == n.id {
 			continue
 		}

@@ -66,12 +66,9 @@ type node struct {
 	// notices holds the appends that only carry a new commit index to a follower (raftnode.CommitNotices).
 	notices *raftnode.CommitNotices
 
-	// fsmMu guards sm and seedNames: the Ready loop writes under it, reads take it shared.
+	// fsmMu guards sm: the Ready loop writes under it, reads take it shared.
 	fsmMu sync.RWMutex
 	sm    *fsm.FSM
-	// seedNames are the members the node was told of before it applied a member table (--initial-cluster,
-	// a join's answer), by name: whose a peer certificate is until the table says (memberByName).
-	seedNames map[string]uint64
 
 	applied     atomic.Uint64
 	appliedWait *indexWaiter
@@ -114,18 +111,11 @@ type node struct {
 
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
-	// peers are the transport's peers and their addresses (Ready loop only; members.go).
-	peers map[uint64]string
 	// leaderLoss acts on the transport's hint that a peer's stream broke (internal/raftnode).
 	leaderLoss *raftnode.LeaderLoss
-	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
-	clientAddrs atomic.Pointer[map[uint64]string]
-	// confSem admits one membership change at a time (membership.go).
-	confSem chan struct{}
-	// gossip is nil without Config.GossipAddr (gossip.go).
-	gossip *gossip
-	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
-	markRemoved func(why string) error
+	// members keeps the member table, raft's configuration and the transport's peers in step, and
+	// makes membership changes (members.go).
+	members *membership
 
 	// lastTick is when the Ready loop last ticked, as an offset on the node's clock from tickBase plus
 	// one (0: the loop has not started), for any goroutine: a long gap is a stall, which the lessor
@@ -412,9 +402,9 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	n.fsmMu.Lock()
 	n.sm = sm
 	n.fsmMu.Unlock()
-	n.syncPeers() // the member table came with the snapshot
+	n.members.syncPeers() // the member table came with the snapshot
 	if sm.WasRemoved(n.id) {
-		return n.removed(snap.GetMetadata().GetIndex())
+		return n.members.removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()

@@ -69,7 +69,7 @@ func (n *node) confirmSelf(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error
 // table, and no client identity, since nothing vouches for the one it would carry.
 func (n *node) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest) error {
 	from := req.GetFrom()
-	if n.member(from) == nil {
+	if n.members.member(from) == nil {
 		return status.Errorf(codes.PermissionDenied, "forwarded write from %s, which is not a member of this cluster",
 			leasepb.FormatID(from))
 	}

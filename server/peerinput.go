@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/transport"
 )
@@ -169,7 +170,7 @@ func (n *node) stepPeer(ctx context.Context, m *raftpb.Message) error {
 func (n *node) peerView() peerView {
 	return peerView{
 		self:     n.id,
-		isMember: n.isMember,
+		isMember: n.members.isMember,
 		lastIndex: func() uint64 {
 			// The append in flight first: once it is 0, its write returned and the log has its entries.
 			appending := n.appending.Load()
@@ -186,42 +187,50 @@ func (n *node) peerView() peerView {
 // isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
 // its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
 // (clientAddrs, keyed by every member's id) rather than wait on fsmMu while an apply batch holds it.
-func (n *node) isMember(id uint64) bool {
-	if addrs := n.clientAddrs.Load(); addrs != nil {
+func (mb *membership) isMember(id uint64) bool {
+	if addrs := mb.clientAddrs.Load(); addrs != nil {
 		_, ok := (*addrs)[id]
 		return ok || len(*addrs) == 0
 	}
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	return n.sm.IsMember(id)
+	var ok bool
+	mb.host.readFSM(func(sm *fsm.FSM) { ok = sm.IsMember(id) })
+	return ok
 }
 
 // memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
 // peer certificate is. A removed member's certificate names no member.
-func (n *node) memberByName(name string) (uint64, bool) {
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	if m := n.sm.MemberByName(name); m != nil && !n.sm.WasRemoved(m.GetId()) {
-		return m.GetId(), true
+func (mb *membership) memberByName(name string) (uint64, bool) {
+	var id uint64
+	var found, empty bool
+	mb.host.readFSM(func(sm *fsm.FSM) {
+		if m := sm.MemberByName(name); m != nil && !sm.WasRemoved(m.GetId()) {
+			id, found = m.GetId(), true
+		}
+		empty = len(sm.Members()) == 0
+	})
+	if found {
+		return id, true
 	}
 	// Before the node applied its first configuration (a founding member's first start, a joining
 	// node's), the members it was told of. Not any name: a certificate also naming localhost, say, would
 	// name two members and be refused.
-	if len(n.sm.Members()) == 0 {
-		id, ok := n.seedNames[name]
+	if empty {
+		mb.seedMu.Lock()
+		defer mb.seedMu.Unlock()
+		id, ok := mb.seedNames[name]
 		return id, ok
 	}
 	return 0, false
 }
 
 // rememberSeeds records ms as the members a certificate may name before the node applies a member table.
-func (n *node) rememberSeeds(ms []*leasepb.Member) {
-	n.fsmMu.Lock()
-	defer n.fsmMu.Unlock()
-	if n.seedNames == nil {
-		n.seedNames = make(map[string]uint64, len(ms))
+func (mb *membership) rememberSeeds(ms []*leasepb.Member) {
+	mb.seedMu.Lock()
+	defer mb.seedMu.Unlock()
+	if mb.seedNames == nil {
+		mb.seedNames = make(map[string]uint64, len(ms))
 	}
 	for _, m := range ms {
-		n.seedNames[m.GetName()] = m.GetId()
+		mb.seedNames[m.GetName()] = m.GetId()
 	}
 }

@@ -25,28 +25,28 @@ func (c Config) promoteAfter() time.Duration { return 5 * c.ElectionTimeout() }
 // same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
 // (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
 // timeout.
-func (n *node) autoPromote(stop <-chan struct{}) {
+func (mb *membership) autoPromote(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
-	tick := time.NewTicker(n.cfg.TickInterval)
+	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
-	learners := learnerTracker{activeWithin: n.cfg.ElectionTimeout(), promoteAfter: n.cfg.promoteAfter(), slow: n.logSlowLearner}
+	learners := learnerTracker{activeWithin: mb.cfg.ElectionTimeout(), promoteAfter: mb.cfg.promoteAfter(), slow: mb.logSlowLearner}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		if !n.isLeader() {
+		if !mb.host.isLeader() {
 			learners.reset()
 			continue
 		}
-		st, now := n.raft.Status(), time.Now()
-		if id, ok := learners.observe(n.id, st, now); ok {
-			if err := n.promoteMember(ctx, id); err != nil {
-				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
+		st, now := mb.host.raftStatus(), time.Now()
+		if id, ok := learners.observe(mb.id, st, now); ok {
+			if err := mb.promoteMember(ctx, id); err != nil {
+				mb.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
-				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
+				mb.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
 			}
 			learners.restart(id)
 		}
@@ -143,8 +143,8 @@ func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
 }
 
 // logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
-func (n *node) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
-	n.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
+func (mb *membership) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
+	mb.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
 		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
 		"caught_up", caughtUp(pr.Match, last))
 }

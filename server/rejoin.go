@@ -67,7 +67,7 @@ func (n *node) memberStarted(m *leasepb.Member) bool {
 	if !m.GetIsLearner() && m.GetClientAddr() != "" {
 		return true
 	}
-	match, _, ok := n.learnerProgress(m.GetId())
+	match, _, ok := n.members.learnerProgress(m.GetId())
 	return ok && match > 0
 }
 
@@ -81,7 +81,7 @@ func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leas
 		return nil, n.status(err)
 	}
 	if m != nil && !n.memberStarted(m) {
-		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
+		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.members.memberTable()}, nil
 	}
 	if m != nil {
 		if err := n.checkRetire(ctx, m); err != nil {
@@ -89,16 +89,16 @@ func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leas
 		}
 		n.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
 			"name", m.GetName(), "old_id", leasepb.FormatID(m.GetId()))
-		if err := n.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
+		if err := n.members.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
 			return nil, n.status(err)
 		}
 	}
-	added, err := n.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
+	added, err := n.members.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
 	if err != nil {
 		return nil, n.status(err)
 	}
 	n.log.Info("member added again as a learner", "name", added.GetName(), "id", leasepb.FormatID(added.GetId()))
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.member(added.GetId()), Members: n.memberTable()}, nil
+	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.members.member(added.GetId()), Members: n.members.memberTable()}, nil
 }
 
 // checkRetire refuses to retire a member that is evidently running: this node, or one the leader hears
@@ -149,7 +149,7 @@ func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error
 	case m == nil && !removed:
 		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID)))
 	}
-	resp := &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Removed: removed, Members: n.memberTable()}
+	resp := &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Removed: removed, Members: n.members.memberTable()}
 	resp.Started = m != nil && n.memberStarted(m)
 	return resp, nil
 }

@@ -99,7 +99,7 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.gossip, s.node.gossip = g, g
+	s.gossip, s.node.members.gossip = g, g
 	return s, nil
 }
 
@@ -230,7 +230,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
-			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
+			TLS: cfg.PeerTLS, MemberID: n.members.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
@@ -341,8 +341,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		peers:       make(map[uint64]string),
-		confSem:     make(chan struct{}, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
 		notices:     raftnode.NewCommitNotices(),
@@ -350,13 +348,14 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		stopped:     make(chan struct{}),
 		done:        make(chan struct{}),
 	}
+	n.members = newMembership(cfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
 	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
 		walPath = w.WALPath
 	}
 	if p, ok := storage.(interface{ Path() string }); ok {
 		logPath = p.Path()
-		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
+		n.members.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
 	n.leaderLoss = newLeaderLoss(n)
@@ -381,11 +380,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
-	n.syncPeers()     // the table restored from the snapshot
-	n.seedPeers(seed) // a joining node's first contacts
+	n.members.syncPeers()     // the table restored from the snapshot
+	n.members.seedPeers(seed) // a joining node's first contacts
 	var peers []raft.Peer
 	if cfg.InitialClusterState != ClusterStateExisting {
-		if peers, err = n.initialMembers(); err != nil {
+		if peers, err = n.members.initialMembers(); err != nil {
 			return nil, err
 		}
 	}
@@ -445,11 +444,11 @@ func closeListeners(lis Listeners) {
 //
 // The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
 // raft's log matching requires them to be identical on every node (same index and term, same bytes).
-func (n *node) initialMembers() ([]raft.Peer, error) {
+func (mb *membership) initialMembers() ([]raft.Peer, error) {
 	var peers []raft.Peer
 	var seed []*leasepb.Member
-	for name, addr := range n.cfg.InitialCluster {
-		m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: addr}
+	for name, addr := range mb.cfg.InitialCluster {
+		m := &leasepb.Member{Id: memberID(mb.clusterID, name), Name: name, PeerAddr: addr}
 		seed = append(seed, m)
 		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
@@ -458,10 +457,10 @@ func (n *node) initialMembers() ([]raft.Peer, error) {
 		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
 	}
 	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
-	if logEmpty(n.logIndex) {
-		n.seedPeers(seed)
+	if logEmpty(mb.logIndex) {
+		mb.seedPeers(seed)
 	} else {
-		n.rememberSeeds(seed) // until the log's table applies again
+		mb.rememberSeeds(seed) // until the log's table applies again
 	}
 	return peers, nil
 }
@@ -476,7 +475,7 @@ func (s *Server) Start() {
 	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
-	s.spawn(func() { s.node.autoPromote(s.stop) })
+	s.spawn(func() { s.node.members.autoPromote(s.stop) })
 	s.spawn(func() {
 		ctx, cancel := stopContext(s.stop)
 		defer cancel()
