@@ -222,19 +222,19 @@ func ParseGossipKey(text []byte) ([]byte, error) {
 
 // gossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
 // it knows no other member, joins Config.Join. It returns when stop closes.
-func (n *node) gossipLoop(stop <-chan struct{}) {
+func (mb *membership) gossipLoop(stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		m := localMeta(n.cfg)
-		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = n.id, n.clusterID, n.clientAddr, n.peerAddr
-		m.HasLeader = n.leader.Load() != 0
-		if n.members.gossip.setMeta(m) {
-			n.members.gossip.update()
+		m := localMeta(mb.cfg)
+		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = mb.id, mb.clusterID, mb.clientAddr, mb.peerAddr
+		m.HasLeader = mb.host.leaderID() != 0
+		if mb.gossip.setMeta(m) {
+			mb.gossip.update()
 		}
-		if len(n.cfg.Join) > 0 && n.members.gossip.ml.NumMembers() < 2 {
-			if err := n.members.gossip.join(n.cfg.Join); err != nil {
-				n.log.Debug("gossip join", "err", err)
+		if len(mb.cfg.Join) > 0 && mb.gossip.ml.NumMembers() < 2 {
+			if err := mb.gossip.join(mb.cfg.Join); err != nil {
+				mb.log.Debug("gossip join", "err", err)
 			}
 		}
 		select {

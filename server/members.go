@@ -172,7 +172,7 @@ func memberChanges(cc *raftpb.ConfChangeV2) []fsm.MemberChange {
 // drops the peers the table removed; it also refreshes the client addresses leader hints read (every
 // answer carries one: a copy, so that no request takes the state machine's lock for it). A peer the table does not know yet stays: a joining node's seeds, or
 // members whose conf changes have not applied yet. It runs on the Ready loop (and before it starts), which
-// owns n.peers.
+// owns mb.peers.
 func (mb *membership) syncPeers() {
 	var ms []*leasepb.Member
 	var gone []uint64

@@ -228,7 +228,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.members.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.members.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
@@ -481,10 +481,10 @@ func (s *Server) Start() {
 		defer cancel()
 		s.node.leaderLoss.Run(ctx)
 	})
-	s.spawn(func() { s.node.announceLoop(s.stop) })
-	s.spawn(func() { s.node.removalLoop(s.stop) })
+	s.spawn(func() { s.node.members.announceLoop(s.stop) })
+	s.spawn(func() { s.node.members.removalLoop(s.stop) })
 	if s.gossip != nil {
-		s.spawn(func() { s.node.gossipLoop(s.stop) })
+		s.spawn(func() { s.node.members.gossipLoop(s.stop) })
 	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
