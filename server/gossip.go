@@ -219,28 +219,3 @@ func ParseGossipKey(text []byte) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("gossip key is %d bytes; it must be 16, 24 or 32 (base64 of `head -c 32 /dev/urandom`)", len(key))
 }
-
-// gossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
-// it knows no other member, joins Config.Join. It returns when stop closes.
-func (mb *membership) gossipLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		m := localMeta(mb.cfg)
-		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = mb.id, mb.clusterID, mb.clientAddr, mb.peerAddr
-		m.HasLeader = mb.host.leaderID() != 0
-		if mb.gossip.setMeta(m) {
-			mb.gossip.update()
-		}
-		if len(mb.cfg.Join) > 0 && mb.gossip.ml.NumMembers() < 2 {
-			if err := mb.gossip.join(mb.cfg.Join); err != nil {
-				mb.log.Debug("gossip join", "err", err)
-			}
-		}
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-	}
-}

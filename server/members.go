@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -19,10 +21,10 @@ import (
 // the log, never from flags (decision 11; docs/design.md, "Membership"). This file keeps raft, the table
 // and the peer transport in step as entries apply.
 
-// membership is the node's side of the member table: the conf changes the leader proposes
-// (membership.go), the peers and client addresses that follow the table (this file), a member's Join
-// (join.go, rejoin.go) and automatic promotion (promote.go). It reaches the rest of the node only through
-// memberHost.
+// membership is the node's side of the member table: the conf changes the leader makes, automatic
+// promotion among them (membership.go); the peers, client addresses and seeds that follow the table (this
+// file); a member's Join, address announcement, removal check and gossip (join.go, rejoin.go). It reaches
+// the rest of the node only through memberHost.
 type membership struct {
 	cfg       Config
 	log       *slog.Logger
@@ -225,4 +227,84 @@ func (mb *membership) removed(index uint64) error {
 	}
 	mb.log.Warn("this node was removed from the cluster; stopping", "index", index)
 	return err
+}
+
+// isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
+// its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
+// (clientAddrs, keyed by every member's id) rather than wait on fsmMu while an apply batch holds it.
+func (mb *membership) isMember(id uint64) bool {
+	if addrs := mb.clientAddrs.Load(); addrs != nil {
+		_, ok := (*addrs)[id]
+		return ok || len(*addrs) == 0
+	}
+	var ok bool
+	mb.host.readFSM(func(sm *fsm.FSM) { ok = sm.IsMember(id) })
+	return ok
+}
+
+// memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
+// peer certificate is. A removed member's certificate names no member.
+func (mb *membership) memberByName(name string) (uint64, bool) {
+	var id uint64
+	var found, empty bool
+	mb.host.readFSM(func(sm *fsm.FSM) {
+		if m := sm.MemberByName(name); m != nil && !sm.WasRemoved(m.GetId()) {
+			id, found = m.GetId(), true
+		}
+		empty = len(sm.Members()) == 0
+	})
+	if found {
+		return id, true
+	}
+	// Before the node applied its first configuration (a founding member's first start, a joining
+	// node's), the members it was told of. Not any name: a certificate also naming localhost, say, would
+	// name two members and be refused.
+	if empty {
+		mb.seedMu.Lock()
+		defer mb.seedMu.Unlock()
+		id, ok := mb.seedNames[name]
+		return id, ok
+	}
+	return 0, false
+}
+
+// rememberSeeds records ms as the members a certificate may name before the node applies a member table.
+func (mb *membership) rememberSeeds(ms []*leasepb.Member) {
+	mb.seedMu.Lock()
+	defer mb.seedMu.Unlock()
+	if mb.seedNames == nil {
+		mb.seedNames = make(map[string]uint64, len(ms))
+	}
+	for _, m := range ms {
+		mb.seedNames[m.GetName()] = m.GetId()
+	}
+}
+
+// initialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
+// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
+// Their context is each member's record as --initial-cluster gives it (name and peer address): every
+// founding node must write identical entries, so the client addresses, which only each node knows of
+// itself, are announced into the table afterwards (announceLoop).
+//
+// The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
+// raft's log matching requires them to be identical on every node (same index and term, same bytes).
+func (mb *membership) initialMembers() ([]raft.Peer, error) {
+	var peers []raft.Peer
+	var seed []*leasepb.Member
+	for name, addr := range mb.cfg.InitialCluster {
+		m := &leasepb.Member{Id: memberID(mb.clusterID, name), Name: name, PeerAddr: addr}
+		seed = append(seed, m)
+		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode member %s: %w", name, err)
+		}
+		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
+	}
+	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
+	if logEmpty(mb.logIndex) {
+		mb.seedPeers(seed)
+	} else {
+		mb.rememberSeeds(seed) // until the log's table applies again
+	}
+	return peers, nil
 }

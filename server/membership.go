@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
@@ -412,4 +413,49 @@ func validName(field, name string, maxBytes int) error {
 		}
 	}
 	return nil
+}
+
+// autoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
+// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when stop
+// closes.
+//
+// It samples every tick, not every election timeout, because raft clears a follower's RecentActive at each
+// of the leader's quorum checks (one per election timeout) and sets it again only when the next answer
+// arrives, a heartbeat later. Sampled once per election timeout, the ticker and the quorum check keep the
+// same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
+// (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
+// timeout.
+func (mb *membership) autoPromote(stop <-chan struct{}) {
+	ctx, cancel := stopContext(stop)
+	defer cancel()
+	tick := time.NewTicker(mb.cfg.TickInterval)
+	defer tick.Stop()
+	learners := learnerTracker{activeWithin: mb.cfg.ElectionTimeout(), promoteAfter: mb.cfg.promoteAfter(), slow: mb.logSlowLearner}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !mb.host.isLeader() {
+			learners.reset()
+			continue
+		}
+		st, now := mb.host.raftStatus(), time.Now()
+		if id, ok := learners.observe(mb.id, st, now); ok {
+			if err := mb.promoteMember(ctx, id); err != nil {
+				mb.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
+			} else {
+				mb.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
+			}
+			learners.restart(id)
+		}
+	}
+}
+
+// logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
+func (mb *membership) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
+	mb.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
+		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
+		"caught_up", caughtUp(pr.Match, last))
 }

@@ -9,8 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
-	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/transport"
 )
@@ -181,56 +179,5 @@ func (n *node) peerView() peerView {
 			return max(last, appending)
 		},
 		acceptTerm: n.terms.AcceptTerm,
-	}
-}
-
-// isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
-// its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
-// (clientAddrs, keyed by every member's id) rather than wait on fsmMu while an apply batch holds it.
-func (mb *membership) isMember(id uint64) bool {
-	if addrs := mb.clientAddrs.Load(); addrs != nil {
-		_, ok := (*addrs)[id]
-		return ok || len(*addrs) == 0
-	}
-	var ok bool
-	mb.host.readFSM(func(sm *fsm.FSM) { ok = sm.IsMember(id) })
-	return ok
-}
-
-// memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
-// peer certificate is. A removed member's certificate names no member.
-func (mb *membership) memberByName(name string) (uint64, bool) {
-	var id uint64
-	var found, empty bool
-	mb.host.readFSM(func(sm *fsm.FSM) {
-		if m := sm.MemberByName(name); m != nil && !sm.WasRemoved(m.GetId()) {
-			id, found = m.GetId(), true
-		}
-		empty = len(sm.Members()) == 0
-	})
-	if found {
-		return id, true
-	}
-	// Before the node applied its first configuration (a founding member's first start, a joining
-	// node's), the members it was told of. Not any name: a certificate also naming localhost, say, would
-	// name two members and be refused.
-	if empty {
-		mb.seedMu.Lock()
-		defer mb.seedMu.Unlock()
-		id, ok := mb.seedNames[name]
-		return id, ok
-	}
-	return 0, false
-}
-
-// rememberSeeds records ms as the members a certificate may name before the node applies a member table.
-func (mb *membership) rememberSeeds(ms []*leasepb.Member) {
-	mb.seedMu.Lock()
-	defer mb.seedMu.Unlock()
-	if mb.seedNames == nil {
-		mb.seedNames = make(map[string]uint64, len(ms))
-	}
-	for _, m := range ms {
-		mb.seedNames[m.GetName()] = m.GetId()
 	}
 }

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -434,35 +431,6 @@ func closeListeners(lis Listeners) {
 			_ = l.Close()
 		}
 	}
-}
-
-// initialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
-// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
-// Their context is each member's record as --initial-cluster gives it (name and peer address): every
-// founding node must write identical entries, so the client addresses, which only each node knows of
-// itself, are announced into the table afterwards (announceLoop).
-//
-// The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
-// raft's log matching requires them to be identical on every node (same index and term, same bytes).
-func (mb *membership) initialMembers() ([]raft.Peer, error) {
-	var peers []raft.Peer
-	var seed []*leasepb.Member
-	for name, addr := range mb.cfg.InitialCluster {
-		m := &leasepb.Member{Id: memberID(mb.clusterID, name), Name: name, PeerAddr: addr}
-		seed = append(seed, m)
-		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-		if err != nil {
-			return nil, fmt.Errorf("encode member %s: %w", name, err)
-		}
-		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
-	}
-	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
-	if logEmpty(mb.logIndex) {
-		mb.seedPeers(seed)
-	} else {
-		mb.rememberSeeds(seed) // until the log's table applies again
-	}
-	return peers, nil
 }
 
 // Start serves clients and peers and runs the node until Close.
