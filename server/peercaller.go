@@ -14,7 +14,7 @@ import (
 // A peer call speaks for one member only (decision 15). With peer TLS that member is the one the caller's
 // certificate names (transport.Caller); without, there is no credential, so a Join that changes an
 // address must give the cluster id and be confirmed by the member itself at its peer address in the member
-// table, and a forwarded write carries no client identity at all (a follower with a plaintext peer port
+// table (mayAnnounce, join.go), and a forwarded write carries no client identity at all (a follower with a plaintext peer port
 // sends such writes' clients to the leader instead: forwardsIdentity).
 
 // forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
