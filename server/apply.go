@@ -25,7 +25,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
 		},
-		ConfChange: n.applyConfChange,
+		ConfChange: n.members.applyConfChange,
 	})
 }
 

@@ -19,7 +19,7 @@ type clusterService struct {
 
 func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (*leasepb.StatusResponse, error) {
 	n := s.n
-	self := n.member(n.id)
+	self := n.members.member(n.id)
 	return &leasepb.StatusResponse{
 		Header:        n.header(),
 		Id:            n.id,
@@ -67,31 +67,31 @@ func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberList
 			return nil, n.status(err)
 		}
 	}
-	return &leasepb.MemberListResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberListResponse{Header: n.header(), Members: n.members.memberTable()}, nil
 }
 
 // MemberAdd adds a learner; the leader promotes it once it has caught up (promote.go).
 func (s *clusterService) MemberAdd(ctx context.Context, req *leasepb.MemberAddRequest) (*leasepb.MemberAddResponse, error) {
 	n := s.n
-	m, err := n.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
+	m, err := n.members.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
 	if err != nil {
 		return nil, n.status(err)
 	}
-	return &leasepb.MemberAddResponse{Header: n.header(), Member: m, Members: n.memberTable()}, nil
+	return &leasepb.MemberAddResponse{Header: n.header(), Member: m, Members: n.members.memberTable()}, nil
 }
 
 func (s *clusterService) MemberPromote(ctx context.Context, req *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
 	n := s.n
-	if err := n.promoteMember(ctx, req.GetId()); err != nil {
+	if err := n.members.promoteMember(ctx, req.GetId()); err != nil {
 		return nil, n.status(err)
 	}
-	return &leasepb.MemberPromoteResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberPromoteResponse{Header: n.header(), Members: n.members.memberTable()}, nil
 }
 
 func (s *clusterService) MemberRemove(ctx context.Context, req *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
 	n := s.n
-	if err := n.removeMember(ctx, req.GetId()); err != nil {
+	if err := n.members.removeMember(ctx, req.GetId()); err != nil {
 		return nil, n.status(err)
 	}
-	return &leasepb.MemberRemoveResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberRemoveResponse{Header: n.header(), Members: n.members.memberTable()}, nil
 }

@@ -255,7 +255,7 @@ func (n *node) header() *leasepb.ResponseHeader {
 
 func (n *node) hint() leaderHint {
 	leader := n.knownLeader()
-	return leaderHint{id: leader, addr: n.clientAddrOf(leader)}
+	return leaderHint{id: leader, addr: n.members.clientAddrOf(leader)}
 }
 
 // status maps an error to a gRPC status, attaching the leader hint.

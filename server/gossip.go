@@ -219,28 +219,3 @@ func ParseGossipKey(text []byte) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("gossip key is %d bytes; it must be 16, 24 or 32 (base64 of `head -c 32 /dev/urandom`)", len(key))
 }
-
-// gossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
-// it knows no other member, joins Config.Join. It returns when stop closes.
-func (n *node) gossipLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		m := localMeta(n.cfg)
-		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = n.id, n.clusterID, n.clientAddr, n.peerAddr
-		m.HasLeader = n.leader.Load() != 0
-		if n.gossip.setMeta(m) {
-			n.gossip.update()
-		}
-		if len(n.cfg.Join) > 0 && n.gossip.ml.NumMembers() < 2 {
-			if err := n.gossip.join(n.cfg.Join); err != nil {
-				n.log.Debug("gossip join", "err", err)
-			}
-		}
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/transport"
 )
 
 // The peer port's Join RPC, answered by the leader (a follower relays it once). A member asks it about
@@ -28,70 +29,70 @@ import (
 //     node rarely applies its own removal, since the leader stops sending to it once it applies it.
 
 // serveJoin answers a member asking about itself.
-func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+func (mb *membership) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if err := validName("name", req.GetName(), maxMemberName); err != nil {
-		return nil, n.status(err)
+		return nil, mb.host.status(err)
 	}
 	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
-		return nil, n.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
+		return nil, mb.host.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
 	switch {
 	case req.GetProbe():
-		return n.answerProbe(req)
+		return mb.answerProbe(req)
 	case req.GetConfirm():
-		return n.confirmSelf(req)
+		return mb.confirmSelf(req)
 	}
-	if !n.isLeader() {
-		return n.relayJoin(ctx, req)
+	if !mb.host.isLeader() {
+		return mb.relayJoin(ctx, req)
 	}
-	return n.answerJoin(ctx, req, false)
+	return mb.answerJoin(ctx, req, false)
 }
 
 // answerJoin is the leader's answer to a Join; local says this node asks about itself (no proof needed).
-func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
+func (mb *membership) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
 	var m *leasepb.Member
 	var removed bool
-	n.state.Read(func(sm *fsm.FSM) {
+	mb.host.readFSM(func(sm *fsm.FSM) {
 		m = sm.MemberByName(req.GetName())
 		if id := req.GetId(); id != 0 {
 			removed = sm.WasRemoved(id)
 		} else {
-			removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
+			removed = m == nil && nameRemoved(sm, mb.clusterID, req.GetName())
 		}
 	})
 	switch {
 	case removed && !req.GetRejoin():
-		return &wirepb.JoinResponse{ClusterId: n.clusterID, Removed: true}, nil
+		return &wirepb.JoinResponse{ClusterId: mb.clusterID, Removed: true}, nil
 	case req.GetRejoin() && (m != nil || removed):
-		return n.serveRejoin(ctx, req, m)
+		return mb.serveRejoin(ctx, req, m)
 	case m == nil:
-		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
-			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID), req.GetName()))
+		return nil, mb.host.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
+			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(mb.clusterID), req.GetName()))
 	}
-	started := n.memberStarted(m)
+	started := mb.memberStarted(m)
 	if a := req.GetClientAddr(); a != "" && a != m.GetClientAddr() {
 		if !local {
-			if err := n.mayAnnounce(ctx, req, m, a); err != nil {
+			if err := mb.mayAnnounce(ctx, req, m, a); err != nil {
 				return nil, err
 			}
 		}
-		if err := n.updateClientAddr(ctx, m, a); err != nil {
-			return nil, n.status(err)
+		if err := mb.updateClientAddr(ctx, m, a); err != nil {
+			return nil, mb.host.status(err)
 		}
-		m = n.member(m.GetId())
+		m = mb.member(m.GetId())
 	}
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable(), Started: started}, nil
+	return &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: m, Members: mb.memberTable(), Started: started}, nil
 }
 
 // relayJoin hands a Join to the leader, once.
-func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
-	leader := n.leader.Load()
+func (mb *membership) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	leader := mb.host.leaderID()
 	if req.GetRelayed() || leader == raft.None {
-		return nil, n.status(n.notLeaderErr())
+		return nil, mb.host.status(mb.host.notLeaderErr())
 	}
-	client, ok := n.transport.PeerClient(leader)
+	client, ok := mb.host.peerClient(leader)
 	if !ok {
-		return nil, n.status(ErrNoLeader)
+		return nil, mb.host.status(ErrNoLeader)
 	}
 	// A relay cannot vouch for the asker's client address, so it relays the request without one (the member
 	// announces its address to the leader itself: announceLoop); a rejoin or a removal check goes on as asked.
@@ -101,16 +102,16 @@ func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.
 }
 
 // askLeader sends this node's own Join to the leader (or answers it here when this node leads).
-func (n *node) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClientAddr: n.clientAddr, ClusterId: n.clusterID, Id: n.id}
-	leader := n.leader.Load()
+func (mb *membership) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
+	req := &wirepb.JoinRequest{Name: mb.cfg.Name, ClientAddr: mb.clientAddr, ClusterId: mb.clusterID, Id: mb.id}
+	leader := mb.host.leaderID()
 	switch {
 	case leader == raft.None:
 		return nil, ErrNoLeader
-	case leader == n.id:
-		return n.answerJoin(ctx, req, true)
+	case leader == mb.id:
+		return mb.answerJoin(ctx, req, true)
 	}
-	client, ok := n.transport.PeerClient(leader)
+	client, ok := mb.host.peerClient(leader)
 	if !ok {
 		return nil, ErrNoLeader
 	}
@@ -121,13 +122,13 @@ func (n *node) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
 // announceLoop puts this node's advertised client address into the member table, once it is a member
 // there with another address (or none), so that every node can hint clients to it. It returns when the
 // table has the address, or when stop closes.
-func (n *node) announceLoop(stop <-chan struct{}) {
+func (mb *membership) announceLoop(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
-	tick := time.NewTicker(n.cfg.ElectionTimeout())
+	tick := time.NewTicker(mb.cfg.ElectionTimeout())
 	defer tick.Stop()
 	for {
-		if m := n.member(n.id); m != nil && m.GetClientAddr() == n.clientAddr {
+		if m := mb.member(mb.id); m != nil && m.GetClientAddr() == mb.clientAddr {
 			return
 		}
 		select {
@@ -135,24 +136,24 @@ func (n *node) announceLoop(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		if n.member(n.id) == nil || n.leader.Load() == raft.None {
+		if mb.member(mb.id) == nil || mb.host.leaderID() == raft.None {
 			continue // not applied its own membership yet, or no one to ask
 		}
-		actx, acancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
-		_, err := n.askLeader(actx)
+		actx, acancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
+		_, err := mb.askLeader(actx)
 		acancel()
 		if err != nil {
-			n.log.Debug("could not announce the client address yet", "err", err)
+			mb.log.Debug("could not announce the client address yet", "err", err)
 		}
 	}
 }
 
 // removalLoop asks, whenever this node has seen no leader for removalCheckAfter, whether it was removed
 // from the cluster; if the leader says so, the node records it and stops. It returns when stop closes.
-func (n *node) removalLoop(stop <-chan struct{}) {
+func (mb *membership) removalLoop(stop <-chan struct{}) {
 	ctx, cancel := stopContext(stop)
 	defer cancel()
-	every := 3 * n.cfg.ElectionTimeout()
+	every := 3 * mb.cfg.ElectionTimeout()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastLeader := time.Now()
@@ -160,20 +161,20 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-n.done:
+		case <-mb.host.halted():
 			return
 		case <-tick.C:
 		}
-		if n.leader.Load() != raft.None {
+		if mb.host.leaderID() != raft.None {
 			lastLeader = time.Now()
 			continue
 		}
 		if time.Since(lastLeader) < every {
 			continue
 		}
-		if n.askPeersRemoved(ctx) {
-			n.fail(n.removed(n.state.Applied()))
-			n.halt()
+		if mb.askPeersRemoved(ctx) {
+			mb.host.fail(mb.removed(mb.host.appliedIndex()))
+			mb.host.halt()
 			return
 		}
 	}
@@ -181,25 +182,97 @@ func (n *node) removalLoop(stop <-chan struct{}) {
 
 // askPeersRemoved asks every peer in the member table (each relays to its leader) whether this node was
 // removed, and reports whether one answered that it was.
-func (n *node) askPeersRemoved(ctx context.Context) bool {
-	req := &wirepb.JoinRequest{Name: n.cfg.Name, ClusterId: n.clusterID, Id: n.id}
-	for _, m := range n.memberTable() {
-		if m.GetId() == n.id {
+func (mb *membership) askPeersRemoved(ctx context.Context) bool {
+	req := &wirepb.JoinRequest{Name: mb.cfg.Name, ClusterId: mb.clusterID, Id: mb.id}
+	for _, m := range mb.memberTable() {
+		if m.GetId() == mb.id {
 			continue
 		}
-		client, ok := n.transport.PeerClient(m.GetId())
+		client, ok := mb.host.peerClient(m.GetId())
 		if !ok {
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout())
+		actx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
 		resp, err := client.Join(actx, req)
 		cancel()
-		if err == nil && resp.GetRemoved() && resp.GetClusterId() == n.clusterID {
+		if err == nil && resp.GetRemoved() && resp.GetClusterId() == mb.clusterID {
 			return true
 		}
 		if err != nil && status.Code(err) != codes.Unavailable && !errors.Is(err, context.DeadlineExceeded) {
-			n.log.Debug("removal check", "peer", leasepb.FormatID(m.GetId()), "err", err)
+			mb.log.Debug("removal check", "peer", leasepb.FormatID(m.GetId()), "err", err)
 		}
 	}
 	return false
+}
+
+// mayAnnounce checks that the asker of a Join may change member m's client address to addr: it is m.
+func (mb *membership) mayAnnounce(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member, addr string) error {
+	if mb.cfg.PeerTLS != nil {
+		if caller := transport.Caller(ctx); caller != m.GetId() {
+			return status.Errorf(codes.PermissionDenied, "a Join may change only the caller's own member entry: "+
+				"the caller's certificate names member %s, not %s (%s)", leasepb.FormatID(caller), leasepb.FormatID(m.GetId()), m.GetName())
+		}
+		return nil
+	}
+	if req.GetClusterId() != mb.clusterID {
+		return status.Errorf(codes.PermissionDenied, "a Join that changes a member's client address must come from that member "+
+			"and give its cluster id (%s is not this cluster)", leasepb.FormatID(req.GetClusterId()))
+	}
+	return mb.confirmClientAddr(ctx, m, addr)
+}
+
+// confirmClientAddr asks member m, at its peer address in the member table, whether addr is the client
+// address it advertises: on a plaintext peer port, who reaches that address is the member.
+func (mb *membership) confirmClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
+	client, ok := mb.host.peerClient(m.GetId())
+	if !ok {
+		return status.Errorf(codes.Unavailable, "cannot reach member %s to confirm its client address", m.GetName())
+	}
+	cctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
+	defer cancel()
+	resp, err := client.Join(cctx, &wirepb.JoinRequest{Name: m.GetName(), ClusterId: mb.clusterID, Confirm: true})
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "member %s did not confirm its client address: %v", m.GetName(), err)
+	}
+	if got := resp.GetMember(); resp.GetClusterId() != mb.clusterID || got.GetId() != m.GetId() || got.GetClientAddr() != addr {
+		return status.Errorf(codes.PermissionDenied, "member %s at its peer address advertises client address %q, not %q: "+
+			"a Join may change only the caller's own member entry", m.GetName(), got.GetClientAddr(), addr)
+	}
+	return nil
+}
+
+// confirmSelf answers the leader's confirm Join (confirmClientAddr) about this node: its own record, with
+// the client address it advertises. It changes nothing.
+func (mb *membership) confirmSelf(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	if req.GetName() != mb.cfg.Name || req.GetClusterId() != mb.clusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "this node is %s in cluster %s, not %s in cluster %s",
+			mb.cfg.Name, leasepb.FormatID(mb.clusterID), req.GetName(), leasepb.FormatID(req.GetClusterId()))
+	}
+	return &wirepb.JoinResponse{ClusterId: mb.clusterID,
+		Member: &leasepb.Member{Id: mb.id, Name: mb.cfg.Name, ClientAddr: mb.clientAddr}}, nil
+}
+
+// gossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
+// it knows no other member, joins Config.Join. It returns when stop closes.
+func (mb *membership) gossipLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		m := localMeta(mb.cfg)
+		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = mb.id, mb.clusterID, mb.clientAddr, mb.peerAddr
+		m.HasLeader = mb.host.leaderID() != 0
+		if mb.gossip.setMeta(m) {
+			mb.gossip.update()
+		}
+		if len(mb.cfg.Join) > 0 && mb.gossip.ml.NumMembers() < 2 {
+			if err := mb.gossip.join(mb.cfg.Join); err != nil {
+				mb.log.Debug("gossip join", "err", err)
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
 }

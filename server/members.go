@@ -1,7 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -16,17 +21,59 @@ import (
 // the log, never from flags (decision 11; docs/design.md, "Membership"). This file keeps raft, the table
 // and the peer transport in step as entries apply.
 
+// membership is the node's side of the member table: the conf changes the leader makes, automatic
+// promotion among them (membership.go); the peers, client addresses and seeds that follow the table (this
+// file); a member's Join, address announcement, removal check and gossip (join.go, rejoin.go). It reaches
+// the rest of the node only through memberHost.
+type membership struct {
+	cfg       Config
+	log       *slog.Logger
+	id        uint64
+	clusterID uint64
+	// clientAddr and peerAddr are this node's advertised addresses.
+	clientAddr, peerAddr string
+	host                 memberHost
+	logIndex             logIndexer // the raft log, for conf changes not applied yet and an empty log
+
+	// peers are the transport's peers and their addresses (Ready loop only).
+	peers map[uint64]string
+	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
+	clientAddrs atomic.Pointer[map[uint64]string]
+	// confSem admits one membership change at a time (membership.go).
+	confSem chan struct{}
+	// gossip is nil without Config.GossipAddr (gossip.go).
+	gossip *gossip
+	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
+	markRemoved func(why string) error
+
+	// seedNames are the members the node was told of before it applied a member table (--initial-cluster,
+	// a join's answer), by name: whose a peer certificate is until the table says (memberByName).
+	seedMu    sync.Mutex
+	seedNames map[string]uint64
+}
+
+func newMembership(cfg Config, log *slog.Logger, id, clusterID uint64, host memberHost, logIndex logIndexer) *membership {
+	return &membership{
+		cfg: cfg, log: log, id: id, clusterID: clusterID, host: host, logIndex: logIndex,
+		clientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		peerAddr:   advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		peers:      make(map[uint64]string),
+		confSem:    make(chan struct{}, 1),
+	}
+}
+
 // member returns a copy of a member's record, or nil.
-func (n *node) member(id uint64) (m *leasepb.Member) {
-	n.state.Read(func(sm *fsm.FSM) { m = sm.Member(id) })
+func (mb *membership) member(id uint64) *leasepb.Member {
+	var m *leasepb.Member
+	mb.host.readFSM(func(sm *fsm.FSM) { m = sm.Member(id) })
 	return m
 }
 
 // memberTable returns the member table, each record marked with whether it is the leader this node knows.
-func (n *node) memberTable() []*leasepb.Member {
+func (mb *membership) memberTable() []*leasepb.Member {
 	var ms []*leasepb.Member
-	n.state.Read(func(sm *fsm.FSM) { ms = sm.Members() })
-	leader := n.knownLeader()
+	mb.host.readFSM(func(sm *fsm.FSM) { ms = sm.Members() })
+	leader := mb.host.knownLeader()
 	for _, m := range ms {
 		m.IsLeader = m.GetId() == leader
 	}
@@ -36,14 +83,14 @@ func (n *node) memberTable() []*leasepb.Member {
 // clientAddrOf is a member's advertised client address, for leader hints ("" if unknown). It comes from
 // the member table alone: an address gossip carries is a hint anyone in the gossip pool can make up, so
 // no client is sent there until the member announced it through raft (announceLoop).
-func (n *node) clientAddrOf(id uint64) string {
+func (mb *membership) clientAddrOf(id uint64) string {
 	switch id {
 	case raft.None:
 		return ""
-	case n.id:
-		return n.clientAddr
+	case mb.id:
+		return mb.clientAddr
 	}
-	if p := n.clientAddrs.Load(); p != nil {
+	if p := mb.clientAddrs.Load(); p != nil {
 		return (*p)[id]
 	}
 	return ""
@@ -51,25 +98,26 @@ func (n *node) clientAddrOf(id uint64) string {
 
 // applyConfChange applies a conf-change entry: to raft, then to the member table, then to the transport.
 // A change that removes this node stops it (errRemoved): it is no longer part of the cluster.
-func (n *node) applyConfChange(e *raftpb.Entry) error {
+func (mb *membership) applyConfChange(e *raftpb.Entry) error {
 	cc, err := decodeConfChange(e)
 	if err != nil {
 		return err
 	}
-	n.confState = n.host.rn.ApplyConfChange(cc)
 	changes := memberChanges(cc.AsV2())
-	if err := n.state.ApplyMembers(e.GetIndex(), changes); err != nil {
-		return err
-	}
-	n.syncPeers()
+	reconfigures := false
 	for _, c := range changes {
 		if c.Kind != fsm.MemberUpdate { // an update leaves raft's configuration as it was
-			n.confSnapshotDue = true
+			reconfigures = true
 		}
 	}
+	mb.host.applyConfChange(cc, reconfigures)
+	if err := mb.host.applyMembers(e.GetIndex(), changes); err != nil {
+		return err
+	}
+	mb.syncPeers()
 	for _, c := range changes {
-		if c.Kind == fsm.MemberRemove && c.Member.GetId() == n.id {
-			return n.removed(e.GetIndex())
+		if c.Kind == fsm.MemberRemove && c.Member.GetId() == mb.id {
+			return mb.removed(e.GetIndex())
 		}
 	}
 	return nil
@@ -126,62 +174,137 @@ func memberChanges(cc *raftpb.ConfChangeV2) []fsm.MemberChange {
 // drops the peers the table removed; it also refreshes the client addresses leader hints read (every
 // answer carries one: a copy, so that no request takes the state machine's lock for it). A peer the table does not know yet stays: a joining node's seeds, or
 // members whose conf changes have not applied yet. It runs on the Ready loop (and before it starts), which
-// owns n.peers.
-func (n *node) syncPeers() {
-	var (
-		ms   []*leasepb.Member
-		gone []uint64
-	)
-	n.state.Read(func(sm *fsm.FSM) {
+// owns mb.peers.
+func (mb *membership) syncPeers() {
+	var ms []*leasepb.Member
+	var gone []uint64
+	mb.host.readFSM(func(sm *fsm.FSM) {
 		ms = sm.Members()
-		for id := range n.peers {
+		for id := range mb.peers {
 			if sm.WasRemoved(id) {
 				gone = append(gone, id)
 			}
 		}
 	})
 	for _, id := range gone {
-		n.transport.RemovePeer(id)
-		n.metrics.removePeer(id)
-		delete(n.peers, id)
+		mb.host.removePeer(id)
+		delete(mb.peers, id)
 	}
 	addrs := make(map[uint64]string, len(ms))
 	for _, m := range ms {
 		addrs[m.GetId()] = m.GetClientAddr()
 	}
-	n.clientAddrs.Store(&addrs)
+	mb.clientAddrs.Store(&addrs)
 	for _, m := range ms {
 		id, addr := m.GetId(), m.GetPeerAddr()
-		if id != n.id && addr != "" && n.peers[id] != addr {
-			n.transport.AddPeer(id, addr) // an address change moves the peer
-			n.metrics.addPeer(id)
-			n.peers[id] = addr
+		if id != mb.id && addr != "" && mb.peers[id] != addr {
+			mb.host.addPeer(id, addr) // an address change moves the peer
+			mb.peers[id] = addr
 		}
 	}
 }
 
 // seedPeers lets a node that has applied no member table yet (a new member's first start) reach the
 // members it was told of, so it can answer the leader that is about to send it the log.
-func (n *node) seedPeers(ms []*leasepb.Member) {
-	n.rememberSeeds(ms)
+func (mb *membership) seedPeers(ms []*leasepb.Member) {
+	mb.rememberSeeds(ms)
 	for _, m := range ms {
-		if m.GetId() != n.id && m.GetPeerAddr() != "" && n.peers[m.GetId()] == "" {
-			n.transport.AddPeer(m.GetId(), m.GetPeerAddr())
-			n.metrics.addPeer(m.GetId())
-			n.peers[m.GetId()] = m.GetPeerAddr()
+		if m.GetId() != mb.id && m.GetPeerAddr() != "" && mb.peers[m.GetId()] == "" {
+			mb.host.addPeer(m.GetId(), m.GetPeerAddr())
+			mb.peers[m.GetId()] = m.GetPeerAddr()
 		}
 	}
 }
 
 // removed records that this node was removed from the cluster at index, so that it never serves on this
 // data dir again, and returns the error that stops it.
-func (n *node) removed(index uint64) error {
+func (mb *membership) removed(index uint64) error {
 	err := fmt.Errorf("%w: at index %d", ErrRemoved, index)
-	if n.markRemoved != nil {
-		if merr := n.markRemoved(err.Error()); merr != nil {
+	if mb.markRemoved != nil {
+		if merr := mb.markRemoved(err.Error()); merr != nil {
 			return fmt.Errorf("%w (and the removal marker could not be written: %v)", err, merr)
 		}
 	}
-	n.log.Warn("this node was removed from the cluster; stopping", "index", index)
+	mb.log.Warn("this node was removed from the cluster; stopping", "index", index)
 	return err
+}
+
+// isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
+// its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
+// (clientAddrs, keyed by every member's id) rather than wait on fsmMu while an apply batch holds it.
+func (mb *membership) isMember(id uint64) bool {
+	if addrs := mb.clientAddrs.Load(); addrs != nil {
+		_, ok := (*addrs)[id]
+		return ok || len(*addrs) == 0
+	}
+	var ok bool
+	mb.host.readFSM(func(sm *fsm.FSM) { ok = sm.IsMember(id) })
+	return ok
+}
+
+// memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
+// peer certificate is. A removed member's certificate names no member.
+func (mb *membership) memberByName(name string) (uint64, bool) {
+	var id uint64
+	var found, empty bool
+	mb.host.readFSM(func(sm *fsm.FSM) {
+		if m := sm.MemberByName(name); m != nil && !sm.WasRemoved(m.GetId()) {
+			id, found = m.GetId(), true
+		}
+		empty = len(sm.Members()) == 0
+	})
+	if found {
+		return id, true
+	}
+	// Before the node applied its first configuration (a founding member's first start, a joining
+	// node's), the members it was told of. Not any name: a certificate also naming localhost, say, would
+	// name two members and be refused.
+	if empty {
+		mb.seedMu.Lock()
+		defer mb.seedMu.Unlock()
+		id, ok := mb.seedNames[name]
+		return id, ok
+	}
+	return 0, false
+}
+
+// rememberSeeds records ms as the members a certificate may name before the node applies a member table.
+func (mb *membership) rememberSeeds(ms []*leasepb.Member) {
+	mb.seedMu.Lock()
+	defer mb.seedMu.Unlock()
+	if mb.seedNames == nil {
+		mb.seedNames = make(map[string]uint64, len(ms))
+	}
+	for _, m := range ms {
+		mb.seedNames[m.GetName()] = m.GetId()
+	}
+}
+
+// initialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
+// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
+// Their context is each member's record as --initial-cluster gives it (name and peer address): every
+// founding node must write identical entries, so the client addresses, which only each node knows of
+// itself, are announced into the table afterwards (announceLoop).
+//
+// The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
+// raft's log matching requires them to be identical on every node (same index and term, same bytes).
+func (mb *membership) initialMembers() ([]raft.Peer, error) {
+	var peers []raft.Peer
+	var seed []*leasepb.Member
+	for name, addr := range mb.cfg.InitialCluster {
+		m := &leasepb.Member{Id: memberID(mb.clusterID, name), Name: name, PeerAddr: addr}
+		seed = append(seed, m)
+		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode member %s: %w", name, err)
+		}
+		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
+	}
+	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
+	if logEmpty(mb.logIndex) {
+		mb.seedPeers(seed)
+	} else {
+		mb.rememberSeeds(seed) // until the log's table applies again
+	}
+	return peers, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
@@ -35,19 +36,19 @@ const promoteLag = 100
 // leader only; a change is refused while a conf change from an earlier leader is still unapplied. check,
 // if set, runs once this change has the semaphore and no other is pending, so that it sees the table
 // every earlier change left (two concurrent adds of one name cannot both pass it).
-func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+func (mb *membership) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
 	defer cancel()
 	select {
-	case n.confSem <- struct{}{}:
-		defer func() { <-n.confSem }()
+	case mb.confSem <- struct{}{}:
+		defer func() { <-mb.confSem }()
 	case <-ctx.Done():
 		return fmt.Errorf("%w: another membership change is in progress", ErrMembershipRefused)
 	}
-	if !n.isLeader() {
-		return n.notLeaderErr()
+	if !mb.host.isLeader() {
+		return mb.host.notLeaderErr()
 	}
-	if err := n.waitConfApplied(ctx); err != nil {
+	if err := mb.waitConfApplied(ctx); err != nil {
 		return err
 	}
 	if check != nil {
@@ -61,36 +62,36 @@ func (n *node) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *
 		return fmt.Errorf("encode member: %w", err)
 	}
 	cc := raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.GetId())}}, Context: rec}
-	n.log.Info("proposing membership change", "change", typ.String(), "member", leasepb.FormatID(m.GetId()), "name", m.GetName())
+	mb.log.Info("proposing membership change", "change", typ.String(), "member", leasepb.FormatID(m.GetId()), "name", m.GetName())
 	for {
-		if err := n.raft.ProposeConfChange(ctx, &cc); err != nil {
-			return unknownOutcome(n.proposeErr(ctx, err))
+		if err := mb.host.proposeConfChange(ctx, &cc); err != nil {
+			return unknownOutcome(mb.host.proposeErr(ctx, err))
 		}
-		if applied, err := n.waitTable(ctx, 2*n.cfg.ElectionTimeout(), done); applied || err != nil {
+		if applied, err := mb.waitTable(ctx, 2*mb.cfg.ElectionTimeout(), done); applied || err != nil {
 			return err
 		}
-		if !n.isLeader() {
-			return unknownOutcome(n.notLeaderErr())
+		if !mb.host.isLeader() {
+			return unknownOutcome(mb.host.notLeaderErr())
 		}
 	}
 }
 
 // waitTable waits up to d for done(table) to hold, re-checking after every applied entry.
-func (n *node) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FSM) bool) (bool, error) {
+func (mb *membership) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FSM) bool) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for {
 		var ok bool
-		n.state.Read(func(sm *fsm.FSM) { ok = done(sm) })
+		mb.host.readFSM(func(sm *fsm.FSM) { ok = done(sm) })
 		if ok {
 			return true, nil
 		}
-		err := n.state.WaitApplied(wctx, n.state.Applied()+1, n.done)
+		err := mb.host.waitApplied(wctx, mb.host.appliedIndex()+1)
 		switch {
 		case errors.Is(err, ErrStopped):
-			return false, unknownOutcome(n.stoppedErr())
+			return false, unknownOutcome(mb.host.stoppedErr())
 		case ctx.Err() != nil:
-			return false, unknownOutcome(n.proposeErr(ctx, ctx.Err()))
+			return false, unknownOutcome(mb.host.proposeErr(ctx, ctx.Err()))
 		case err != nil:
 			return false, nil // d passed: propose again
 		}
@@ -99,18 +100,18 @@ func (n *node) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FS
 
 // waitConfApplied waits (briefly) until no conf change is between the applied index and the end of the
 // leader's log, so that raft does not drop the next one, and refuses the change if one stays pending.
-func (n *node) waitConfApplied(ctx context.Context) error {
-	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout())
+func (mb *membership) waitConfApplied(ctx context.Context) error {
+	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout())
 	for {
-		pending, err := n.confChangePending()
+		pending, err := mb.confChangePending()
 		if err != nil || !pending {
 			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: a membership change is still being applied; retry", ErrMembershipRefused)
 		}
-		wctx, cancel := context.WithTimeout(ctx, n.cfg.ElectionTimeout())
-		err = n.state.WaitApplied(wctx, n.state.Applied()+1, n.done)
+		wctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
+		err = mb.host.waitApplied(wctx, mb.host.appliedIndex()+1)
 		cancel()
 		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
 			return errors.Join(ctx.Err(), err)
@@ -119,12 +120,12 @@ func (n *node) waitConfApplied(ctx context.Context) error {
 }
 
 // confChangePending reports whether the log holds a conf change not applied yet.
-func (n *node) confChangePending() (bool, error) {
-	st, ok := n.logIndex.(raft.Storage)
+func (mb *membership) confChangePending() (bool, error) {
+	st, ok := mb.logIndex.(raft.Storage)
 	if !ok {
 		return false, nil
 	}
-	applied := n.state.Applied()
+	applied := mb.host.appliedIndex()
 	last, err := st.LastIndex()
 	if err != nil || last <= applied {
 		return false, err
@@ -145,18 +146,18 @@ func (n *node) confChangePending() (bool, error) {
 }
 
 // addMember adds a learner named name at peerAddr (and clientAddr, which may be empty).
-func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string) (*leasepb.Member, error) {
+func (mb *membership) addMember(ctx context.Context, name, peerAddr, clientAddr string) (*leasepb.Member, error) {
 	if err := validMemberAddrs(name, peerAddr, clientAddr); err != nil {
 		return nil, err
 	}
-	if !n.isLeader() {
-		return nil, n.notLeaderErr()
+	if !mb.host.isLeader() {
+		return nil, mb.host.notLeaderErr()
 	}
 	m := &leasepb.Member{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
-	n.state.Read(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, n.clusterID, name) })
+	mb.host.readFSM(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, mb.clusterID, name) })
 	check := func() (refusal error) {
-		n.state.Read(func(sm *fsm.FSM) {
-			if id, err := nextIncarnation(sm, n.clusterID, name); err != nil || id != m.Id {
+		mb.host.readFSM(func(sm *fsm.FSM) {
+			if id, err := nextIncarnation(sm, mb.clusterID, name); err != nil || id != m.Id {
 				refusal = cmp.Or(err, fmt.Errorf("%w: %q was added or removed meanwhile; retry", ErrMembershipRefused, name))
 				return
 			}
@@ -167,7 +168,7 @@ func (n *node) addMember(ctx context.Context, name, peerAddr, clientAddr string)
 	if err := check(); err != nil { // answer at once, without waiting for the semaphore
 		return nil, err
 	}
-	err := n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(m.Id) != nil })
+	err := mb.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(m.Id) != nil })
 	return m, err
 }
 
@@ -234,23 +235,23 @@ func sameAddr(a, b string) bool {
 }
 
 // promoteMember makes learner id a voter, if it has caught up with the leader's log.
-func (n *node) promoteMember(ctx context.Context, id uint64) error {
-	if !n.isLeader() {
-		return n.notLeaderErr()
+func (mb *membership) promoteMember(ctx context.Context, id uint64) error {
+	if !mb.host.isLeader() {
+		return mb.host.notLeaderErr()
 	}
-	m := n.member(id)
+	m := mb.member(id)
 	if m == nil {
 		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
 	}
 	check := func() error {
-		m := n.member(id)
+		m := mb.member(id)
 		switch {
 		case m == nil:
 			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
 		case !m.GetIsLearner():
 			return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
 		}
-		if match, last, ok := n.learnerProgress(id); !ok || !caughtUp(match, last) {
+		if match, last, ok := mb.learnerProgress(id); !ok || !caughtUp(match, last) {
 			return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
 				ErrMembershipRefused, m.GetName(), match, last, promoteLag)
 		}
@@ -259,7 +260,7 @@ func (n *node) promoteMember(ctx context.Context, id uint64) error {
 	if err := check(); err != nil { // answer at once, without waiting for the semaphore
 		return err
 	}
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m, check,
+	return mb.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeAddNode, m, check,
 		func(sm *fsm.FSM) bool { return !sm.Member(id).GetIsLearner() })
 }
 
@@ -268,10 +269,10 @@ func (n *node) promoteMember(ctx context.Context, id uint64) error {
 func caughtUp(match, last uint64) bool { return match > 0 && match+promoteLag >= last }
 
 // learnerProgress is how far the leader knows member id's log to reach, and the leader's last index.
-func (n *node) learnerProgress(id uint64) (match, last uint64, ok bool) {
-	st := n.raft.Status()
+func (mb *membership) learnerProgress(id uint64) (match, last uint64, ok bool) {
+	st := mb.host.raftStatus()
 	pr, ok := st.Progress[id]
-	self, selfOK := st.Progress[n.id]
+	self, selfOK := st.Progress[mb.id]
 	if !ok || !selfOK || st.RaftState != raft.StateLeader {
 		return 0, 0, false
 	}
@@ -281,41 +282,41 @@ func (n *node) learnerProgress(id uint64) (match, last uint64, ok bool) {
 // removeMember takes member id out of the configuration. Removing the leader (this node) first hands
 // leadership to the most caught-up voter and answers Unavailable with the new leader's hint: the client
 // retries there, and the new leader removes this node.
-func (n *node) removeMember(ctx context.Context, id uint64) error {
-	if !n.isLeader() {
-		return n.notLeaderErr()
+func (mb *membership) removeMember(ctx context.Context, id uint64) error {
+	if !mb.host.isLeader() {
+		return mb.host.notLeaderErr()
 	}
-	m := n.member(id)
+	m := mb.member(id)
 	if m == nil {
 		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
 	}
-	if err := n.checkRemoval(ctx, m); err != nil {
+	if err := mb.checkRemoval(ctx, m); err != nil {
 		return err
 	}
-	if id == n.id {
-		return n.handOver(ctx)
+	if id == mb.id {
+		return mb.handOver(ctx)
 	}
 	check := func() error {
-		if m := n.member(id); m == nil {
+		if m := mb.member(id); m == nil {
 			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
 		}
-		return n.checkRemoval(ctx, m)
+		return mb.checkRemoval(ctx, m)
 	}
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(id) == nil })
+	return mb.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, m, check, func(sm *fsm.FSM) bool { return sm.Member(id) == nil })
 }
 
 // checkRemoval refuses to remove the last voter, or a voter whose removal leaves too few active voters
 // for a quorum of the new configuration. A leader learns who is active only from their answers (its
 // progress starts inactive at its election), so a shortfall is re-checked for two election timeouts.
-func (n *node) checkRemoval(ctx context.Context, m *leasepb.Member) error {
+func (mb *membership) checkRemoval(ctx context.Context, m *leasepb.Member) error {
 	if m.GetIsLearner() {
 		return nil
 	}
-	deadline := time.Now().Add(2 * n.cfg.ElectionTimeout())
-	tick := time.NewTicker(n.cfg.TickInterval)
+	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout())
+	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
 	for {
-		voters, active := n.votersAfterRemoval(m.GetId())
+		voters, active := mb.votersAfterRemoval(m.GetId())
 		switch {
 		case voters == 0:
 			return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", ErrMembershipRefused, m.GetName())
@@ -334,13 +335,13 @@ func (n *node) checkRemoval(ctx context.Context, m *leasepb.Member) error {
 }
 
 // votersAfterRemoval counts the voters other than id, and those of them the leader heard from recently.
-func (n *node) votersAfterRemoval(id uint64) (voters, active int) {
-	for vid, pr := range n.raft.Status().Progress {
+func (mb *membership) votersAfterRemoval(id uint64) (voters, active int) {
+	for vid, pr := range mb.host.raftStatus().Progress {
 		if pr.IsLearner || vid == id {
 			continue
 		}
 		voters++
-		if vid == n.id || pr.RecentActive {
+		if vid == mb.id || pr.RecentActive {
 			active++
 		}
 	}
@@ -349,38 +350,38 @@ func (n *node) votersAfterRemoval(id uint64) (voters, active int) {
 
 // handOver transfers leadership to the most caught-up voter and waits for a new leader, asking again
 // when raft gives up on a transfer (after an election timeout), within the proposal timeout.
-func (n *node) handOver(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
+func (mb *membership) handOver(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
 	defer cancel()
-	tick := time.NewTicker(n.cfg.TickInterval)
+	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
 	var asked time.Time
-	for n.isLeader() || n.leader.Load() == raft.None {
-		if n.isLeader() && time.Since(asked) > 2*n.cfg.ElectionTimeout() {
-			target := n.transferTarget()
+	for mb.host.isLeader() || mb.host.leaderID() == raft.None {
+		if mb.host.isLeader() && time.Since(asked) > 2*mb.cfg.ElectionTimeout() {
+			target := mb.transferTarget()
 			if target == 0 {
 				return fmt.Errorf("%w: no other voter to hand leadership to", ErrMembershipRefused)
 			}
-			n.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
-			n.raft.TransferLeadership(ctx, n.id, target)
+			mb.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
+			mb.host.transferLeadership(ctx, target)
 			asked = time.Now()
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("leadership transfer before removal did not finish in time: %w", ErrTimeout)
-		case <-n.done:
-			return n.stoppedErr()
+		case <-mb.host.halted():
+			return mb.host.stoppedErr()
 		case <-tick.C:
 		}
 	}
-	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(n.leader.Load()), ErrNotLeader)
+	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(mb.host.leaderID()), ErrNotLeader)
 }
 
 // transferTarget is the most caught-up voter other than this node (0: none).
-func (n *node) transferTarget() uint64 {
+func (mb *membership) transferTarget() uint64 {
 	var target, best uint64
-	for id, pr := range n.raft.Status().Progress {
-		if id != n.id && !pr.IsLearner && pr.Match >= best {
+	for id, pr := range mb.host.raftStatus().Progress {
+		if id != mb.id && !pr.IsLearner && pr.Match >= best {
 			target, best = id, pr.Match
 		}
 	}
@@ -388,10 +389,10 @@ func (n *node) transferTarget() uint64 {
 }
 
 // updateClientAddr records member m's new client address in the table.
-func (n *node) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
+func (mb *membership) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
 	u := proto.Clone(m).(*leasepb.Member)
 	u.ClientAddr = addr
-	return n.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u, nil,
+	return mb.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u, nil,
 		func(sm *fsm.FSM) bool {
 			return sm.Member(m.GetId()) == nil || sm.Member(m.GetId()).GetClientAddr() == addr
 		})
@@ -412,4 +413,49 @@ func validName(field, name string, maxBytes int) error {
 		}
 	}
 	return nil
+}
+
+// autoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
+// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when stop
+// closes.
+//
+// It samples every tick, not every election timeout, because raft clears a follower's RecentActive at each
+// of the leader's quorum checks (one per election timeout) and sets it again only when the next answer
+// arrives, a heartbeat later. Sampled once per election timeout, the ticker and the quorum check keep the
+// same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
+// (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
+// timeout.
+func (mb *membership) autoPromote(stop <-chan struct{}) {
+	ctx, cancel := stopContext(stop)
+	defer cancel()
+	tick := time.NewTicker(mb.cfg.TickInterval)
+	defer tick.Stop()
+	learners := learnerTracker{activeWithin: mb.cfg.ElectionTimeout(), promoteAfter: mb.cfg.promoteAfter(), slow: mb.logSlowLearner}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !mb.host.isLeader() {
+			learners.reset()
+			continue
+		}
+		st, now := mb.host.raftStatus(), time.Now()
+		if id, ok := learners.observe(mb.id, st, now); ok {
+			if err := mb.promoteMember(ctx, id); err != nil {
+				mb.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
+			} else {
+				mb.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
+			}
+			learners.restart(id)
+		}
+	}
+}
+
+// logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
+func (mb *membership) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
+	mb.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
+		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
+		"caught_up", caughtUp(pr.Match, last))
 }

@@ -70,11 +70,6 @@ type node struct {
 	// state owns the state machine: the Ready loop hands it committed entries, the rest reads through it
 	// (internal/leases).
 	state *leases.State
-	// seedNames are the members the node was told of before it applied a member table (--initial-cluster,
-	// a join's answer), by name: whose a peer certificate is until the table says (memberByName). seedMu
-	// guards it.
-	seedMu    sync.Mutex
-	seedNames map[string]uint64
 
 	proposals *proposalWaiter
 	reads     *readIndexer
@@ -114,18 +109,11 @@ type node struct {
 
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
-	// peers are the transport's peers and their addresses (Ready loop only; members.go).
-	peers map[uint64]string
 	// leaderLoss acts on the transport's hint that a peer's stream broke (internal/raftnode).
 	leaderLoss *raftnode.LeaderLoss
-	// clientAddrs are the member table's client addresses by raft id, replaced whole by syncPeers.
-	clientAddrs atomic.Pointer[map[uint64]string]
-	// confSem admits one membership change at a time (membership.go).
-	confSem chan struct{}
-	// gossip is nil without Config.GossipAddr (gossip.go).
-	gossip *gossip
-	// markRemoved persists that this node was removed (nil in simulations, which have no data dir).
-	markRemoved func(why string) error
+	// members keeps the member table, raft's configuration and the transport's peers in step, and
+	// makes membership changes (members.go).
+	members *membership
 
 	// lastTick is when the Ready loop last ticked, as an offset on the node's clock from tickBase plus
 	// one (0: the loop has not started), for any goroutine: a long gap is a stall, which the lessor
@@ -410,9 +398,9 @@ func (n *node) isLeader() bool { return raft.StateType(n.role.Load()) == raft.St
 func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	sm.SetClusterID(n.clusterID)
 	n.state.Replace(sm)
-	n.syncPeers() // the member table came with the snapshot
+	n.members.syncPeers() // the member table came with the snapshot
 	if sm.WasRemoved(n.id) {
-		return n.removed(snap.GetMetadata().GetIndex())
+		return n.members.removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
 	n.snapIndex = snap.GetMetadata().GetIndex()

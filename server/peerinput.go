@@ -9,8 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
-	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/transport"
 )
@@ -170,7 +168,7 @@ func (n *node) stepPeer(ctx context.Context, m *raftpb.Message) error {
 func (n *node) peerView() peerView {
 	return peerView{
 		self:     n.id,
-		isMember: n.isMember,
+		isMember: n.members.isMember,
 		lastIndex: func() uint64 {
 			// The append in flight first: once it is 0, its write returned and the log has its entries.
 			appending := n.appending.Load()
@@ -181,51 +179,5 @@ func (n *node) peerView() peerView {
 			return max(last, appending)
 		},
 		acceptTerm: n.terms.AcceptTerm,
-	}
-}
-
-// isMember reports whether id is in the member table (fsm.IsMember: any id before the node applied
-// its first configuration). It runs for every peer message, so it reads the table's copy syncPeers keeps
-// (clientAddrs, keyed by every member's id) rather than wait for the state while an apply batch holds it.
-func (n *node) isMember(id uint64) bool {
-	if addrs := n.clientAddrs.Load(); addrs != nil {
-		_, ok := (*addrs)[id]
-		return ok || len(*addrs) == 0
-	}
-	var ok bool
-	n.state.Read(func(sm *fsm.FSM) { ok = sm.IsMember(id) })
-	return ok
-}
-
-// memberByName is the raft id of the member called name: the transport's MemberID, which tells whose a
-// peer certificate is. A removed member's certificate names no member.
-func (n *node) memberByName(name string) (id uint64, ok bool) {
-	var seeds bool
-	n.state.Read(func(sm *fsm.FSM) {
-		if m := sm.MemberByName(name); m != nil && !sm.WasRemoved(m.GetId()) {
-			id, ok = m.GetId(), true
-		}
-		// Before the node applied its first configuration (a founding member's first start, a joining
-		// node's), the members it was told of. Not any name: a certificate also naming localhost, say,
-		// would name two members and be refused.
-		seeds = !ok && len(sm.Members()) == 0
-	})
-	if seeds {
-		n.seedMu.Lock()
-		defer n.seedMu.Unlock()
-		id, ok = n.seedNames[name]
-	}
-	return id, ok
-}
-
-// rememberSeeds records ms as the members a certificate may name before the node applies a member table.
-func (n *node) rememberSeeds(ms []*leasepb.Member) {
-	n.seedMu.Lock()
-	defer n.seedMu.Unlock()
-	if n.seedNames == nil {
-		n.seedNames = make(map[string]uint64, len(ms))
-	}
-	for _, m := range ms {
-		n.seedNames[m.GetName()] = m.GetId()
 	}
 }

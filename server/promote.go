@@ -6,52 +6,12 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
-
-	"github.com/leased/leased/api/leasepb"
 )
 
 // promoteAfter is how long a learner must stay caught up (within promoteLag of the leader's last index)
 // before the leader promotes it: long enough that a learner that only touched the leader's index once,
 // mid-snapshot or mid-burst, is not made a voter that would then slow every commit.
 func (c Config) promoteAfter() time.Duration { return 5 * c.ElectionTimeout() }
-
-// autoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
-// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when stop
-// closes.
-//
-// It samples every tick, not every election timeout, because raft clears a follower's RecentActive at each
-// of the leader's quorum checks (one per election timeout) and sets it again only when the next answer
-// arrives, a heartbeat later. Sampled once per election timeout, the ticker and the quorum check keep the
-// same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
-// (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
-// timeout.
-func (n *node) autoPromote(stop <-chan struct{}) {
-	ctx, cancel := stopContext(stop)
-	defer cancel()
-	tick := time.NewTicker(n.cfg.TickInterval)
-	defer tick.Stop()
-	learners := learnerTracker{activeWithin: n.cfg.ElectionTimeout(), promoteAfter: n.cfg.promoteAfter(), slow: n.logSlowLearner}
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-		if !n.isLeader() {
-			learners.reset()
-			continue
-		}
-		st, now := n.raft.Status(), time.Now()
-		if id, ok := learners.observe(n.id, st, now); ok {
-			if err := n.promoteMember(ctx, id); err != nil {
-				n.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
-			} else {
-				n.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
-			}
-			learners.restart(id)
-		}
-	}
-}
 
 // learnerTracker decides, from a series of samples of raft's progress, which learner is ready for
 // promotion: one whose log has stayed within promoteLag of the leader's and which has answered the leader
@@ -140,11 +100,4 @@ func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
 		}
 	}()
 	return ctx, cancel
-}
-
-// logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
-func (n *node) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
-	n.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
-		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
-		"caught_up", caughtUp(pr.Match, last))
 }

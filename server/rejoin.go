@@ -63,11 +63,11 @@ func rejoinOrRefuse(cfg Config, g *gossip, known *wirepb.JoinResponse) (*wirepb.
 // memberStarted reports whether member m has run before, so that its log cannot be empty: as a voter it
 // announced its client address (a founding member's record has none until it runs), or this node, if it
 // leads, has seen m's log reach some index.
-func (n *node) memberStarted(m *leasepb.Member) bool {
+func (mb *membership) memberStarted(m *leasepb.Member) bool {
 	if !m.GetIsLearner() && m.GetClientAddr() != "" {
 		return true
 	}
-	match, _, ok := n.learnerProgress(m.GetId())
+	match, _, ok := mb.learnerProgress(m.GetId())
 	return ok && match > 0
 }
 
@@ -75,47 +75,47 @@ func (n *node) memberStarted(m *leasepb.Member) bool {
 // name never added is NotFound): it retires the member's current raft id (a removal, with the usual
 // quorum check) and adds the name back as a learner under its next id. Every step is idempotent, so the asker retries until it has an answer. A member that has not run
 // yet (a retry after the add) is answered as it is.
-func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member) (*wirepb.JoinResponse, error) {
+func (mb *membership) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member) (*wirepb.JoinResponse, error) {
 	peerAddr := cmp.Or(req.GetPeerAddr(), m.GetPeerAddr())
 	if err := validMemberAddrs(req.GetName(), peerAddr, req.GetClientAddr()); err != nil {
-		return nil, n.status(err)
+		return nil, mb.host.status(err)
 	}
-	if m != nil && !n.memberStarted(m) {
-		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
+	if m != nil && !mb.memberStarted(m) {
+		return &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: m, Members: mb.memberTable()}, nil
 	}
 	if m != nil {
-		if err := n.checkRetire(ctx, m); err != nil {
-			return nil, n.status(err)
+		if err := mb.checkRetire(ctx, m); err != nil {
+			return nil, mb.host.status(err)
 		}
-		n.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
+		mb.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
 			"name", m.GetName(), "old_id", leasepb.FormatID(m.GetId()))
-		if err := n.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
-			return nil, n.status(err)
+		if err := mb.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
+			return nil, mb.host.status(err)
 		}
 	}
-	added, err := n.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
+	added, err := mb.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
 	if err != nil {
-		return nil, n.status(err)
+		return nil, mb.host.status(err)
 	}
-	n.log.Info("member added again as a learner", "name", added.GetName(), "id", leasepb.FormatID(added.GetId()))
-	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.member(added.GetId()), Members: n.memberTable()}, nil
+	mb.log.Info("member added again as a learner", "name", added.GetName(), "id", leasepb.FormatID(added.GetId()))
+	return &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: mb.member(added.GetId()), Members: mb.memberTable()}, nil
 }
 
 // checkRetire refuses to retire a member that is evidently running: this node, or one the leader hears
 // from. raft's RecentActive is cleared at every quorum check (once an election timeout) and set again by
 // the member's next answer, so it is sampled every tick for an election timeout: a running member sets it
 // within a heartbeat, while a wiped member's old process is gone and never does.
-func (n *node) checkRetire(ctx context.Context, m *leasepb.Member) error {
-	if m.GetId() == n.id {
+func (mb *membership) checkRetire(ctx context.Context, m *leasepb.Member) error {
+	if m.GetId() == mb.id {
 		return fmt.Errorf("%w: member %q is this leader, which runs", ErrMembershipRefused, m.GetName())
 	}
-	deadline := time.Now().Add(n.cfg.ElectionTimeout() + n.cfg.TickInterval)
-	tick := time.NewTicker(n.cfg.TickInterval)
+	deadline := time.Now().Add(mb.cfg.ElectionTimeout() + mb.cfg.TickInterval)
+	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
 	for {
-		st := n.raft.Status()
+		st := mb.host.raftStatus()
 		if st.RaftState != raft.StateLeader {
-			return n.notLeaderErr()
+			return mb.host.notLeaderErr()
 		}
 		if pr, ok := st.Progress[m.GetId()]; ok && pr.RecentActive {
 			return fmt.Errorf("%w: member %q (%s) answers the leader: it still runs somewhere; retrying",
@@ -127,8 +127,8 @@ func (n *node) checkRetire(ctx context.Context, m *leasepb.Member) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.done:
-			return n.stoppedErr()
+		case <-mb.host.halted():
+			return mb.host.stoppedErr()
 		case <-tick.C:
 		}
 	}
@@ -136,21 +136,21 @@ func (n *node) checkRetire(ctx context.Context, m *leasepb.Member) error {
 
 // answerProbe tells a node about to found a cluster on an empty data dir what this node's member table
 // says of it, without a leader.
-func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+func (mb *membership) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	var m *leasepb.Member
 	var removed, empty bool
-	n.state.Read(func(sm *fsm.FSM) {
+	mb.host.readFSM(func(sm *fsm.FSM) {
 		m, empty = sm.MemberByName(req.GetName()), len(sm.Members()) == 0
-		removed = m == nil && nameRemoved(sm, n.clusterID, req.GetName())
+		removed = m == nil && nameRemoved(sm, mb.clusterID, req.GetName())
 	})
 	switch {
 	case empty:
 		return nil, status.Error(codes.Unavailable, "this node has no member table yet")
 	case m == nil && !removed:
-		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID)))
+		return nil, mb.host.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(mb.clusterID)))
 	}
-	resp := &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Removed: removed, Members: n.memberTable()}
-	resp.Started = m != nil && n.memberStarted(m)
+	resp := &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: m, Removed: removed, Members: mb.memberTable()}
+	resp.Started = m != nil && mb.memberStarted(m)
 	return resp, nil
 }
 

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
@@ -99,7 +96,7 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 		}
 		return nil, err
 	}
-	s.gossip, s.node.gossip = g, g
+	s.gossip, s.node.members.gossip = g, g
 	return s, nil
 }
 
@@ -228,9 +225,9 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.serveJoin,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.members.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
-			TLS: cfg.PeerTLS, MemberID: n.memberByName, OnRejected: n.metrics.peerRejected,
+			TLS: cfg.PeerTLS, MemberID: n.members.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
@@ -340,8 +337,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		peers:       make(map[uint64]string),
-		confSem:     make(chan struct{}, 1),
 		snapJobs:    make(chan snapshotJob, 1),
 		snapResults: make(chan snapshotResult, 1),
 		notices:     raftnode.NewCommitNotices(),
@@ -350,13 +345,14 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		done:        make(chan struct{}),
 	}
 	n.state = newLeaseState(n, sm, snapIndex)
+	n.members = newMembership(cfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
 	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
 		walPath = w.WALPath
 	}
 	if p, ok := storage.(interface{ Path() string }); ok {
 		logPath = p.Path()
-		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
+		n.members.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
 	n.leaderLoss = newLeaderLoss(n)
@@ -379,11 +375,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
-	n.syncPeers()     // the table restored from the snapshot
-	n.seedPeers(seed) // a joining node's first contacts
+	n.members.syncPeers()     // the table restored from the snapshot
+	n.members.seedPeers(seed) // a joining node's first contacts
 	var peers []raft.Peer
 	if cfg.InitialClusterState != ClusterStateExisting {
-		if peers, err = n.initialMembers(); err != nil {
+		if peers, err = n.members.initialMembers(); err != nil {
 			return nil, err
 		}
 	}
@@ -435,35 +431,6 @@ func closeListeners(lis Listeners) {
 	}
 }
 
-// initialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
-// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
-// Their context is each member's record as --initial-cluster gives it (name and peer address): every
-// founding node must write identical entries, so the client addresses, which only each node knows of
-// itself, are announced into the table afterwards (announceLoop).
-//
-// The peers are sorted by raft id: every founding node writes the bootstrap conf changes 1..n itself, and
-// raft's log matching requires them to be identical on every node (same index and term, same bytes).
-func (n *node) initialMembers() ([]raft.Peer, error) {
-	var peers []raft.Peer
-	var seed []*leasepb.Member
-	for name, addr := range n.cfg.InitialCluster {
-		m := &leasepb.Member{Id: memberID(n.clusterID, name), Name: name, PeerAddr: addr}
-		seed = append(seed, m)
-		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-		if err != nil {
-			return nil, fmt.Errorf("encode member %s: %w", name, err)
-		}
-		peers = append(peers, raft.Peer{ID: m.Id, Context: ctx})
-	}
-	slices.SortFunc(peers, func(a, b raft.Peer) int { return cmp.Compare(a.ID, b.ID) })
-	if logEmpty(n.logIndex) {
-		n.seedPeers(seed)
-	} else {
-		n.rememberSeeds(seed) // until the log's table applies again
-	}
-	return peers, nil
-}
-
 // Start serves clients and peers and runs the node until Close.
 func (s *Server) Start() {
 	s.spawn(func() { s.node.run(s.stop) })
@@ -474,16 +441,16 @@ func (s *Server) Start() {
 	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
-	s.spawn(func() { s.node.autoPromote(s.stop) })
+	s.spawn(func() { s.node.members.autoPromote(s.stop) })
 	s.spawn(func() {
 		ctx, cancel := stopContext(s.stop)
 		defer cancel()
 		s.node.leaderLoss.Run(ctx)
 	})
-	s.spawn(func() { s.node.announceLoop(s.stop) })
-	s.spawn(func() { s.node.removalLoop(s.stop) })
+	s.spawn(func() { s.node.members.announceLoop(s.stop) })
+	s.spawn(func() { s.node.members.removalLoop(s.stop) })
 	if s.gossip != nil {
-		s.spawn(func() { s.node.gossipLoop(s.stop) })
+		s.spawn(func() { s.node.members.gossipLoop(s.stop) })
 	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })

@@ -127,7 +127,7 @@ func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*
 }
 
 func (e simEndpoint) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
-	return e.n.serveJoin(ctx, req)
+	return e.n.members.serveJoin(ctx, req)
 }
 
 // start builds node i on its log (empty, or what it had persisted when it stopped) and starts it.
