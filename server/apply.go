@@ -2,6 +2,7 @@ package server
 
 import (
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/leases"
@@ -25,7 +26,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
 		},
-		ConfChange: n.members.applyConfChange,
+		ConfChange: func(e *raftpb.Entry) error { return n.members.applyConfChange(e) },
 	})
 }
 
