@@ -18,7 +18,7 @@ func (c *Client) ACL(ctx context.Context) ([]*leasepb.AclRule, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return resp.GetRules(), resp.GetSet(), nil
 }
 
@@ -33,6 +33,6 @@ func (c *Client) SetACL(ctx context.Context, rules []*leasepb.AclRule) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return resp.GetIndex(), nil
 }

@@ -23,7 +23,7 @@ type NodeStatus = leasepb.StatusResponse
 
 // Status asks one endpoint about itself (it needs no leader).
 func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, error) {
-	conn, err := c.conn(endpoint)
+	conn, err := c.endpoints.conn(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, erro
 		defer cancel()
 	}
 	// Connect first, so that a node that cannot be reached says why (refused, name resolution, TLS).
-	if err := c.ready(ctx, conn); err != nil {
+	if err := c.endpoints.ready(ctx, conn); err != nil {
 		if errors.Is(err, ErrUnauthenticated) {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func memberCall[R membersAnswer](ctx context.Context, c *Client, rpc func(contex
 	if err != nil {
 		return nil, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return membersOf(resp.GetMembers()), nil
 }
 

@@ -95,6 +95,6 @@ func (c *Client) getAt(ctx context.Context, resource string) (Info, uint64, erro
 	if err != nil {
 		return Info{}, 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), resp.GetHeader().GetAppliedIndex(), nil
 }

@@ -375,12 +375,12 @@ func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, i
 	var sentAt time.Time
 	o.sent = &sentAt
 	resp, err := callWrite(ctx, c, "acquire", o, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
-		return in.sendAttempt(ctx, c.writer(conn), req, opts...)
+		return in.sendAttempt(ctx, c.endpoints.writer(conn), req, opts...)
 	}, nil)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return resp, sentAt, nil
 }
 

@@ -53,7 +53,7 @@ func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, va
 	if err != nil {
 		return Info{}, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), nil
 }
 
@@ -63,12 +63,12 @@ func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, va
 // error wraps ErrOutcomeUnknown.
 func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time.Duration, error) {
 	resp, err := callWrite(ctx, c, "renew", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
-		return c.writer(conn).renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
+		return c.endpoints.writer(conn).renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
 	}, nil)
 	if err != nil {
 		return 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return time.Duration(resp.GetTtlMs()) * time.Millisecond, nil
 }
 
@@ -83,10 +83,10 @@ func (c *Client) Release(ctx context.Context, resource string, token uint64) err
 
 func (c *Client) release(ctx context.Context, resource string, token uint64) error {
 	resp, err := callWrite(ctx, c, "release", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
-		return c.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
+		return c.endpoints.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
 	}, releaseNotFoundIsDefinite)
 	if err == nil {
-		c.follow(resp.GetHeader())
+		c.endpoints.follow(resp.GetHeader())
 	}
 	return err
 }
@@ -195,7 +195,7 @@ func (c *Client) Slots(ctx context.Context, resource string, opts ...ReadOption)
 	if err != nil {
 		return nil, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	if len(resp.GetSlots()) == 0 {
 		return []Info{infoOf(resp.GetLease())}, nil
 	}
@@ -216,7 +216,7 @@ func (c *Client) Get(ctx context.Context, resource string, opts ...ReadOption) (
 	if err != nil {
 		return Info{}, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), nil
 }
 
@@ -239,7 +239,7 @@ func (c *Client) List(ctx context.Context, lo ListOptions, opts ...ReadOption) (
 	if err != nil {
 		return nil, "", err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	out := make([]Info, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
 		out[i] = infoOf(l)
@@ -314,7 +314,7 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 		next = applied + 1
 	}
 	for attempt := 0; ; attempt++ {
-		addr := c.target(ctx)
+		addr := c.endpoints.target(ctx)
 		got, err := c.watchOnce(ctx, addr, wo, next, fn)
 		if got > 0 {
 			next, attempt = got+1, 0
@@ -333,9 +333,9 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 			return fromStatus(err)
 		}
 		if errors.Is(err, errNotConnected) {
-			c.unresponsive(addr)
+			c.endpoints.unresponsive(addr)
 		} else {
-			c.moveOn(addr, leaderHint(err))
+			c.endpoints.moveOn(addr, leaderHint(err))
 		}
 		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
 			return err
@@ -351,7 +351,7 @@ func (c *Client) appliedIndex(ctx context.Context, prefix string) (uint64, error
 	if err != nil {
 		return 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return resp.GetHeader().GetAppliedIndex(), nil
 }
 
@@ -361,12 +361,12 @@ func (e *callbackError) Error() string { return e.err.Error() }
 
 // watchOnce runs one Watch stream; it returns the index of the last event delivered.
 func (c *Client) watchOnce(ctx context.Context, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
-	conn, err := c.conn(addr)
+	conn, err := c.endpoints.conn(addr)
 	if err != nil {
 		return 0, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
-	err = c.ready(cctx, conn)
+	cctx, cancel := context.WithTimeout(ctx, c.endpoints.attemptTimeout())
+	err = c.endpoints.ready(cctx, conn)
 	cancel()
 	if err != nil {
 		return 0, err
