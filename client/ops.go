@@ -43,6 +43,36 @@ func infoOf(l *leasepb.Lease) Info {
 	}
 }
 
+// Acquire takes a lease on resource and keeps it alive until Release, loss, or Close. If the resource is
+// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given. If no answer said
+// whether the grant happened, the error wraps ErrOutcomeUnknown and OutcomeRequestID gives the call's
+// request id.
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
+	o := acquireOptions{ttl: 10 * time.Second, holder: c.cfg.Holder}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = newRequestID()
+	}
+	if o.margin == 0 {
+		o.margin = o.ttl / 10
+	}
+	req := &leasepb.AcquireRequest{
+		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
+		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
+	}
+	a := &acquisition{c: c, req: req, in: &intent{}, margin: o.margin}
+	var l *Lease
+	var err error
+	if o.wait {
+		l, err = a.waiting(ctx)
+	} else {
+		l, err = a.now(ctx)
+	}
+	return l, withAcquireOutcome(err, o.requestID)
+}
+
 // Proclaim replaces the value of the lease (resource, token), keeping its token and TTL (see
 // Lease.Proclaim). It returns the lease with its new value; an error wrapping ErrNotFound means the token
 // is no longer current.
@@ -78,10 +108,6 @@ func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time
 // attempt that may have reached the leader went unanswered, and no later one learned what happened),
 // the error wraps ErrOutcomeUnknown.
 func (c *Client) Release(ctx context.Context, resource string, token uint64) error {
-	return c.release(ctx, resource, token)
-}
-
-func (c *Client) release(ctx context.Context, resource string, token uint64) error {
 	resp, err := callWrite(ctx, c, "release", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
 		return c.endpoints.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
 	}, releaseNotFoundIsDefinite)
@@ -307,7 +333,7 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 	if next == 0 {
 		// "From now" is pinned to an index before the first stream opens, so that a stream that breaks
 		// before delivering anything resumes from there rather than from a later "now".
-		applied, err := c.appliedIndex(ctx, wo.Resource+wo.Prefix)
+		applied, err := appliedIndex(ctx, c, wo.Resource+wo.Prefix)
 		if err != nil {
 			return err
 		}
@@ -315,7 +341,7 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 	}
 	for attempt := 0; ; attempt++ {
 		addr := c.endpoints.target(ctx)
-		got, err := c.watchOnce(ctx, addr, wo, next, fn)
+		got, err := watchOnce(ctx, c, addr, wo, next, fn)
 		if got > 0 {
 			next, attempt = got+1, 0
 		}
@@ -344,7 +370,7 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 }
 
 // appliedIndex is the applied index of a linearizable read: every event after it is "after now".
-func (c *Client) appliedIndex(ctx context.Context, prefix string) (uint64, error) {
+func appliedIndex(ctx context.Context, c *Client, prefix string) (uint64, error) {
 	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
 		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: prefix, Limit: 1})
 	})
@@ -360,7 +386,7 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // watchOnce runs one Watch stream; it returns the index of the last event delivered.
-func (c *Client) watchOnce(ctx context.Context, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
+func watchOnce(ctx context.Context, c *Client, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
 	conn, err := c.endpoints.conn(addr)
 	if err != nil {
 		return 0, err
