@@ -177,7 +177,7 @@ func (cc *callCauses) ended(ctx context.Context, c *Client) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return ctx.Err()
 	}
-	return &unavailableError{causes: cc.withDiscovered(c), ctxErr: ctx.Err(),
+	return &unavailableError{causes: cc.withDiscovered(c.endpoints), ctxErr: ctx.Err(),
 		why: fmt.Sprintf("gave up after %v", time.Since(cc.start).Round(100*time.Millisecond))}
 }
 
@@ -189,11 +189,11 @@ type timedError struct {
 
 // withDiscovered adds, for the endpoints the call did not try itself, why they failed a leader discovery
 // during the call (a call goes only where discovery points, so it may never try a node that is down).
-func (cc *callCauses) withDiscovered(c *Client) *callCauses {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, ep := range c.cfg.Endpoints {
-		if f, ok := c.discoveryFailures[ep]; ok && cc.last[ep] == nil && !f.at.Before(cc.start) {
+func (cc *callCauses) withDiscovered(e *endpoints) *callCauses {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ep := range e.cfg.Endpoints {
+		if f, ok := e.discoveryFailures[ep]; ok && cc.last[ep] == nil && !f.at.Before(cc.start) {
 			cc.order = append(cc.order, ep)
 			cc.last[ep] = f.err
 		}

@@ -23,7 +23,7 @@ type NodeStatus = leasepb.StatusResponse
 
 // Status asks one endpoint about itself (it needs no leader).
 func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, error) {
-	conn, err := c.conn(endpoint)
+	conn, err := c.endpoints.conn(endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*NodeStatus, erro
 		defer cancel()
 	}
 	// Connect first, so that a node that cannot be reached says why (refused, name resolution, TLS).
-	if err := c.ready(ctx, conn); err != nil {
+	if err := c.endpoints.ready(ctx, conn); err != nil {
 		if errors.Is(err, ErrUnauthenticated) {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func memberCall[R membersAnswer](ctx context.Context, c *Client, rpc func(contex
 	if err != nil {
 		return nil, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return membersOf(resp.GetMembers()), nil
 }
 
@@ -199,4 +199,35 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (SnapshotInfo, error
 			return info, fromStatus(err)
 		}
 	}
+}
+
+// The cluster's ACL (docs/security.md, "Identities and ACLs"): rules in the replicated state, read and
+// replaced by identities with admin on the whole cluster. api/acl parses and writes the YAML form.
+
+// ACL returns the cluster's rules and whether any were ever set (a cluster founded without
+// --initial-acl-file has none, and with client certificates required refuses every call).
+func (c *Client) ACL(ctx context.Context) ([]*leasepb.AclRule, bool, error) {
+	resp, err := clusterCall(ctx, c, func(ctx context.Context, cl leasepb.ClusterClient) (*leasepb.AclGetResponse, error) {
+		return cl.AclGet(ctx, &leasepb.AclGetRequest{})
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	c.endpoints.follow(resp.GetHeader())
+	return resp.GetRules(), resp.GetSet(), nil
+}
+
+// SetACL replaces every rule through the log and returns the index of the entry that set them; each node
+// enforces them from when it applies that entry. Replacing rules is idempotent, so the call is retried
+// like the lease writes. The server refuses (ErrInvalid) rules that break the limits, or that take admin
+// on the whole cluster from the identity setting them.
+func (c *Client) SetACL(ctx context.Context, rules []*leasepb.AclRule) (uint64, error) {
+	resp, err := clusterCall(ctx, c, func(ctx context.Context, cl leasepb.ClusterClient) (*leasepb.AclSetResponse, error) {
+		return cl.AclSet(ctx, &leasepb.AclSetRequest{Rules: rules})
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.endpoints.follow(resp.GetHeader())
+	return resp.GetIndex(), nil
 }

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -18,6 +20,23 @@ import (
 // Release. value identifies the leader to observers.
 func (c *Client) Campaign(ctx context.Context, resource string, value []byte, opts ...AcquireOption) (*Lease, error) {
 	return c.Acquire(ctx, resource, append([]AcquireOption{WithValue(value)}, append(opts, WithWait())...)...)
+}
+
+// NewElector returns a candidate for the election cfg names.
+func (c *Client) NewElector(cfg ElectorConfig) (*Elector, error) {
+	if cfg.Resource == "" {
+		return nil, fmt.Errorf("%w: elector needs a resource", ErrInvalid)
+	}
+	if cfg.Callbacks.OnStartedLeading == nil {
+		return nil, fmt.Errorf("%w: elector needs an OnStartedLeading callback", ErrInvalid)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.RetryPeriod == 0 {
+		cfg.RetryPeriod = time.Second
+	}
+	return &Elector{c: c, cfg: cfg}, nil
 }
 
 // LeaderInfo is who leads an election.
@@ -41,7 +60,7 @@ func (c *Client) Leader(ctx context.Context, resource string) (LeaderInfo, error
 // value after a Proclaim (same Token), or a zero LeaderInfo while there is none. It returns when ctx ends or fn returns an error.
 func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInfo) error) error {
 	// Read the current state and the index it reflects together, then watch from the next index.
-	from, err := c.observeStart(ctx, resource, fn)
+	from, err := observeStart(ctx, c, resource, fn)
 	if err != nil {
 		return err
 	}
@@ -60,19 +79,19 @@ func (c *Client) Observe(ctx context.Context, resource string, fn func(LeaderInf
 // too finds nothing, every grant before the List's index has been released by then, so watching from the
 // index after it loses no leader that is still in office. (A leader elected and gone within the first
 // read's own handling is not reported.)
-func (c *Client) observeStart(ctx context.Context, resource string, fn func(LeaderInfo) error) (uint64, error) {
-	info, idx, err := c.getAt(ctx, resource)
+func observeStart(ctx context.Context, c *Client, resource string, fn func(LeaderInfo) error) (uint64, error) {
+	info, idx, err := getAt(ctx, c, resource)
 	if err == nil {
 		return idx + 1, fn(leaderOf(info))
 	}
 	if !errors.Is(err, ErrNotFound) {
 		return 0, err
 	}
-	applied, err := c.appliedIndex(ctx, resource)
+	applied, err := appliedIndex(ctx, c, resource)
 	if err != nil {
 		return 0, err
 	}
-	info, idx, err = c.getAt(ctx, resource)
+	info, idx, err = getAt(ctx, c, resource)
 	switch {
 	case err == nil:
 		return idx + 1, fn(leaderOf(info))
@@ -88,13 +107,13 @@ func leaderOf(info Info) LeaderInfo {
 
 // getAt reads the lease on resource (linearizably) with the applied index of the state the answer was
 // read from.
-func (c *Client) getAt(ctx context.Context, resource string) (Info, uint64, error) {
+func getAt(ctx context.Context, c *Client, resource string) (Info, uint64, error) {
 	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.GetResponse, error) {
 		return leasepb.NewLeasesClient(conn).Get(ctx, &leasepb.GetRequest{Resource: resource})
 	})
 	if err != nil {
 		return Info{}, 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), resp.GetHeader().GetAppliedIndex(), nil
 }

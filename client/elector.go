@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -54,23 +53,6 @@ type Elector struct {
 
 	mu      sync.Mutex
 	leading *Lease // the current term's lease while leading
-}
-
-// NewElector returns a candidate for the election cfg names.
-func (c *Client) NewElector(cfg ElectorConfig) (*Elector, error) {
-	if cfg.Resource == "" {
-		return nil, fmt.Errorf("%w: elector needs a resource", ErrInvalid)
-	}
-	if cfg.Callbacks.OnStartedLeading == nil {
-		return nil, fmt.Errorf("%w: elector needs an OnStartedLeading callback", ErrInvalid)
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 10 * time.Second
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = time.Second
-	}
-	return &Elector{c: c, cfg: cfg}, nil
 }
 
 // Run campaigns until ctx ends: it waits (FIFO among candidates) for the lease, leads until the lease

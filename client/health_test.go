@@ -13,45 +13,45 @@ func TestUnresponsiveEndpointsAreSkippedWithBackoffAndRetriedLater(t *testing.T)
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.leader = "a:1"
+	c.endpoints.leader = "a:1"
 	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second} {
 		before := time.Now()
-		c.unresponsive("a:1")
-		h := c.health["a:1"]
+		c.endpoints.unresponsive("a:1")
+		h := c.endpoints.health["a:1"]
 		if got := h.until.Sub(before); got < want || got > want+time.Second {
 			t.Fatalf("failure %d: skipped for %v, want %v", i+1, got, want)
 		}
 	}
-	if c.leader != "" {
-		t.Fatalf("an unresponsive preferred node stays preferred: %q", c.leader)
+	if c.endpoints.leader != "" {
+		t.Fatalf("an unresponsive preferred node stays preferred: %q", c.endpoints.leader)
 	}
 	now := time.Now()
-	c.mu.Lock()
+	c.endpoints.mu.Lock()
 	for range 6 {
-		if ep := c.nextLocked(now); ep == "a:1" {
+		if ep := c.endpoints.nextLocked(now); ep == "a:1" {
 			t.Fatal("round robin picked the unresponsive endpoint")
 		}
 	}
 	// Once its backoff ends it is tried again.
-	h := c.health["a:1"]
+	h := c.endpoints.health["a:1"]
 	h.until = now.Add(-time.Millisecond)
-	c.health["a:1"] = h
-	if c.unresponsiveLocked("a:1", now) {
+	c.endpoints.health["a:1"] = h
+	if c.endpoints.unresponsiveLocked("a:1", now) {
 		t.Fatal("still skipped after its backoff ended")
 	}
-	c.mu.Unlock()
-	c.unresponsive("b:1")
-	c.responsive("b:1")
-	if _, ok := c.health["b:1"]; ok {
+	c.endpoints.mu.Unlock()
+	c.endpoints.unresponsive("b:1")
+	c.endpoints.responsive("b:1")
+	if _, ok := c.endpoints.health["b:1"]; ok {
 		t.Fatal("an answer did not clear the endpoint's failures")
 	}
 	// When every endpoint is unresponsive, one is tried anyway.
 	for _, ep := range c.cfg.Endpoints {
-		c.unresponsive(ep)
+		c.endpoints.unresponsive(ep)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ep := c.nextLocked(time.Now()); ep == "" {
+	c.endpoints.mu.Lock()
+	defer c.endpoints.mu.Unlock()
+	if ep := c.endpoints.nextLocked(time.Now()); ep == "" {
 		t.Fatal("no endpoint to try")
 	}
 }

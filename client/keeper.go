@@ -177,23 +177,23 @@ func (k *keeper) session() bool {
 			cancel()
 		}
 	}()
-	addr := k.c.target(ctx)
-	conn, err := k.c.conn(addr)
+	addr := k.c.endpoints.target(ctx)
+	conn, err := k.c.endpoints.conn(addr)
 	if err != nil {
 		return false
 	}
 	cctx, ccancel := context.WithTimeout(ctx, max(k.watchdog(), 500*time.Millisecond))
-	err = k.c.ready(cctx, conn)
+	err = k.c.endpoints.ready(cctx, conn)
 	ccancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			k.c.unresponsive(addr)
+			k.c.endpoints.unresponsive(addr)
 		}
 		return false
 	}
 	stream, err := leasepb.NewLeasesClient(conn).KeepAlive(ctx)
 	if err != nil {
-		k.c.moveOn(addr, leaderHint(err))
+		k.c.endpoints.moveOn(addr, leaderHint(err))
 		return false
 	}
 	var answered atomic.Uint64 // the newest seq answered on this stream
@@ -220,14 +220,14 @@ func (k *keeper) session() bool {
 		if err != nil {
 			if stuck.Load() {
 				k.c.log.Debug("keepalive send stuck; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
-				k.c.unresponsive(addr)
+				k.c.endpoints.unresponsive(addr)
 			}
 			cancel()
 			<-recvErr
 			return healthy
 		}
 		if stuck.Load() { // the guard fired just as the send completed
-			k.c.unresponsive(addr)
+			k.c.endpoints.unresponsive(addr)
 			<-recvErr
 			return healthy
 		}
@@ -246,7 +246,7 @@ func (k *keeper) session() bool {
 				return healthy
 			case err := <-recvErr:
 				timer.Stop()
-				k.c.moveOn(addr, leaderHint(err))
+				k.c.endpoints.moveOn(addr, leaderHint(err))
 				return healthy
 			case <-notify:
 				got := answered.Load()
@@ -256,7 +256,7 @@ func (k *keeper) session() bool {
 				}
 				if len(rounds) < n {
 					healthy = true
-					k.c.responsive(addr)
+					k.c.endpoints.responsive(addr)
 					watchdog.Stop()
 					if len(rounds) > 0 {
 						watchdog.Reset(max(time.Until(rounds[0].at.Add(k.watchdog())), 0))
@@ -265,7 +265,7 @@ func (k *keeper) session() bool {
 			case <-watchdog.C:
 				timer.Stop()
 				k.c.log.Debug("keepalive unanswered; renewing elsewhere", "endpoint", addr, "waited", k.watchdog())
-				k.c.unresponsive(addr)
+				k.c.endpoints.unresponsive(addr)
 				drained = true
 				k.drain(rounds[len(rounds)-1].at.Add(3*k.interval()), cancel, recvErr)
 				// No backoff before the next session: this one already waited out the watchdog, and a slow
@@ -309,7 +309,7 @@ func (k *keeper) receive(stream leasepb.Leases_KeepAliveClient, answered *atomic
 		if err != nil {
 			return err
 		}
-		k.c.follow(resp.GetHeader())
+		k.c.endpoints.follow(resp.GetHeader())
 		k.handle(resp)
 		if seq := resp.GetSeq(); seq > answered.Load() {
 			answered.Store(seq)

@@ -132,7 +132,7 @@ func TestRenewedLeaseEndsOnAClockOfItsOwn(t *testing.T) {
 	}
 	defer c.Close()
 	now := c.clock.Now()
-	l, err := c.hold(&leasepb.Lease{Resource: "r", Token: 1, TtlMs: 1000}, now.Add(500*time.Millisecond), 0)
+	l, err := hold(c, &leasepb.Lease{Resource: "r", Token: 1, TtlMs: 1000}, now.Add(500*time.Millisecond), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

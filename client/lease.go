@@ -127,12 +127,12 @@ func (l *Lease) Fenced(ctx context.Context, fn func(ctx context.Context, token u
 func (l *Lease) Release(ctx context.Context) error {
 	l.c.keeper.remove(l)
 	l.end(ErrReleased)
-	return l.c.release(ctx, l.resource, l.token)
+	return l.c.Release(ctx, l.resource, l.token)
 }
 
 // extend moves the validity window after a renewal sent at sentAt was acknowledged with ttl.
 func (l *Lease) extend(sentAt time.Time, ttl time.Duration) {
-	until := l.c.validUntil(sentAt, ttl)
+	until := l.c.cfg.validUntil(sentAt, ttl)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil || !until.After(l.validUntil) {
@@ -195,8 +195,8 @@ func (l *Lease) end(why error) {
 }
 
 // validUntil is the conservative end of a validity window that started when a request was sent.
-func (c *Client) validUntil(sentAt time.Time, ttl time.Duration) time.Time {
-	margin := time.Duration(float64(ttl)*c.cfg.ClockDrift) + c.cfg.MinDriftMargin
+func (cfg *Config) validUntil(sentAt time.Time, ttl time.Duration) time.Time {
+	margin := time.Duration(float64(ttl)*cfg.ClockDrift) + cfg.MinDriftMargin
 	return sentAt.Add(ttl - margin)
 }
 
@@ -242,46 +242,25 @@ func WithLockDelay(d time.Duration) AcquireOption { return func(o *acquireOption
 // WithSafetyMargin is the least remaining validity Fenced requires before starting (default TTL/10).
 func WithSafetyMargin(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.margin = d } }
 
-// Acquire takes a lease on resource and keeps it alive until Release, loss, or Close. If the resource is
-// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given. If no answer said
-// whether the grant happened, the error wraps ErrOutcomeUnknown and OutcomeRequestID gives the call's
-// request id.
-func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
-	o := acquireOptions{ttl: 10 * time.Second, holder: c.cfg.Holder}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.requestID == "" {
-		o.requestID = newRequestID()
-	}
-	in := &intent{} // numbers every attempt of this call, waiting or not
-	if o.margin == 0 {
-		o.margin = o.ttl / 10
-	}
-	req := &leasepb.AcquireRequest{
-		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
-		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
-	}
-	var l *Lease
-	var err error
-	if o.wait {
-		l, err = c.acquireWaiting(ctx, req, in, o.margin)
-	} else {
-		l, err = c.acquireNow(ctx, req, in, o.margin)
-	}
-	return l, withAcquireOutcome(err, o.requestID)
+// acquisition is one Acquire call in progress: its request, the numbering of its attempts (waiting or
+// not), and the safety margin of the lease it makes.
+type acquisition struct {
+	c      *Client
+	req    *leasepb.AcquireRequest
+	in     *intent
+	margin time.Duration
 }
 
-// acquireNow is Acquire without WithWait: one request, retried as call retries.
-func (c *Client) acquireNow(ctx context.Context, req *leasepb.AcquireRequest, in *intent, margin time.Duration) (*Lease, error) {
-	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
+// now is Acquire without WithWait: one request, retried as call retries.
+func (a *acquisition) now(ctx context.Context) (*Lease, error) {
+	resp, sentAt, err := a.once(ctx, a.req, callOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return c.granted(ctx, resp, sentAt, margin)
+	return a.granted(ctx, resp, sentAt)
 }
 
-// acquireWaiting is Acquire WithWait (the attempts share the request id, so they are one intent).
+// waiting is Acquire WithWait (the attempts share the request id, so they are one intent).
 //
 // With a deadline on ctx at least oneRequestWait away it sends one waiting request, whose wait ends a
 // little before the deadline (AcquireRequest.wait_ms, set per attempt by intent.send): the cluster then
@@ -291,12 +270,12 @@ func (c *Client) acquireNow(ctx context.Context, req *leasepb.AcquireRequest, in
 // waiting (a free resource is granted at once, a held one is answered with its holder) and only then
 // queues; ctx ending while queued returns that held answer. A timeout or ErrUnavailable comes back only
 // when the cluster never answered.
-func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest, in *intent, margin time.Duration) (*Lease, error) {
-	waiting := proto.CloneOf(req)
+func (a *acquisition) waiting(ctx context.Context) (*Lease, error) {
+	waiting := proto.CloneOf(a.req)
 	waiting.Wait = true
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) >= oneRequestWait {
-		in.waitEnds = deadline
-		resp, sentAt, err := c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
+		a.in.waitEnds = deadline
+		resp, sentAt, err := a.once(ctx, waiting, callOptions{unbounded: true})
 		var held *HeldError
 		if errors.As(err, &held) {
 			return nil, &waitEndedError{held: held, cause: context.DeadlineExceeded}
@@ -304,7 +283,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		if err != nil {
 			return nil, err
 		}
-		return c.granted(ctx, resp, sentAt, margin)
+		return a.granted(ctx, resp, sentAt)
 	}
 	// A blocking acquire may wait as long as the caller allows; each attempt is not time-boxed.
 	if _, ok := ctx.Deadline(); !ok {
@@ -312,15 +291,15 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 		ctx, cancel = context.WithTimeout(ctx, 365*24*time.Hour)
 		defer cancel()
 	}
-	resp, sentAt, err := c.acquireOnce(ctx, req, in, callOptions{})
+	resp, sentAt, err := a.once(ctx, a.req, callOptions{})
 	if err == nil {
-		return c.granted(ctx, resp, sentAt, margin)
+		return a.granted(ctx, resp, sentAt)
 	}
 	var held *HeldError
 	if !errors.As(err, &held) {
 		return nil, err
 	}
-	resp, sentAt, err = c.acquireOnce(ctx, waiting, in, callOptions{unbounded: true})
+	resp, sentAt, err = a.once(ctx, waiting, callOptions{unbounded: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &waitEndedError{held: held, cause: context.Cause(ctx)}
@@ -330,7 +309,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req *leasepb.AcquireRequest
 	// The grant happened when the resource freed, at a moment this client cannot know but after the
 	// waiting attempt was sent: trusting it from that send time is safe, as for any fresh grant, and
 	// granted renews it first if the wait used up too much of that window.
-	return c.granted(ctx, resp, sentAt, margin)
+	return a.granted(ctx, resp, sentAt)
 }
 
 // oneRequestWait is the shortest wait a waiting Acquire sends as one request: its wait ends a tenth of
@@ -345,54 +324,54 @@ const oneRequestWait = time.Second
 // validity is sentAt + remaining_ms (the leader's count when it answered, after sentAt) less the drift
 // margin. If either leaves less than a renewal interval (TTL/3), as after a long wait, the lease is
 // renewed before Acquire returns.
-func (c *Client) granted(ctx context.Context, resp *leasepb.AcquireResponse, sentAt time.Time, margin time.Duration) (*Lease, error) {
+func (a *acquisition) granted(ctx context.Context, resp *leasepb.AcquireResponse, sentAt time.Time) (*Lease, error) {
 	pl := resp.GetLease()
 	ttl := ttlOf(pl)
-	until := c.validUntil(sentAt, ttl)
+	until := a.c.cfg.validUntil(sentAt, ttl)
 	if resp.GetReplayed() {
 		remaining := time.Duration(pl.GetRemainingMs()) * time.Millisecond
 		until = until.Add(min(remaining, ttl) - ttl)
 	}
-	if until.Sub(c.clock.Now()) < ttl/3 {
-		renewedAt, err := c.renewNow(ctx, pl)
+	if until.Sub(a.c.clock.Now()) < ttl/3 {
+		renewedAt, err := a.renewNow(ctx, pl)
 		if err != nil {
 			return nil, fmt.Errorf("renew the grant (token %d): %w", pl.GetToken(), err)
 		}
-		until = c.validUntil(renewedAt, ttl)
+		until = a.c.cfg.validUntil(renewedAt, ttl)
 	}
-	return c.hold(pl, until, margin)
+	return hold(a.c, pl, until, a.margin)
 }
 
 func ttlOf(pl *leasepb.Lease) time.Duration { return time.Duration(pl.GetTtlMs()) * time.Millisecond }
 
-// acquireOnce sends one Acquire request (retried as call retries) and follows the leader it names. It
+// once sends one Acquire request (retried as call retries) and follows the leader it names. It
 // returns when the attempt that got the answer was sent: a grant that is not a replay was made by that
 // attempt's entry, so it is no older than that (connecting, discovery and earlier attempts do not count).
 // If no attempt learned whether the grant happened, the error wraps ErrOutcomeUnknown: a grant may exist,
 // which an Acquire with the same request id returns (Acquire names it: OutcomeRequestID), or which
 // expires after its TTL.
-func (c *Client) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, in *intent, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
+func (a *acquisition) once(ctx context.Context, req *leasepb.AcquireRequest, o callOptions) (*leasepb.AcquireResponse, time.Time, error) {
 	var sentAt time.Time
 	o.sent = &sentAt
-	resp, err := callWrite(ctx, c, "acquire", o, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
-		return in.sendAttempt(ctx, c.writer(conn), req, opts...)
+	resp, err := callWrite(ctx, a.c, "acquire", o, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.AcquireResponse, error) {
+		return a.in.sendAttempt(ctx, a.c.endpoints.writer(conn), req, opts...)
 	}, nil)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	c.follow(resp.GetHeader())
+	a.c.endpoints.follow(resp.GetHeader())
 	return resp, sentAt, nil
 }
 
 // renewNow renews a lease synchronously and returns when the renewal was sent.
-func (c *Client) renewNow(ctx context.Context, pl *leasepb.Lease) (time.Time, error) {
-	sentAt := c.clock.Now()
-	_, err := c.Renew(ctx, pl.GetResource(), pl.GetToken())
+func (a *acquisition) renewNow(ctx context.Context, pl *leasepb.Lease) (time.Time, error) {
+	sentAt := a.c.clock.Now()
+	_, err := a.c.Renew(ctx, pl.GetResource(), pl.GetToken())
 	return sentAt, err
 }
 
 // hold starts keeping a granted lease alive, trusting it until validUntil.
-func (c *Client) hold(pl *leasepb.Lease, validUntil time.Time, margin time.Duration) (*Lease, error) {
+func hold(c *Client, pl *leasepb.Lease, validUntil time.Time, margin time.Duration) (*Lease, error) {
 	l := &Lease{
 		c: c, resource: pl.GetResource(), holder: pl.GetHolder(), token: pl.GetToken(),
 		ttl: time.Duration(pl.GetTtlMs()) * time.Millisecond, value: pl.GetValue(), margin: margin,

@@ -43,6 +43,36 @@ func infoOf(l *leasepb.Lease) Info {
 	}
 }
 
+// Acquire takes a lease on resource and keeps it alive until Release, loss, or Close. If the resource is
+// held it returns an error wrapping ErrHeld (a *HeldError), unless WithWait is given. If no answer said
+// whether the grant happened, the error wraps ErrOutcomeUnknown and OutcomeRequestID gives the call's
+// request id.
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
+	o := acquireOptions{ttl: 10 * time.Second, holder: c.cfg.Holder}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = newRequestID()
+	}
+	if o.margin == 0 {
+		o.margin = o.ttl / 10
+	}
+	req := &leasepb.AcquireRequest{
+		Resource: resource, Holder: o.holder, TtlMs: o.ttl.Milliseconds(), Value: o.value,
+		RequestId: o.requestID, LockDelayMs: o.lockDelay.Milliseconds(), Limit: uint32(max(o.limit, 0)),
+	}
+	a := &acquisition{c: c, req: req, in: &intent{}, margin: o.margin}
+	var l *Lease
+	var err error
+	if o.wait {
+		l, err = a.waiting(ctx)
+	} else {
+		l, err = a.now(ctx)
+	}
+	return l, withAcquireOutcome(err, o.requestID)
+}
+
 // Proclaim replaces the value of the lease (resource, token), keeping its token and TTL (see
 // Lease.Proclaim). It returns the lease with its new value; an error wrapping ErrNotFound means the token
 // is no longer current.
@@ -53,7 +83,7 @@ func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, va
 	if err != nil {
 		return Info{}, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), nil
 }
 
@@ -63,12 +93,12 @@ func (c *Client) Proclaim(ctx context.Context, resource string, token uint64, va
 // error wraps ErrOutcomeUnknown.
 func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time.Duration, error) {
 	resp, err := callWrite(ctx, c, "renew", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.RenewResponse, error) {
-		return c.writer(conn).renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
+		return c.endpoints.writer(conn).renew(ctx, &leasepb.RenewRequest{Resource: resource, Token: token}, opts...)
 	}, nil)
 	if err != nil {
 		return 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return time.Duration(resp.GetTtlMs()) * time.Millisecond, nil
 }
 
@@ -78,15 +108,11 @@ func (c *Client) Renew(ctx context.Context, resource string, token uint64) (time
 // attempt that may have reached the leader went unanswered, and no later one learned what happened),
 // the error wraps ErrOutcomeUnknown.
 func (c *Client) Release(ctx context.Context, resource string, token uint64) error {
-	return c.release(ctx, resource, token)
-}
-
-func (c *Client) release(ctx context.Context, resource string, token uint64) error {
 	resp, err := callWrite(ctx, c, "release", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (*leasepb.ReleaseResponse, error) {
-		return c.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
+		return c.endpoints.writer(conn).release(ctx, &leasepb.ReleaseRequest{Resource: resource, Token: token}, opts...)
 	}, releaseNotFoundIsDefinite)
 	if err == nil {
-		c.follow(resp.GetHeader())
+		c.endpoints.follow(resp.GetHeader())
 	}
 	return err
 }
@@ -195,7 +221,7 @@ func (c *Client) Slots(ctx context.Context, resource string, opts ...ReadOption)
 	if err != nil {
 		return nil, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	if len(resp.GetSlots()) == 0 {
 		return []Info{infoOf(resp.GetLease())}, nil
 	}
@@ -216,7 +242,7 @@ func (c *Client) Get(ctx context.Context, resource string, opts ...ReadOption) (
 	if err != nil {
 		return Info{}, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return infoOf(resp.GetLease()), nil
 }
 
@@ -239,7 +265,7 @@ func (c *Client) List(ctx context.Context, lo ListOptions, opts ...ReadOption) (
 	if err != nil {
 		return nil, "", err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	out := make([]Info, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
 		out[i] = infoOf(l)
@@ -307,15 +333,15 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 	if next == 0 {
 		// "From now" is pinned to an index before the first stream opens, so that a stream that breaks
 		// before delivering anything resumes from there rather than from a later "now".
-		applied, err := c.appliedIndex(ctx, wo.Resource+wo.Prefix)
+		applied, err := appliedIndex(ctx, c, wo.Resource+wo.Prefix)
 		if err != nil {
 			return err
 		}
 		next = applied + 1
 	}
 	for attempt := 0; ; attempt++ {
-		addr := c.target(ctx)
-		got, err := c.watchOnce(ctx, addr, wo, next, fn)
+		addr := c.endpoints.target(ctx)
+		got, err := watchOnce(ctx, c, addr, wo, next, fn)
 		if got > 0 {
 			next, attempt = got+1, 0
 		}
@@ -333,9 +359,9 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 			return fromStatus(err)
 		}
 		if errors.Is(err, errNotConnected) {
-			c.unresponsive(addr)
+			c.endpoints.unresponsive(addr)
 		} else {
-			c.moveOn(addr, leaderHint(err))
+			c.endpoints.moveOn(addr, leaderHint(err))
 		}
 		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
 			return err
@@ -344,14 +370,14 @@ func (c *Client) Watch(ctx context.Context, wo WatchOptions, fn func(Event) erro
 }
 
 // appliedIndex is the applied index of a linearizable read: every event after it is "after now".
-func (c *Client) appliedIndex(ctx context.Context, prefix string) (uint64, error) {
+func appliedIndex(ctx context.Context, c *Client, prefix string) (uint64, error) {
 	resp, err := call(ctx, c, func(ctx context.Context, conn *grpc.ClientConn) (*leasepb.ListResponse, error) {
 		return leasepb.NewLeasesClient(conn).List(ctx, &leasepb.ListRequest{Prefix: prefix, Limit: 1})
 	})
 	if err != nil {
 		return 0, err
 	}
-	c.follow(resp.GetHeader())
+	c.endpoints.follow(resp.GetHeader())
 	return resp.GetHeader().GetAppliedIndex(), nil
 }
 
@@ -360,13 +386,13 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // watchOnce runs one Watch stream; it returns the index of the last event delivered.
-func (c *Client) watchOnce(ctx context.Context, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
-	conn, err := c.conn(addr)
+func watchOnce(ctx context.Context, c *Client, addr string, wo WatchOptions, from uint64, fn func(Event) error) (uint64, error) {
+	conn, err := c.endpoints.conn(addr)
 	if err != nil {
 		return 0, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
-	err = c.ready(cctx, conn)
+	cctx, cancel := context.WithTimeout(ctx, c.endpoints.attemptTimeout())
+	err = c.endpoints.ready(cctx, conn)
 	cancel()
 	if err != nil {
 		return 0, err
