@@ -88,7 +88,7 @@ func (s *leasesService) batchWrite(ctx context.Context, received time.Time, w *l
 	case *leasepb.BatchWrite_Release:
 		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: op.Release}}
 	}
-	resp, err := s.n.write(ctx, fwd)
+	resp, err := s.n.ops.write(ctx, fwd)
 	if err != nil {
 		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Error{Error: status.Convert(err).Proto()}}
 	}

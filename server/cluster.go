@@ -20,7 +20,7 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 	n := s.n
 	self := n.member(n.id)
 	return &leasepb.StatusResponse{
-		Header:        n.header(),
+		Header:        n.ops.header(),
 		Id:            n.id,
 		Name:          n.cfg.Name,
 		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
@@ -63,10 +63,10 @@ func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberList
 	n := s.n
 	if !req.GetSerializable() {
 		if err := n.linearizable(ctx); err != nil {
-			return nil, n.status(err)
+			return nil, n.ops.status(err)
 		}
 	}
-	return &leasepb.MemberListResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberListResponse{Header: n.ops.header(), Members: n.memberTable()}, nil
 }
 
 // MemberAdd adds a learner; the leader promotes it once it has caught up (promote.go).
@@ -74,23 +74,23 @@ func (s *clusterService) MemberAdd(ctx context.Context, req *leasepb.MemberAddRe
 	n := s.n
 	m, err := n.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
 	if err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberAddResponse{Header: n.header(), Member: m, Members: n.memberTable()}, nil
+	return &leasepb.MemberAddResponse{Header: n.ops.header(), Member: m, Members: n.memberTable()}, nil
 }
 
 func (s *clusterService) MemberPromote(ctx context.Context, req *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
 	n := s.n
 	if err := n.promoteMember(ctx, req.GetId()); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberPromoteResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberPromoteResponse{Header: n.ops.header(), Members: n.memberTable()}, nil
 }
 
 func (s *clusterService) MemberRemove(ctx context.Context, req *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
 	n := s.n
 	if err := n.removeMember(ctx, req.GetId()); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberRemoveResponse{Header: n.header(), Members: n.memberTable()}, nil
+	return &leasepb.MemberRemoveResponse{Header: n.ops.header(), Members: n.memberTable()}, nil
 }

@@ -30,10 +30,10 @@ import (
 // serveJoin answers a member asking about itself.
 func (n *node) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if err := validName("name", req.GetName(), maxMemberName); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
 	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
-		return nil, n.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
+		return nil, n.ops.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
 	switch {
 	case req.GetProbe():
@@ -65,7 +65,7 @@ func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bo
 	case req.GetRejoin() && (m != nil || removed):
 		return n.serveRejoin(ctx, req, m)
 	case m == nil:
-		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
+		return nil, n.ops.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
 			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID), req.GetName()))
 	}
 	started := n.memberStarted(m)
@@ -76,7 +76,7 @@ func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bo
 			}
 		}
 		if err := n.updateClientAddr(ctx, m, a); err != nil {
-			return nil, n.status(err)
+			return nil, n.ops.status(err)
 		}
 		m = n.member(m.GetId())
 	}
@@ -87,11 +87,11 @@ func (n *node) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bo
 func (n *node) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	leader := n.leader.Load()
 	if req.GetRelayed() || leader == raft.None {
-		return nil, n.status(n.notLeaderErr())
+		return nil, n.ops.status(n.notLeaderErr())
 	}
 	client, ok := n.transport.PeerClient(leader)
 	if !ok {
-		return nil, n.status(ErrNoLeader)
+		return nil, n.ops.status(ErrNoLeader)
 	}
 	// A relay cannot vouch for the asker's client address, so it relays the request without one (the member
 	// announces its address to the leader itself: announceLoop); a rejoin or a removal check goes on as asked.

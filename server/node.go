@@ -82,6 +82,8 @@ type node struct {
 	watch       *watch.Hub
 	metrics     *metrics
 	size        stateSize // live leases and state bytes, for --max-leases and --quota-bytes
+	// ops serves the client requests (leaseops.go).
+	ops *leaseOps
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64

@@ -63,32 +63,3 @@ func (n *node) confirmSelf(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error
 	return &wirepb.JoinResponse{ClusterId: n.clusterID,
 		Member: &leasepb.Member{Id: n.id, Name: n.cfg.Name, ClientAddr: n.clientAddr}}, nil
 }
-
-// forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
-// member its certificate names (and which the request says forwarded it); without, a member of the
-// table, and no client identity, since nothing vouches for the one it would carry.
-func (n *node) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest) error {
-	from := req.GetFrom()
-	if n.member(from) == nil {
-		return status.Errorf(codes.PermissionDenied, "forwarded write from %s, which is not a member of this cluster",
-			leasepb.FormatID(from))
-	}
-	if n.cfg.PeerTLS != nil {
-		if caller := transport.Caller(ctx); caller != from {
-			return status.Errorf(codes.PermissionDenied, "forwarded write says it is from member %s, but the caller's certificate names %s",
-				leasepb.FormatID(from), leasepb.FormatID(caller))
-		}
-		return nil
-	}
-	if req.GetIdentity() != "" {
-		return status.Errorf(codes.PermissionDenied, "a forwarded write carries a client identity (%q) over a plaintext peer port, "+
-			"where nothing vouches for it: client identities travel only between members with peer TLS", req.GetIdentity())
-	}
-	return nil
-}
-
-// forwardsIdentity reports whether this node may forward a write carrying identity to the leader: always
-// with peer TLS, and without only when there is no identity to carry.
-func (n *node) forwardsIdentity(identity string) bool {
-	return identity == "" || n.cfg.PeerTLS != nil
-}

@@ -78,24 +78,24 @@ func (n *node) memberStarted(m *leasepb.Member) bool {
 func (n *node) serveRejoin(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member) (*wirepb.JoinResponse, error) {
 	peerAddr := cmp.Or(req.GetPeerAddr(), m.GetPeerAddr())
 	if err := validMemberAddrs(req.GetName(), peerAddr, req.GetClientAddr()); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
 	if m != nil && !n.memberStarted(m) {
 		return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Members: n.memberTable()}, nil
 	}
 	if m != nil {
 		if err := n.checkRetire(ctx, m); err != nil {
-			return nil, n.status(err)
+			return nil, n.ops.status(err)
 		}
 		n.log.Warn("a member lost its data dir: retiring its raft id and adding it again under a new one",
 			"name", m.GetName(), "old_id", leasepb.FormatID(m.GetId()))
 		if err := n.removeMember(ctx, m.GetId()); err != nil && !errors.Is(err, ErrMemberNotFound) {
-			return nil, n.status(err)
+			return nil, n.ops.status(err)
 		}
 	}
 	added, err := n.addMember(ctx, req.GetName(), peerAddr, req.GetClientAddr())
 	if err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
 	n.log.Info("member added again as a learner", "name", added.GetName(), "id", leasepb.FormatID(added.GetId()))
 	return &wirepb.JoinResponse{ClusterId: n.clusterID, Member: n.member(added.GetId()), Members: n.memberTable()}, nil
@@ -147,7 +147,7 @@ func (n *node) answerProbe(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error
 	case empty:
 		return nil, status.Error(codes.Unavailable, "this node has no member table yet")
 	case m == nil && !removed:
-		return nil, n.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID)))
+		return nil, n.ops.status(fmt.Errorf("%w: no member named %q in cluster %s", ErrMemberNotFound, req.GetName(), leasepb.FormatID(n.clusterID)))
 	}
 	resp := &wirepb.JoinResponse{ClusterId: n.clusterID, Member: m, Removed: removed, Members: n.memberTable()}
 	resp.Started = m != nil && n.memberStarted(m)

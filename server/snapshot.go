@@ -60,7 +60,7 @@ func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.Server
 	defer s.snapshots.release()
 	data, index, err := s.n.consistentSnapshot(stream.Context())
 	if err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	return sendWatched(stream, data, index, snapshotStall)
 }

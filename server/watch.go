@@ -39,7 +39,7 @@ func (n *node) watchResponses(events []fsm.Event, limit int) []*leasepb.WatchRes
 		pe := e.Proto()
 		sz := protowire.SizeBytes(proto.Size(pe)) + 1 // the events field: tag, length, event
 		if cur == nil || size+sz > limit && len(cur.Events) > 0 {
-			cur, size = &leasepb.WatchResponse{Header: n.header()}, 0
+			cur, size = &leasepb.WatchResponse{Header: n.ops.header()}, 0
 			out = append(out, cur)
 		}
 		cur.Events = append(cur.Events, pe)

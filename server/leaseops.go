@@ -1,0 +1,81 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/waitq"
+)
+
+// leaseOps serves the client requests: the writes (forward.go: validated here, run here if this node
+// leads, else forwarded to the leader once) and the lease operations and reads (leases.go). It knows the
+// node only through leaseHost and the parts it is handed, so the Ready loop, the state machine and the
+// membership stay out of its way, and it out of theirs.
+type leaseOps struct {
+	leaseHost
+	cfg       *Config
+	clock     Clock
+	id        uint64
+	clusterID uint64
+	// leader, term and applied are the node's status as the Ready loop last stored it.
+	leader, term, applied *atomic.Uint64
+	// leaderSwitch wakes forwarded writes when the leader changes (forwardFollowing).
+	leaderSwitch *leaderSwitch
+	// done closes when the node stops serving.
+	done      <-chan struct{}
+	proposals *proposalWaiter
+	queue     *waitq.Queue
+	lessor    *lessor.Lessor
+	authz     *auth.Authorizer
+	metrics   *metrics
+	hooks     *testHooks
+	// peerClient is the peer connection to a member, for forwarding to the leader.
+	peerClient func(id uint64) (wirepb.RaftClient, bool)
+	// view takes a view of the state machine to encode outside its lock (consistentSnapshot).
+	view func() *fsm.View
+}
+
+// leaseHost is what leaseOps needs of the node: raft (proposals, leadership and linearizable reads), the
+// state machine (reads, the admission of grants) and the member table (leader hints, forwarders).
+type leaseHost interface {
+	isLeader() bool
+	notLeaderErr() error
+	stoppedErr() error
+	knownLeader() uint64
+	propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error)
+	confirmLeadership(ctx context.Context) error
+	linearizable(ctx context.Context) error
+	readFSM(fn func(sm *fsm.FSM))
+	admitGrant(resource, identity string) error
+	held(resource string) bool
+	member(id uint64) *leasepb.Member
+	clientAddrOf(id uint64) string
+
+	acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error)
+	renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error)
+	release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error)
+	keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error)
+	proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error)
+}
+
+// newLeaseOps wires n's request serving. The peer transport is looked up per call: it is made after the
+// node, and delivers forwarded writes to the leaseOps built here.
+func newLeaseOps(n *node) *leaseOps {
+	return &leaseOps{
+		leaseHost: n, cfg: &n.cfg, clock: n.clock, id: n.id, clusterID: n.clusterID,
+		leader: &n.leader, term: &n.term, applied: &n.applied, leaderSwitch: &n.leaderSwitch, done: n.done,
+		proposals: n.proposals, queue: n.queue, lessor: n.lessor, authz: n.authz, metrics: n.metrics, hooks: &n.hooks,
+		peerClient: func(id uint64) (wirepb.RaftClient, bool) { return n.transport.PeerClient(id) },
+		view: func() *fsm.View {
+			// View marks the state machine's copy-on-write epoch: the write lock, held a moment.
+			n.fsmMu.Lock()
+			defer n.fsmMu.Unlock()
+			return n.sm.View()
+		},
+	}
+}
