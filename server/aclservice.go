@@ -18,7 +18,7 @@ import (
 // AclGet answers the rules of the replicated state (linearizable unless serializable).
 func (s *clusterService) AclGet(ctx context.Context, req *leasepb.AclGetRequest) (*leasepb.AclGetResponse, error) {
 	resp := &leasepb.AclGetResponse{}
-	err := s.n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+	err := s.n.ops.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		rules, set := sm.ACL()
 		resp.Set = set
 		for _, r := range rules {

@@ -18,7 +18,7 @@ import (
 const MaxBatchWrites = 64
 
 // A batch is the writes of one Writes request (writes.go). Each runs as its own call would run
-// (node.write: validated, authorized, forwarded to the leader if need be, answered with its own response
+// (leaseOps.write: validated, authorized, forwarded to the leader if need be, answered with its own response
 // or status), all at once, answered in order. Nothing is shared between the writes but the request: the
 // point is to pay for one message instead of one gRPC call per write, on both sides, when a client has
 // several quick writes ready at the same moment.

@@ -32,15 +32,9 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
 		PeerAddr:      n.peerAddr,
-		LiveLeases:    uint64(n.liveLeases()),
+		LiveLeases:    uint64(n.ops.liveLeases()),
 		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
 	}, nil
-}
-
-func (n *node) liveLeases() int {
-	n.fsmMu.RLock()
-	defer n.fsmMu.RUnlock()
-	return n.sm.Len()
 }
 
 func roleOf(st raft.StateType, learner bool) leasepb.Role {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
@@ -55,12 +58,6 @@ type leaseHost interface {
 	held(resource string) bool
 	member(id uint64) *leasepb.Member
 	clientAddrOf(id uint64) string
-
-	acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error)
-	renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error)
-	release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error)
-	keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error)
-	proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error)
 }
 
 // newLeaseOps wires n's request serving. The peer transport is looked up per call: it is made after the
@@ -78,4 +75,33 @@ func newLeaseOps(n *node) *leaseOps {
 			return n.sm.View()
 		},
 	}
+}
+
+// liveLeases is how many leases the state machine holds.
+func (o *leaseOps) liveLeases() int {
+	live := 0
+	o.readFSM(func(sm *fsm.FSM) { live = sm.Len() })
+	return live
+}
+
+// watchResponses splits events into Watch messages of at most limit bytes of events each (docs/design.md,
+// "Watch"): one entry's events — an expiry batch of many leases with large values — may span several
+// messages. A single event larger than limit travels alone.
+func (o *leaseOps) watchResponses(events []fsm.Event, limit int) []*leasepb.WatchResponse {
+	var (
+		out  []*leasepb.WatchResponse
+		cur  *leasepb.WatchResponse
+		size int
+	)
+	for _, e := range events {
+		pe := e.Proto()
+		sz := protowire.SizeBytes(proto.Size(pe)) + 1 // the events field: tag, length, event
+		if cur == nil || size+sz > limit && len(cur.Events) > 0 {
+			cur, size = &leasepb.WatchResponse{Header: o.header()}, 0
+			out = append(out, cur)
+		}
+		cur.Events = append(cur.Events, pe)
+		size += sz
+	}
+	return out
 }

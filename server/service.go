@@ -15,7 +15,7 @@ import (
 	"github.com/leased/leased/server/internal/watch"
 )
 
-// leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
+// leasesService is the gRPC Leases service: a thin adapter over leaseOps. Writes go through its write
 // (forward.go), which validates them, runs them here or on the leader (one hop) and stamps the answer;
 // reads are validated here and served by any node (leases.go).
 type leasesService struct {
@@ -73,7 +73,7 @@ func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leas
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.get(ctx, req, id)
+	resp, err := s.n.ops.get(ctx, req, id)
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
@@ -91,7 +91,7 @@ func (s *leasesService) List(ctx context.Context, req *leasepb.ListRequest) (*le
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.list(ctx, req, id)
+	resp, err := s.n.ops.list(ctx, req, id)
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
@@ -107,7 +107,7 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.validateToken(ctx, req, id)
+	resp, err := s.n.ops.validateToken(ctx, req, id)
 	if err != nil {
 		return nil, s.n.ops.status(err)
 	}
@@ -167,7 +167,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			}
 			continue
 		}
-		for _, resp := range s.n.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
+		for _, resp := range s.n.ops.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
