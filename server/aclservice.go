@@ -18,7 +18,7 @@ import (
 // AclGet answers the rules of the replicated state (linearizable unless serializable).
 func (s *clusterService) AclGet(ctx context.Context, req *leasepb.AclGetRequest) (*leasepb.AclGetResponse, error) {
 	resp := &leasepb.AclGetResponse{}
-	err := s.n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+	err := s.n.ops.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		rules, set := sm.ACL()
 		resp.Set = set
 		for _, r := range rules {
@@ -27,9 +27,9 @@ func (s *clusterService) AclGet(ctx context.Context, req *leasepb.AclGetRequest)
 		}
 	})
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp.Header = s.n.header()
+	resp.Header = s.n.ops.header()
 	return resp, nil
 }
 
@@ -41,29 +41,29 @@ func (s *clusterService) AclSet(ctx context.Context, req *leasepb.AclSetRequest)
 	if err := acl.Validate(req.GetRules()); err != nil {
 		var ae *acl.Error
 		if errors.As(err, &ae) {
-			return nil, n.status(invalid(ae.Field, "%s", ae.Reason))
+			return nil, n.ops.status(invalid(ae.Field, "%s", ae.Reason))
 		}
-		return nil, n.status(invalid("rules", "%v", err))
+		return nil, n.ops.status(invalid("rules", "%v", err))
 	}
 	id, err := n.authz.Identity(ctx)
 	if err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
 	if id != "" && !acl.Allows(req.GetRules(), id, "", leasepb.Permission_PERMISSION_ADMIN) {
-		return nil, n.status(invalid("rules", "the new rules take admin on the whole cluster (prefix \"\") from %q, who sets them; "+
+		return nil, n.ops.status(invalid("rules", "the new rules take admin on the whole cluster (prefix \"\") from %q, who sets them; "+
 			"keep a rule that gives it admin, so that someone can still change the rules", id))
 	}
 	if !n.isLeader() {
-		return nil, n.status(n.notLeaderErr())
+		return nil, n.ops.status(n.notLeaderErr())
 	}
 	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: req.GetRules()}}})
 	if err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
 	if res.Code != fsm.OK {
-		return nil, n.status(invalid("rules", "the state machine refused them (%v)", res.Code))
+		return nil, n.ops.status(invalid("rules", "the state machine refused them (%v)", res.Code))
 	}
-	return &leasepb.AclSetResponse{Header: n.header(), Index: index}, nil
+	return &leasepb.AclSetResponse{Header: n.ops.header(), Index: index}, nil
 }
 
 // proposeInitialACL proposes Config.InitialACL when this node became leader and finds no rules ever set.

@@ -18,7 +18,7 @@ import (
 const MaxBatchWrites = 64
 
 // A batch is the writes of one Writes request (writes.go). Each runs as its own call would run
-// (node.write: validated, authorized, forwarded to the leader if need be, answered with its own response
+// (leaseOps.write: validated, authorized, forwarded to the leader if need be, answered with its own response
 // or status), all at once, answered in order. Nothing is shared between the writes but the request: the
 // point is to pay for one message instead of one gRPC call per write, on both sides, when a client has
 // several quick writes ready at the same moment.
@@ -88,7 +88,7 @@ func (s *leasesService) batchWrite(ctx context.Context, received time.Time, w *l
 	case *leasepb.BatchWrite_Release:
 		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: op.Release}}
 	}
-	resp, err := s.n.write(ctx, fwd)
+	resp, err := s.n.ops.write(ctx, fwd)
 	if err != nil {
 		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Error{Error: status.Convert(err).Proto()}}
 	}

@@ -6,7 +6,6 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/fsm"
 )
 
 // clusterService is the gRPC Cluster service: status, membership (membership.go) and snapshots
@@ -21,7 +20,7 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 	n := s.n
 	self := n.members.member(n.id)
 	return &leasepb.StatusResponse{
-		Header:        n.header(),
+		Header:        n.ops.header(),
 		Id:            n.id,
 		Name:          n.cfg.Name,
 		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
@@ -33,15 +32,9 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
 		PeerAddr:      n.peerAddr,
-		LiveLeases:    uint64(n.liveLeases()),
+		LiveLeases:    uint64(n.ops.liveLeases()),
 		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
 	}, nil
-}
-
-func (n *node) liveLeases() int {
-	var live int
-	n.state.Read(func(sm *fsm.FSM) { live = sm.Len() })
-	return live
 }
 
 func roleOf(st raft.StateType, learner bool) leasepb.Role {
@@ -64,10 +57,10 @@ func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberList
 	n := s.n
 	if !req.GetSerializable() {
 		if err := n.linearizable(ctx); err != nil {
-			return nil, n.status(err)
+			return nil, n.ops.status(err)
 		}
 	}
-	return &leasepb.MemberListResponse{Header: n.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberListResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
 }
 
 // MemberAdd adds a learner; the leader promotes it once it has caught up (promote.go).
@@ -75,23 +68,23 @@ func (s *clusterService) MemberAdd(ctx context.Context, req *leasepb.MemberAddRe
 	n := s.n
 	m, err := n.members.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
 	if err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberAddResponse{Header: n.header(), Member: m, Members: n.members.memberTable()}, nil
+	return &leasepb.MemberAddResponse{Header: n.ops.header(), Member: m, Members: n.members.memberTable()}, nil
 }
 
 func (s *clusterService) MemberPromote(ctx context.Context, req *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
 	n := s.n
 	if err := n.members.promoteMember(ctx, req.GetId()); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberPromoteResponse{Header: n.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberPromoteResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
 }
 
 func (s *clusterService) MemberRemove(ctx context.Context, req *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
 	n := s.n
 	if err := n.members.removeMember(ctx, req.GetId()); err != nil {
-		return nil, n.status(err)
+		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberRemoveResponse{Header: n.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberRemoveResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/transport"
 )
 
 // One path for every write (Acquire, Renew, Release, KeepAlive, Proclaim). A write travels as a ForwardRequest,
@@ -24,74 +25,74 @@ import (
 // write serves a client's write: here if this node leads, else on the leader (one hop).
 // The client's identity (internal/auth) is decided here, by the node the client reached, and travels with the
 // request to the leader.
-func (n *node) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	id, err := n.authz.Identity(ctx)
+func (o *leaseOps) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	id, err := o.authz.Identity(ctx)
 	if err != nil {
-		return nil, n.status(err)
+		return nil, o.status(err)
 	}
 	req.Identity = id
-	return n.serveWrite(ctx, req, true)
+	return o.serveWrite(ctx, req, true)
 }
 
 // serveForward serves a write a follower forwarded. It never forwards again: a node that is not the
 // leader answers Unavailable with its leader hint, and the follower's client retries.
-func (n *node) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	if err := n.forwardCaller(ctx, req); err != nil {
-		n.metrics.refused()
+func (o *leaseOps) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	if err := o.forwardCaller(ctx, req); err != nil {
+		o.metrics.refused()
 		return nil, err
 	}
-	return n.serveWrite(ctx, req, false)
+	return o.serveWrite(ctx, req, false)
 }
 
 // serveWrite validates req (with this node's limits: a leader never trusts a follower to have checked),
 // then runs it here if this node leads, or forwards it to the leader if mayForward. Errors come back as
 // gRPC statuses with the leader hint.
-func (n *node) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
-	if err := n.cfg.Limits.write(req); err != nil {
-		n.metrics.refused()
-		return nil, n.status(err)
+func (o *leaseOps) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
+	if err := o.cfg.Limits.write(req); err != nil {
+		o.metrics.refused()
+		return nil, o.status(err)
 	}
-	if n.cfg.ClientCertAuth && req.GetIdentity() == "" {
+	if o.cfg.ClientCertAuth && req.GetIdentity() == "" {
 		// Forwarded by a peer that does not require client certificates: a misconfigured member.
-		n.metrics.refused()
-		return nil, n.status(auth.Unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
+		o.metrics.refused()
+		return nil, o.status(auth.Unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
 	}
-	if !n.isLeader() {
-		if !mayForward || !n.forwardsIdentity(req.GetIdentity()) {
-			n.metrics.refused() // the client retries at the leader its hint names
-			return nil, n.status(n.notLeaderErr())
+	if !o.isLeader() {
+		if !mayForward || !o.forwardsIdentity(req.GetIdentity()) {
+			o.metrics.refused() // the client retries at the leader its hint names
+			return nil, o.status(o.notLeaderErr())
 		}
-		return n.forwardFollowing(ctx, req)
+		return o.forwardFollowing(ctx, req)
 	}
-	if err := n.authz.AuthorizeWrite(req); err != nil {
-		n.metrics.refused()
-		return nil, n.status(err)
+	if err := o.authz.AuthorizeWrite(req); err != nil {
+		o.metrics.refused()
+		return nil, o.status(err)
 	}
-	resp, err := n.runWrite(ctx, req)
+	resp, err := o.runWrite(ctx, req)
 	if err != nil {
-		return nil, n.status(err)
+		return nil, o.status(err)
 	}
-	setHeader(resp, n.header())
+	setHeader(resp, o.header())
 	return resp, nil
 }
 
 // runWrite runs a validated write on this node, the leader (leases.go).
-func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *leaseOps) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	switch r := req.GetRequest().(type) {
 	case *wirepb.ForwardRequest_Acquire:
-		a, err := n.acquire(ctx, r.Acquire, req.GetIdentity())
+		a, err := o.acquire(ctx, r.Acquire, req.GetIdentity())
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Acquire{Acquire: a}}, err
 	case *wirepb.ForwardRequest_Renew:
-		a, err := n.renew(ctx, r.Renew)
+		a, err := o.renew(ctx, r.Renew)
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Renew{Renew: a}}, err
 	case *wirepb.ForwardRequest_Release:
-		a, err := n.release(ctx, r.Release, req.GetIdentity())
+		a, err := o.release(ctx, r.Release, req.GetIdentity())
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Release{Release: a}}, err
 	case *wirepb.ForwardRequest_KeepAlive:
-		a, err := n.keepAlive(ctx, r.KeepAlive)
+		a, err := o.keepAlive(ctx, r.KeepAlive)
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_KeepAlive{KeepAlive: a}}, err
 	case *wirepb.ForwardRequest_Proclaim:
-		a, err := n.proclaim(ctx, r.Proclaim, req.GetIdentity())
+		a, err := o.proclaim(ctx, r.Proclaim, req.GetIdentity())
 		return &wirepb.ForwardResponse{Response: &wirepb.ForwardResponse_Proclaim{Proclaim: a}}, err
 	default:
 		return nil, invalid("request", "not a write this node knows") // Limits.write refused it already
@@ -104,20 +105,20 @@ func (n *node) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirep
 // served again, by this node if it now leads or by the new leader: renewing twice is harmless. Any other
 // write may have been run by the old leader, so its caller learns at once that the outcome is unknown,
 // with the new leader's hint, and retries there (its request id or token makes that safe).
-func (n *node) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *leaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	for switches := 0; ; switches++ {
-		resp, err := n.forward(ctx, req)
+		resp, err := o.forward(ctx, req)
 		if !errors.Is(err, errLeaderSwitched) {
 			return resp, err
 		}
 		if !isRenewal(req) || switches == maxLeaderSwitches {
-			return nil, n.status(unknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
+			return nil, o.status(unknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
 		}
-		if err := n.awaitLeader(ctx); err != nil {
-			return nil, n.status(err)
+		if err := o.awaitLeader(ctx); err != nil {
+			return nil, o.status(err)
 		}
-		if n.isLeader() {
-			return n.serveWrite(ctx, req, false)
+		if o.isLeader() {
+			return o.serveWrite(ctx, req, false)
 		}
 	}
 }
@@ -128,12 +129,12 @@ const maxLeaderSwitches = 3
 // awaitLeader returns once this node knows a leader (at once if it does), or ctx's error, or the
 // election timeout's: a renewal that follows a leader change waits out the election rather than bounce
 // its caller.
-func (n *node) awaitLeader(ctx context.Context) error {
-	timeout := time.NewTimer(n.cfg.ElectionTimeout())
+func (o *leaseOps) awaitLeader(ctx context.Context) error {
+	timeout := time.NewTimer(o.cfg.ElectionTimeout())
 	defer timeout.Stop()
 	for {
-		switched := n.leaderSwitch.next()
-		if n.leader.Load() != raft.None {
+		switched := o.leaderSwitch.next()
+		if o.leader.Load() != raft.None {
 			return nil
 		}
 		select {
@@ -142,8 +143,8 @@ func (n *node) awaitLeader(ctx context.Context) error {
 			return ErrNoLeader
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.done:
-			return n.stoppedErr()
+		case <-o.done:
+			return o.stoppedErr()
 		}
 	}
 }
@@ -163,15 +164,15 @@ func isRenewal(req *wirepb.ForwardRequest) bool {
 // forward sends a write to the leader over the peer connection and relays its answer (or its status). If
 // this node's view of the leader changes before the answer comes, it stops waiting and returns
 // errLeaderSwitched (bare, not a status).
-func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	switched := n.leaderSwitch.next()
-	leader := n.leader.Load()
-	if leader == raft.None || leader == n.id {
-		return nil, n.status(n.notLeaderErr())
+func (o *leaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	switched := o.leaderSwitch.next()
+	leader := o.leader.Load()
+	if leader == raft.None || leader == o.id {
+		return nil, o.status(o.notLeaderErr())
 	}
-	client, ok := n.transport.PeerClient(leader)
+	client, ok := o.peerClient(leader)
 	if !ok {
-		return nil, n.status(ErrNoLeader)
+		return nil, o.status(ErrNoLeader)
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -182,7 +183,7 @@ func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb
 		case <-fctx.Done():
 		}
 	}()
-	req.ClusterId, req.From = n.clusterID, n.id
+	req.ClusterId, req.From = o.clusterID, o.id
 	resp, err := client.Forward(fctx, req)
 	if err != nil {
 		if errors.Is(context.Cause(fctx), errLeaderSwitched) && ctx.Err() == nil {
@@ -192,7 +193,7 @@ func (n *node) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb
 			return nil, err // the leader's own answer (it says whether the outcome is known), or a deadline
 		}
 		// The peer call failed in transit: the leader may have run the write, so its outcome is unknown.
-		return nil, n.status(unknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
+		return nil, o.status(unknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
 	}
 	return resp, nil
 }
@@ -241,22 +242,56 @@ func setHeader(resp *wirepb.ForwardResponse, h *leasepb.ResponseHeader) {
 }
 
 // header describes this node and the leader it knows of.
-func (n *node) header() *leasepb.ResponseHeader {
-	hint := n.hint()
+func (o *leaseOps) header() *leasepb.ResponseHeader {
+	hint := o.hint()
 	return &leasepb.ResponseHeader{
-		ClusterId:    n.clusterID,
-		MemberId:     n.id,
+		ClusterId:    o.clusterID,
+		MemberId:     o.id,
 		LeaderId:     hint.id,
 		LeaderAddr:   hint.addr,
-		RaftTerm:     n.term.Load(),
-		AppliedIndex: n.state.Applied(),
+		RaftTerm:     o.term.Load(),
+		AppliedIndex: o.applied(),
 	}
 }
 
-func (n *node) hint() leaderHint {
-	leader := n.knownLeader()
-	return leaderHint{id: leader, addr: n.members.clientAddrOf(leader)}
+func (o *leaseOps) hint() leaderHint {
+	leader := o.knownLeader()
+	return leaderHint{id: leader, addr: o.clientAddrOf(leader)}
 }
 
 // status maps an error to a gRPC status, attaching the leader hint.
-func (n *node) status(err error) error { return toStatus(err, n.hint()) }
+func (o *leaseOps) status(err error) error { return toStatus(err, o.hint()) }
+
+// A peer call speaks for one member only (decision 15). With peer TLS that member is the one the caller's
+// certificate names (transport.Caller); without, there is no credential, so a Join that changes an
+// address must be confirmed by the member itself (mayAnnounce, join.go), and a forwarded write carries no
+// client identity at all (forwardsIdentity).
+
+// forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
+// member its certificate names (and which the request says forwarded it); without, a member of the
+// table, and no client identity, since nothing vouches for the one it would carry.
+func (o *leaseOps) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest) error {
+	from := req.GetFrom()
+	if o.member(from) == nil {
+		return status.Errorf(codes.PermissionDenied, "forwarded write from %s, which is not a member of this cluster",
+			leasepb.FormatID(from))
+	}
+	if o.cfg.PeerTLS != nil {
+		if caller := transport.Caller(ctx); caller != from {
+			return status.Errorf(codes.PermissionDenied, "forwarded write says it is from member %s, but the caller's certificate names %s",
+				leasepb.FormatID(from), leasepb.FormatID(caller))
+		}
+		return nil
+	}
+	if req.GetIdentity() != "" {
+		return status.Errorf(codes.PermissionDenied, "a forwarded write carries a client identity (%q) over a plaintext peer port, "+
+			"where nothing vouches for it: client identities travel only between members with peer TLS", req.GetIdentity())
+	}
+	return nil
+}
+
+// forwardsIdentity reports whether this node may forward a write carrying identity to the leader: always
+// with peer TLS, and without only when there is no identity to carry.
+func (o *leaseOps) forwardsIdentity(identity string) bool {
+	return identity == "" || o.cfg.PeerTLS != nil
+}

@@ -17,37 +17,37 @@ import (
 	"github.com/leased/leased/server/internal/waitq"
 )
 
-// The lease operations. Writes run on the leader, reached through node.write or node.serveForward
+// The lease operations. Writes run on the leader, reached through leaseOps.write or serveForward
 // (forward.go), which validate them beforehand and stamp the answer's header and status afterwards; reads
 // run on any node.
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees. A queued acquire is
 // granted either by its own entry, proposed when the resource looks free, or by the entry of a release
 // that carried it (internal/waitq, "Handoff").
-func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if !n.isLeader() {
-		return nil, n.notLeaderErr()
+func (o *leaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	if !o.isLeader() {
+		return nil, o.notLeaderErr()
 	}
 	if !req.GetWait() {
-		return n.acquireOnce(ctx, req, identity)
+		return o.acquireOnce(ctx, req, identity)
 	}
-	id, outcome := n.proposals.register()
-	defer func() { n.proposals.cancel(id) }()
-	w, err := n.queue.Enqueue(req.GetResource(), n.acquireCmd(req, identity), id)
+	id, outcome := o.proposals.register()
+	defer func() { o.proposals.cancel(id) }()
+	w, err := o.queue.Enqueue(req.GetResource(), o.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
-		if n.state.Held(req.GetResource()) {
+		if o.held(req.GetResource()) {
 			return nil, err
 		}
 		// Tried once, not queued: its refusal is an answer (the state machine remembers it as one).
-		resp, onceErr := n.acquireOnce(ctx, withoutWait(req), identity)
+		resp, onceErr := o.acquireOnce(ctx, withoutWait(req), identity)
 		if errors.Is(onceErr, ErrHeld) {
 			return nil, err
 		}
 		return resp, onceErr
 	}
-	defer n.queue.Leave(req.GetResource(), w)
+	defer o.queue.Leave(req.GetResource(), w)
 	var waitEnds <-chan time.Time // fires when wait_ms runs out; nil: the wait lasts as long as the call
 	if ms := req.GetWaitMs(); ms > 0 {
 		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
@@ -56,15 +56,15 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 	}
 	over := false
 	for {
-		if resp, err, done := n.tryQueued(ctx, req, identity, w); done {
+		if resp, err, done := o.tryQueued(ctx, req, identity, w); done {
 			return resp, err
 		}
-		if over && n.queue.Withdraw(req.GetResource(), w) {
+		if over && o.queue.Withdraw(req.GetResource(), w) {
 			// The wait ran out: answered as the same attempt without wait would be now, a grant if the
 			// resource is free, else the held refusal naming the holder. No entry of the attempt is in
 			// flight (the queue's own attempts are synchronous, and a carried one was waited for), so a
 			// fresh request id's refusal may still come from a read.
-			return n.acquireOnce(ctx, withoutWait(req), identity)
+			return o.acquireOnce(ctx, withoutWait(req), identity)
 		}
 		select {
 		case <-w.Wake():
@@ -75,16 +75,16 @@ func (n *node) acquire(ctx context.Context, req *leasepb.AcquireRequest, identit
 			if out.err != nil {
 				return nil, out.err
 			}
-			resp, err := n.acquireAnswer(req, identity, out.result)
+			resp, err := o.acquireAnswer(req, identity, out.result)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
 			}
-			id, outcome = n.proposals.register()
-			n.queue.Rearm(w, id)
+			id, outcome = o.proposals.register()
+			o.queue.Rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-n.done:
-			return nil, n.stoppedErr()
+		case <-o.done:
+			return nil, o.stoppedErr()
 		}
 	}
 }
@@ -98,16 +98,16 @@ func withoutWait(req *leasepb.AcquireRequest) *leasepb.AcquireRequest {
 
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
 // resource looks free. done reports an answer (a grant or a refusal other than held).
-func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
-	head, err := n.queue.Head(req.GetResource(), w)
+func (o *leaseOps) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
+	head, err := o.queue.Head(req.GetResource(), w)
 	if err != nil {
 		return nil, err, true
 	}
-	if !head || !n.worthTrying(req) || !n.queue.Begin(w) {
+	if !head || !o.worthTrying(req) || !o.queue.Begin(w) {
 		return nil, nil, false
 	}
-	defer n.queue.End(w)
-	resp, err := n.acquireOnce(ctx, req, identity)
+	defer o.queue.End(w)
+	resp, err := o.acquireOnce(ctx, req, identity)
 	return resp, err, !errors.Is(err, ErrHeld)
 }
 
@@ -115,9 +115,9 @@ func (n *node) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, ident
 // another grant holds the resource, or all its semaphore slots (a release or expiry wakes it), so that waiters joining a held
 // resource's queue write nothing to the log. A grant made under the same request id is tried, for the
 // state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
-func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
+func (o *leaseOps) worthTrying(req *leasepb.AcquireRequest) bool {
 	worth := true
-	n.state.Read(func(sm *fsm.FSM) {
+	o.readFSM(func(sm *fsm.FSM) {
 		full := sm.Full(req.GetResource())
 		if !full || req.GetRequestId() == "" {
 			worth = !full
@@ -133,23 +133,23 @@ func (n *node) worthTrying(req *leasepb.AcquireRequest) bool {
 	return worth
 }
 
-func (n *node) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if err := n.state.AdmitGrant(req.GetResource(), identity); err != nil {
+func (o *leaseOps) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	if err := o.admitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: n.acquireCmd(req, identity)}})
+	res, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: o.acquireCmd(req, identity)}})
 	if err != nil {
 		return nil, err
 	}
-	return n.acquireAnswer(req, identity, res)
+	return o.acquireAnswer(req, identity, res)
 }
 
 // acquireCmd is the entry's command for req. With an identity, the per-holder limit counts the holder's
 // leases of that identity only, and the identity's leases in all are bounded too (fsm/identities.go).
-func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
+func (o *leaseOps) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
 	var identityLimit uint32
 	if identity != "" {
-		identityLimit = uint32(n.cfg.Limits.MaxLeasesPerIdentity)
+		identityLimit = uint32(o.cfg.Limits.MaxLeasesPerIdentity)
 	}
 	return &wirepb.AcquireCmd{
 		Resource:    req.GetResource(),
@@ -159,7 +159,7 @@ func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.
 		RequestId:   req.GetRequestId(),
 		LockDelayMs: req.GetLockDelayMs(),
 		Limit:       req.GetLimit(),
-		HolderLimit: uint32(n.cfg.Limits.MaxLeasesPerHolder),
+		HolderLimit: uint32(o.cfg.Limits.MaxLeasesPerHolder),
 		Identity:    identity,
 		Attempt:     req.GetAttempt(),
 		Wait:        req.GetWait(),
@@ -171,17 +171,17 @@ func (n *node) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.
 
 // acquireAnswer turns the FSM's result of an Acquire (its own entry's, or the one a release carried) into
 // the answer; held and lock-delayed wrap ErrHeld.
-func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res fsm.Result) (*leasepb.AcquireResponse, error) {
-	now := n.clock.Now()
+func (o *leaseOps) acquireAnswer(req *leasepb.AcquireRequest, identity string, res fsm.Result) (*leasepb.AcquireResponse, error) {
+	now := o.clock.Now()
 	switch res.Code {
 	case fsm.OK:
 		lease := res.Lease.Proto()
-		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, now).Milliseconds()
+		lease.RemainingMs = o.lessor.Remaining(lease.Resource, lease.Token, now).Milliseconds()
 		return &leasepb.AcquireResponse{Lease: lease, Replayed: res.Replayed}, nil
 	case fsm.Held:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Lease.Resource, Holder: res.Lease.Holder, Token: res.Lease.Token, Identity: res.Lease.Identity,
-			RemainingMs: n.lessor.Remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
+			RemainingMs: o.lessor.Remaining(res.Lease.Resource, res.Lease.Token, now).Milliseconds(),
 			Limit:       res.Lease.Limit,
 		}}
 	case fsm.LimitMismatch:
@@ -189,18 +189,18 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 	case fsm.LockDelayed:
 		return nil, &heldError{detail: &leasepb.LeaseHeld{
 			Resource: res.Delay.Resource, LockDelayed: true,
-			RemainingMs: n.lessor.DelayRemaining(res.Delay.Resource, now).Milliseconds(),
+			RemainingMs: o.lessor.DelayRemaining(res.Delay.Resource, now).Milliseconds(),
 		}}
 	case fsm.HolderLimit:
 		if identity != "" {
-			return nil, fmt.Errorf("%w: %q holds %d leases of identity %q (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder, identity)
+			return nil, fmt.Errorf("%w: %q holds %d leases of identity %q (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), o.cfg.Limits.MaxLeasesPerHolder, identity)
 		}
-		return nil, fmt.Errorf("%w: %q holds %d leases (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), n.cfg.Limits.MaxLeasesPerHolder)
+		return nil, fmt.Errorf("%w: %q holds %d leases (--max-leases-per-holder)", ErrHolderLimit, req.GetHolder(), o.cfg.Limits.MaxLeasesPerHolder)
 	case fsm.IdentityLimit:
 		return nil, limited("--max-leases-per-identity", "identity %q holds %d leases, the most one identity may: new grants to it are refused "+
-			"until it releases some or the limit is raised", identity, n.cfg.Limits.MaxLeasesPerIdentity)
+			"until it releases some or the limit is raised", identity, o.cfg.Limits.MaxLeasesPerIdentity)
 	case fsm.Denied:
-		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
+		return nil, auth.Denied(res.Denial, o.authz.RulesSet())
 	case fsm.RequestReused:
 		r := res.Reuse
 		return nil, invalid(r.Field, "request id %q was first used with %s %s, this request has %s: a retry must repeat the original request (use a new request id for a new one)",
@@ -213,8 +213,8 @@ func (n *node) acquireAnswer(req *leasepb.AcquireRequest, identity string, res f
 }
 
 // renew renews one lease (the unary Renew).
-func (n *node) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
-	results, err := n.renewAll(ctx, []*leasepb.LeaseRef{{Resource: req.GetResource(), Token: req.GetToken()}})
+func (o *leaseOps) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
+	results, err := o.renewAll(ctx, []*leasepb.LeaseRef{{Resource: req.GetResource(), Token: req.GetToken()}})
 	if err != nil {
 		return nil, err
 	}
@@ -225,18 +225,18 @@ func (n *node) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.R
 }
 
 // keepAlive renews the leases of one KeepAlive message; leases no longer current are reported gone.
-func (n *node) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error) {
-	results, err := n.renewAll(ctx, req.GetLeases())
+func (o *leaseOps) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error) {
+	results, err := o.renewAll(ctx, req.GetLeases())
 	if err != nil {
 		return nil, err
 	}
-	n.metrics.keepAliveSize.Observe(float64(len(results)))
+	o.metrics.keepAliveSize.Observe(float64(len(results)))
 	return &leasepb.KeepAliveResponse{Seq: req.GetSeq(), Results: results}, nil
 }
 
 // renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of
 // leases marked idle is made durable first, all of them in one Renew entry.
-func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
+func (o *leaseOps) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
 	results := make([]*leasepb.KeepAliveResult, len(refs))
 	pending := make([]*leasepb.KeepAliveResult, 0, len(refs))
 	for i, ref := range refs {
@@ -250,21 +250,21 @@ func (n *node) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*lease
 			return nil, fmt.Errorf("renewals kept racing checkpoints: %w", ErrTimeout)
 		}
 		var err error
-		if pending, err = n.renewRound(ctx, pending); err != nil {
+		if pending, err = o.renewRound(ctx, pending); err != nil {
 			return nil, err
 		}
 	}
-	n.metrics.renewed(results)
+	o.metrics.renewed(results)
 	return results, nil
 }
 
 // renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
-func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
+func (o *leaseOps) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
 	batch := make([]lessor.Renewal, len(pending))
 	for i, res := range pending {
 		batch[i] = lessor.Renewal{Resource: res.Resource, Token: res.Token}
 	}
-	gen, err := n.lessor.CheckRenewals(batch)
+	gen, err := o.lessor.CheckRenewals(batch)
 	if err != nil {
 		return nil, err
 	}
@@ -275,15 +275,15 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 		}
 	}
 	if len(idle) > 0 {
-		if _, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: idle}}}); err != nil {
+		if _, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: idle}}}); err != nil {
 			return nil, err
 		}
 	}
-	if err := n.confirmLeadership(ctx); err != nil {
+	if err := o.confirmLeadership(ctx); err != nil {
 		return nil, err
 	}
-	at := n.clock.Now() // after the confirmation: never earlier than when the request arrived
-	if err := n.lessor.RenewChecked(gen, batch, at); err != nil {
+	at := o.clock.Now() // after the confirmation: never earlier than when the request arrived
+	if err := o.lessor.RenewChecked(gen, batch, at); err != nil {
 		return nil, err
 	}
 	var again []*leasepb.KeepAliveResult
@@ -300,31 +300,31 @@ func (n *node) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResul
 	return again, nil
 }
 
-func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error) {
-	if !n.isLeader() {
-		return nil, n.notLeaderErr()
+func (o *leaseOps) release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error) {
+	if !o.isLeader() {
+		return nil, o.notLeaderErr()
 	}
 	rel := &wirepb.ReleaseCmd{Resource: req.GetResource(), Token: req.GetToken(), Identity: identity}
 	cmd := &wirepb.Command{Op: &wirepb.Command_Release{Release: rel}}
 	// The head waiter's grant rides in the release's entry (internal/waitq, "Handoff").
-	w := n.queue.Claim(req.GetResource())
+	w := o.queue.Claim(req.GetResource())
 	if w != nil {
-		acq, id := n.queue.Carried(w)
+		acq, id := o.queue.Carried(w)
 		cmd.Op = &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{Release: rel, Acquire: acq, AcquireProposalId: id}}
-		if hook := n.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
+		if hook := o.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
 			(*hook)()
 		}
 	}
-	res, index, err := n.propose(ctx, cmd)
+	res, index, err := o.propose(ctx, cmd)
 	if w != nil && err != nil && !errors.Is(err, ErrOutcomeUnknown) {
-		n.queue.Unclaim(w) // never entered the log: the waiter goes on as before
+		o.queue.Unclaim(w) // never entered the log: the waiter goes on as before
 	}
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case res.Code == fsm.Denied:
-		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
+		return nil, auth.Denied(res.Denial, o.authz.RulesSet())
 	case res.Code == fsm.OK && res.Replayed:
 		// An earlier request released this token (a retry whose first answer was lost): that is success.
 		return &leasepb.ReleaseResponse{AlreadyReleased: true, ReleasedIndex: res.End.Index}, nil
@@ -335,20 +335,20 @@ func (n *node) release(ctx context.Context, req *leasepb.ReleaseRequest, identit
 }
 
 // read runs fn against a linearizable (default) or serializable view of the state machine.
-func (n *node) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)) error {
+func (o *leaseOps) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)) error {
 	if !serializable {
-		if err := n.linearizable(ctx); err != nil {
+		if err := o.linearizable(ctx); err != nil {
 			return err
 		}
 	}
-	n.state.Read(fn)
+	o.readFSM(fn)
 	return nil
 }
 
 // get reads one lease. Its answer's header carries the applied index of the very state it read (captured
 // in the same FSM read), so a client can watch from the next index without missing or repeating an event.
 // Reads check the identity's read permission in the same FSM read as the data (internal/auth).
-func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
+func (o *leaseOps) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
 		slots   []fsm.Lease
@@ -356,7 +356,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 		applied uint64
 		denied  error
 	)
-	if err := n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+	if err := o.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
@@ -372,10 +372,10 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	if !ok {
 		return nil, ErrNotFound
 	}
-	now := n.clock.Now()
+	now := o.clock.Now()
 	shown := func(l fsm.Lease) *leasepb.Lease {
-		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
+		p := auth.Visible(l, identity, o.cfg.ClientCertAuth)
+		p.RemainingMs = o.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		return p
 	}
 	resp := &leasepb.GetResponse{Lease: shown(lease), Header: &leasepb.ResponseHeader{AppliedIndex: applied}}
@@ -385,7 +385,7 @@ func (n *node) get(ctx context.Context, req *leasepb.GetRequest, identity string
 	return resp, nil
 }
 
-func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
+func (o *leaseOps) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = 100
@@ -399,7 +399,7 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 	if err != nil {
 		return nil, err
 	}
-	err = n.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
+	err = o.read(ctx, req.GetSerializable(), func(sm *fsm.FSM) {
 		if denied = auth.Need(sm, identity, req.GetPrefix(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
@@ -416,10 +416,10 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 		return nil, err
 	}
 	resp := &leasepb.ListResponse{Leases: make([]*leasepb.Lease, 0, len(leases))}
-	now := n.clock.Now()
+	now := o.clock.Now()
 	for _, l := range leases {
-		p := auth.Visible(l, identity, n.cfg.ClientCertAuth)
-		p.RemainingMs = n.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
+		p := auth.Visible(l, identity, o.cfg.ClientCertAuth)
+		p.RemainingMs = o.lessor.Remaining(l.Resource, l.Token, now).Milliseconds()
 		resp.Leases = append(resp.Leases, p)
 	}
 	if more && len(leases) > 0 {
@@ -428,12 +428,12 @@ func (n *node) list(ctx context.Context, req *leasepb.ListRequest, identity stri
 	return resp, nil
 }
 
-func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest, identity string) (*leasepb.ValidateTokenResponse, error) {
+func (o *leaseOps) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest, identity string) (*leasepb.ValidateTokenResponse, error) {
 	var (
 		cur    uint64
 		denied error
 	)
-	err := n.read(ctx, false, func(sm *fsm.FSM) {
+	err := o.read(ctx, false, func(sm *fsm.FSM) {
 		if denied = auth.Need(sm, identity, req.GetResource(), leasepb.Permission_PERMISSION_READ); denied != nil {
 			return
 		}
@@ -453,11 +453,11 @@ func (n *node) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequ
 }
 
 // proclaim replaces the value of a live lease, keeping its token (the elector's Proclaim).
-func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error) {
-	if !n.isLeader() {
-		return nil, n.notLeaderErr()
+func (o *leaseOps) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error) {
+	if !o.isLeader() {
+		return nil, o.notLeaderErr()
 	}
-	res, _, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{
+	res, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{
 		Resource: req.GetResource(), Token: req.GetToken(), Value: req.GetValue(), Identity: identity,
 	}}})
 	if err != nil {
@@ -465,13 +465,26 @@ func (n *node) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, ident
 	}
 	switch res.Code {
 	case fsm.OK:
-		lease := auth.Visible(res.Lease, identity, n.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
-		lease.RemainingMs = n.lessor.Remaining(lease.Resource, lease.Token, n.clock.Now()).Milliseconds()
+		lease := auth.Visible(res.Lease, identity, o.cfg.ClientCertAuth) // an admin's answer hides the owner's request id
+		lease.RemainingMs = o.lessor.Remaining(lease.Resource, lease.Token, o.clock.Now()).Milliseconds()
 		return &leasepb.ProclaimResponse{Lease: lease}, nil
 	case fsm.Denied:
-		return nil, auth.Denied(res.Denial, n.authz.RulesSet())
+		return nil, auth.Denied(res.Denial, o.authz.RulesSet())
 	}
 	return nil, &endedError{end: res.End}
+}
+
+// consistentSnapshot encodes the state machine after a linearizable read: it reflects every entry
+// committed before the call (and possibly later ones, never fewer). index is the state's applied index.
+func (o *leaseOps) consistentSnapshot(ctx context.Context) (data []byte, index uint64, err error) {
+	if err := o.linearizable(ctx); err != nil {
+		return nil, 0, err
+	}
+	// A view, encoded outside the lock: the apply waits a moment, not for the encoding.
+	view := o.view()
+	data, err = view.Encode()
+	view.Release()
+	return data, view.AppliedIndex(), err
 }
 
 // limitMismatch is the InvalidArgument of an Acquire whose limit disagrees with the live grants of its

@@ -51,6 +51,8 @@ var _ memberHost = memberNode{}
 
 func (a memberNode) readFSM(fn func(sm *fsm.FSM)) { a.state.Read(fn) }
 
+func (a memberNode) status(err error) error { return a.ops.status(err) }
+
 func (a memberNode) applyMembers(index uint64, changes []fsm.MemberChange) error {
 	return a.state.ApplyMembers(index, changes)
 }

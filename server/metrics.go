@@ -148,7 +148,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
 		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.commit.Load()) }),
 		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.state.Applied()) }),
-		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.liveLeases()) }),
+		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.ops.liveLeases()) }),
 		gauge("leased_disk_free_bytes", "Bytes still free for leased on the data dir's filesystem (-1: unknown).", func() float64 { return float64(n.disk.freeBytes.Load()) }),
 		gauge("leased_db_size_bytes", "Bytes the raft log occupies on disk: raft.db plus the WAL segments (preallocated space included).", func() float64 { return float64(n.disk.logBytes.Load()) }),
 		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.Len()) }),

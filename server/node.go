@@ -77,6 +77,8 @@ type node struct {
 	queue     *waitq.Queue
 	watch     *watch.Hub
 	metrics   *metrics
+	// ops serves the client requests (leaseops.go).
+	ops *leaseOps
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64

@@ -225,7 +225,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.serveForward, Join: n.members.serveJoin,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.serveForward, Join: n.members.serveJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.members.memberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
@@ -359,7 +359,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
-	n.authz = auth.New(cfg.ClientCertAuth, n.state.Read, n.status)
+	// The Authorizer's refusals take the leader hint of n.ops, built below once the metrics are.
+	n.authz = auth.New(cfg.ClientCertAuth, n.state.Read, func(err error) error { return n.ops.status(err) })
 	audit := n.log
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)
@@ -368,6 +369,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.logIndex = storage
 	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)
+	n.ops = newLeaseOps(n)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
 	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)

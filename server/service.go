@@ -15,7 +15,7 @@ import (
 	"github.com/leased/leased/server/internal/watch"
 )
 
-// leasesService is the gRPC Leases service: a thin adapter over the node. Writes go through node.write
+// leasesService is the gRPC Leases service: a thin adapter over leaseOps. Writes go through its write
 // (forward.go), which validates them, runs them here or on the leader (one hop) and stamps the answer;
 // reads are validated here and served by any node (leases.go).
 type leasesService struct {
@@ -24,17 +24,17 @@ type leasesService struct {
 }
 
 func (s *leasesService) Acquire(ctx context.Context, req *leasepb.AcquireRequest) (*leasepb.AcquireResponse, error) {
-	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Acquire{Acquire: req}})
+	resp, err := s.n.ops.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Acquire{Acquire: req}})
 	return resp.GetAcquire(), err
 }
 
 func (s *leasesService) Renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
-	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Renew{Renew: req}})
+	resp, err := s.n.ops.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Renew{Renew: req}})
 	return resp.GetRenew(), err
 }
 
 func (s *leasesService) Release(ctx context.Context, req *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
-	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: req}})
+	resp, err := s.n.ops.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: req}})
 	return resp.GetRelease(), err
 }
 
@@ -50,7 +50,7 @@ func (s *leasesService) KeepAlive(stream grpc.BidiStreamingServer[leasepb.KeepAl
 		if err != nil {
 			return err
 		}
-		resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: req}})
+		resp, err := s.n.ops.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: req}})
 		if err != nil {
 			return err
 		}
@@ -61,57 +61,57 @@ func (s *leasesService) KeepAlive(stream grpc.BidiStreamingServer[leasepb.KeepAl
 }
 
 func (s *leasesService) Proclaim(ctx context.Context, req *leasepb.ProclaimRequest) (*leasepb.ProclaimResponse, error) {
-	resp, err := s.n.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Proclaim{Proclaim: req}})
+	resp, err := s.n.ops.write(ctx, &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Proclaim{Proclaim: req}})
 	return resp.GetProclaim(), err
 }
 
 func (s *leasesService) Get(ctx context.Context, req *leasepb.GetRequest) (*leasepb.GetResponse, error) {
 	if err := s.n.cfg.Limits.resource("resource", req.GetResource()); err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
 	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.get(ctx, req, id)
+	resp, err := s.n.ops.get(ctx, req, id)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
 	applied := resp.GetHeader().GetAppliedIndex() // the index of the state get read, not a later one
-	resp.Header = s.n.header()
+	resp.Header = s.n.ops.header()
 	resp.Header.AppliedIndex = applied
 	return resp, nil
 }
 
 func (s *leasesService) List(ctx context.Context, req *leasepb.ListRequest) (*leasepb.ListResponse, error) {
 	if err := s.n.cfg.Limits.list(req); err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
 	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.list(ctx, req, id)
+	resp, err := s.n.ops.list(ctx, req, id)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp.Header = s.n.header()
+	resp.Header = s.n.ops.header()
 	return resp, nil
 }
 
 func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.ValidateTokenRequest) (*leasepb.ValidateTokenResponse, error) {
 	if err := s.n.cfg.Limits.leaseRef(req.GetResource(), req.GetToken()); err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
 	id, err := s.n.authz.Identity(ctx)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp, err := s.n.validateToken(ctx, req, id)
+	resp, err := s.n.ops.validateToken(ctx, req, id)
 	if err != nil {
-		return nil, s.n.status(err)
+		return nil, s.n.ops.status(err)
 	}
-	resp.Header = s.n.header()
+	resp.Header = s.n.ops.header()
 	return resp, nil
 }
 
@@ -123,35 +123,35 @@ func (s *leasesService) ValidateToken(ctx context.Context, req *leasepb.Validate
 func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStreamingServer[leasepb.WatchResponse]) error {
 	defer s.n.metrics.stream(streamWatch)()
 	if err := s.n.cfg.Limits.watch(req); err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	id, err := s.n.authz.Identity(stream.Context())
 	if err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	scope := req.GetPrefix()
 	if req.GetResource() != "" {
 		scope = req.GetResource()
 	}
 	if err := s.n.authz.AuthorizeRead(id, scope); err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	ctx := stream.Context()
 	if cc := connOf(ctx); cc != nil {
 		if !take(&cc.watchers, s.n.cfg.Limits.MaxWatchersPerConn) {
-			return s.n.status(limited("--max-watchers-per-conn", "this connection holds %d watchers, the most it may", s.n.cfg.Limits.MaxWatchersPerConn))
+			return s.n.ops.status(limited("--max-watchers-per-conn", "this connection holds %d watchers, the most it may", s.n.cfg.Limits.MaxWatchersPerConn))
 		}
 		defer cc.watchers.Add(-1)
 	}
 	if id != "" {
 		if limit := s.n.cfg.Limits.MaxWatchersPerIdentity; !s.n.watch.Identities.Take(id, limit) {
-			return s.n.status(limited("--max-watchers-per-identity", "identity %q holds %d watchers on this node, the most one identity may", id, limit))
+			return s.n.ops.status(limited("--max-watchers-per-identity", "identity %q holds %d watchers on this node, the most one identity may", id, limit))
 		}
 		defer s.n.watch.Identities.Put(id)
 	}
 	w, err := s.n.watch.Subscribe(req.GetFromIndex(), s.n.commit.Load()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	defer s.n.watch.Unsubscribe(w)
 	limit := min(s.n.cfg.watchMessageBytes(), watchRoundBytes)
@@ -167,7 +167,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 			}
 			continue
 		}
-		for _, resp := range s.n.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
+		for _, resp := range s.n.ops.watchResponses(auth.VisibleEvents(events, id, s.n.cfg.ClientCertAuth), limit) {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -184,7 +184,7 @@ func (s *leasesService) sleep(ctx context.Context, w *watch.Watcher) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
-		return s.n.status(s.n.stoppedErr())
+		return s.n.ops.status(s.n.stoppedErr())
 	case <-wake:
 		return nil
 	}
@@ -193,7 +193,7 @@ func (s *leasesService) sleep(ctx context.Context, w *watch.Watcher) error {
 // watchEnded is the status a Watch stream ends with when its watcher's read fails.
 func (s *leasesService) watchEnded(err error, last uint64) error {
 	if errors.Is(err, ErrStopped) {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	return status.Errorf(codes.ResourceExhausted, "%v (--watch-history, --watch-history-bytes); resume with from_index %d", err, last+1)
 }

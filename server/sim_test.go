@@ -123,7 +123,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 type simEndpoint struct{ raftAdapter }
 
 func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	return e.n.serveForward(ctx, req)
+	return e.n.ops.serveForward(ctx, req)
 }
 
 func (e simEndpoint) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/sha256"
 	"errors"
 	"sync"
@@ -58,9 +57,9 @@ func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.Server
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "snapshot streams", Description: errSnapshotStreams.Error()}}})
 	}
 	defer s.snapshots.release()
-	data, index, err := s.n.consistentSnapshot(stream.Context())
+	data, index, err := s.n.ops.consistentSnapshot(stream.Context())
 	if err != nil {
-		return s.n.status(err)
+		return s.n.ops.status(err)
 	}
 	return sendWatched(stream, data, index, snapshotStall)
 }
@@ -96,19 +95,6 @@ func sendWatched(stream grpc.ServerStreamingServer[leasepb.SnapshotChunk], data 
 }
 
 var errSnapshotStreams = errors.New("this node already serves the most concurrent snapshot streams; retry later")
-
-// consistentSnapshot encodes the state machine after a linearizable read: it reflects every entry
-// committed before the call (and possibly later ones, never fewer). index is the state's applied index.
-func (n *node) consistentSnapshot(ctx context.Context) (data []byte, index uint64, err error) {
-	if err := n.linearizable(ctx); err != nil {
-		return nil, 0, err
-	}
-	// A view, encoded outside the lock: the apply waits a moment, not for the encoding.
-	view := n.state.View()
-	data, err = view.Encode()
-	view.Release()
-	return data, view.AppliedIndex(), err
-}
 
 // sendSnapshot streams data in chunks of at most snapshotChunkBytes; the last one carries the sha256.
 // The chunks alias data: nothing more is allocated per chunk.

@@ -41,7 +41,7 @@ func (s *leasesService) Writes(stream grpc.BidiStreamingServer[leasepb.WritesReq
 		received := time.Now()
 		leave, err := s.admitBatch(ctx, req.GetWrites(), len(req.GetWrites()))
 		if err != nil {
-			out.send(&leasepb.WritesResponse{Id: req.GetId(), Error: status.Convert(s.n.status(err)).Proto()})
+			out.send(&leasepb.WritesResponse{Id: req.GetId(), Error: status.Convert(s.n.ops.status(err)).Proto()})
 			continue
 		}
 		running.Go(func() {
