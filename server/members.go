@@ -69,7 +69,7 @@ func (n *node) applyConfChange(e *raftpb.Entry) error {
 	n.syncPeers()
 	for _, c := range changes {
 		if c.Kind != fsm.MemberUpdate { // an update leaves raft's configuration as it was
-			n.confSnapshotDue = true
+			n.snapshots.ConfChanged()
 		}
 	}
 	for _, c := range changes {

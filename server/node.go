@@ -93,16 +93,8 @@ type node struct {
 	commit     atomic.Uint64
 	role       atomic.Int32
 	confState  *raftpb.ConfState
-	snapIndex  uint64
-	// confSnapshotDue: a conf change applied since the last snapshot. The next Ready takes one, so that
-	// the snapshot raft sends a new member names it in its ConfState (raft refuses a snapshot that does
-	// not) and carries the member table it joined.
-	confSnapshotDue bool
-	// snapshotting: a snapshot is being written (snapshotter.go; Ready loop only). snapJobs and
-	// snapResults carry it to snapshotLoop and back.
-	snapshotting bool
-	snapJobs     chan snapshotJob
-	snapResults  chan snapshotResult
+	// snapshots takes the node's snapshots off the Ready loop (raftnode.Snapshotter).
+	snapshots *raftnode.Snapshotter
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
 	// appending is the last index of the log append in flight, whose entries the peers may already
@@ -174,8 +166,8 @@ func (n *node) run(stop <-chan struct{}) {
 			return
 		case <-ticker.C:
 			n.tick()
-		case res := <-n.snapResults:
-			if err := n.snapshotTaken(res); err != nil {
+		case res := <-n.snapshots.Results():
+			if err := n.snapshots.Taken(res); err != nil {
 				n.fail(err)
 				return
 			}
@@ -309,7 +301,7 @@ func (n *node) handleReady(rd raft.Ready) error {
 	for _, rs := range rd.ReadStates {
 		n.reads.deliver(rs)
 	}
-	return n.maybeSnapshot()
+	return n.snapshots.Maybe()
 }
 
 // persist makes a log append durable before anything acts on it (decision 8): one bbolt transaction.
@@ -417,15 +409,16 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 		return n.removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
-	n.snapIndex = snap.GetMetadata().GetIndex()
-	n.applied.Store(n.snapIndex)
+	index := snap.GetMetadata().GetIndex()
+	n.snapshots.Restored(index)
+	n.applied.Store(index)
 	n.lessor.Reset(sm, n.clock.Now())
 	n.size.reset(sm)
-	n.watch.Reset(n.snapIndex + 1)
-	n.appliedWait.notify(n.snapIndex)
+	n.watch.Reset(index + 1)
+	n.appliedWait.notify(index)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
-	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
+	n.log.Info("restored snapshot", "index", index, "leases", sm.Len())
 	return nil
 }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leased/leased/server/internal/raftnode"
 )
@@ -39,6 +41,43 @@ func watchDisk(n *node, stop <-chan struct{}) {
 		n.halt()
 	})
 }
+
+// newSnapshotter returns n's snapshotter (raftnode.Snapshotter), whose log's snapshot is at index.
+func newSnapshotter(n *node, index uint64) *raftnode.Snapshotter {
+	return raftnode.NewSnapshotter(raftnode.SnapshotterConfig{
+		Self: n.id, Entries: n.cfg.SnapshotEntries, CatchUp: n.cfg.SnapshotCatchUp, Index: index,
+		Storage: liveStorage{n}, Watchdog: n.watchdog,
+		Applied:   n.applied.Load,
+		ConfState: func() *raftpb.ConfState { return n.confState },
+		Prepare: func() error {
+			if err := n.flushHardState(); err != nil {
+				return err
+			}
+			n.audit.waitWritten() // a restart re-logs only the entries after the snapshot (audit.go)
+			return nil
+		},
+		Freeze: func() raftnode.SnapshotView {
+			n.fsmMu.Lock()
+			defer n.fsmMu.Unlock()
+			return n.sm.View()
+		},
+		Took: func(_ uint64, bytes int, took time.Duration) {
+			n.metrics.snapSeconds.Observe(took.Seconds())
+			n.metrics.snapBytes.Set(float64(bytes))
+			n.updateLogEntries()
+		},
+		Log: n.log,
+	})
+}
+
+// liveStorage reaches n's raft log as it is when called (tests put a StorageFault in front of it after
+// the node is made).
+type liveStorage struct{ n *node }
+
+func (s liveStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	return s.n.storage.CreateSnapshot(i, cs, data)
+}
+func (s liveStorage) Compact(i uint64) error { return s.n.storage.Compact(i) }
 
 // newLeaderLoss returns the leader-loss hint of n (raftnode.LeaderLoss).
 func newLeaderLoss(n *node) *raftnode.LeaderLoss {

@@ -338,13 +338,10 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
-		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
 		peers:       make(map[uint64]string),
 		confSem:     make(chan struct{}, 1),
-		snapJobs:    make(chan snapshotJob, 1),
-		snapResults: make(chan snapshotResult, 1),
 		notices:     raftnode.NewCommitNotices(),
 		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
@@ -359,6 +356,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
+	n.snapshots = newSnapshotter(n, snapIndex)
 	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
@@ -472,7 +470,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { watchDisk(s.node, s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
-	s.spawn(func() { s.node.snapshotLoop(s.stop) })
+	s.spawn(func() { s.node.snapshots.Run(s.stop) })
 	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
