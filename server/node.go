@@ -101,6 +101,8 @@ type node struct {
 	// have (0: none; peerView.lastIndex).
 	appending atomic.Uint64
 
+	// peerIn checks the messages peers send before raft sees them (peerinput.go).
+	peerIn *peerGate
 	// terms bounds the peer terms this node accepts (raftnode.TermGuard); it follows term.
 	terms *raftnode.TermGuard
 

@@ -357,6 +357,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
 	n.snapshots = newSnapshotter(n, snapIndex)
+	n.peerIn = newPeerGate(n)
 	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
@@ -656,7 +657,7 @@ func (s *Server) AppliedIndex() uint64 { return s.node.applied.Load() }
 type raftAdapter struct{ n *node }
 
 func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
-	return a.n.stepPeer(ctx, m)
+	return a.n.peerIn.step(ctx, m)
 }
 func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {
