@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -45,10 +46,46 @@ func lastIndexOf(m *raftpb.Message) uint64 {
 	return m.GetSnapshot().GetMetadata().GetIndex()
 }
 
+// localStorage plays raft's two local storage threads on the Ready loop: the append and the apply,
+// each delivering its responses only once its work is done. It reaches the node through function values
+// (newLocalStorage).
+type localStorage struct {
+	// appending is the last index of the log append in flight, whose entries the peers may already
+	// have (0: none; peerView.lastIndex). The loop writes it; any goroutine reads it.
+	appending atomic.Uint64
+	// persist makes a log append durable (node.persist); mustSync is raft's verdict on its Ready.
+	persist func(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, mustSync bool) error
+	// restore replaces the state machine with sm, decoded from snap, once snap is durable.
+	restore func(snap *raftpb.Snapshot, sm *fsm.FSM) error
+	// apply applies committed entries to the state machine.
+	apply func(ents []*raftpb.Entry) error
+	// deliver hands a finished write's responses on (raftHost.deliver).
+	deliver func(resps []*raftpb.Message)
+}
+
+// newLocalStorage returns n's local storage threads. What they call of n they read at each call: the
+// raft host comes after them, and tests put a StorageFault before the log.
+func newLocalStorage(n *node) *localStorage {
+	return &localStorage{
+		persist: n.persist,
+		restore: n.restoreSnapshot,
+		apply: func(ents []*raftpb.Entry) error {
+			start := time.Now()
+			if err := n.applyEntries(ents); err != nil {
+				return err
+			}
+			n.audit.handOff()
+			n.metrics.applySeconds.Observe(since(start))
+			return nil
+		},
+		deliver: func(resps []*raftpb.Message) { n.host.deliver(resps) },
+	}
+}
+
 // appendLocal makes an append message durable (persist), restores the snapshot it may carry into the
 // state machine, and only then delivers its responses. mustSync is raft's verdict on the Ready it came
 // in (raft.Ready.MustSync): false when only the commit index moved.
-func (n *node) appendLocal(m *raftpb.Message, mustSync bool) error {
+func (l *localStorage) appendLocal(m *raftpb.Message, mustSync bool) error {
 	var snap *raftpb.Snapshot
 	var sm *fsm.FSM
 	if s := m.GetSnapshot(); s != nil && !raft.IsEmptySnap(s) {
@@ -60,17 +97,17 @@ func (n *node) appendLocal(m *raftpb.Message, mustSync bool) error {
 		}
 		snap = s
 	}
-	err := n.persist(hardStateOf(m), m.GetEntries(), snap, mustSync)
-	n.appending.Store(0)
+	err := l.persist(hardStateOf(m), m.GetEntries(), snap, mustSync)
+	l.appending.Store(0)
 	if err != nil {
 		return err
 	}
 	if snap != nil {
-		if err := n.restoreSnapshot(snap, sm); err != nil {
+		if err := l.restore(snap, sm); err != nil {
 			return err
 		}
 	}
-	n.deliverResponses(m.GetResponses())
+	l.deliver(m.GetResponses())
 	return nil
 }
 
@@ -84,38 +121,12 @@ func hardStateOf(m *raftpb.Message) *raftpb.HardState {
 }
 
 // applyLocal applies an apply message's committed entries, then tells raft they are applied.
-func (n *node) applyLocal(m *raftpb.Message) error {
+func (l *localStorage) applyLocal(m *raftpb.Message) error {
 	if ents := m.GetEntries(); len(ents) > 0 {
-		start := time.Now()
-		if err := n.applyEntries(ents); err != nil {
+		if err := l.apply(ents); err != nil {
 			return err
 		}
-		n.audit.handOff()
-		n.metrics.applySeconds.Observe(since(start))
 	}
-	n.deliverResponses(m.GetResponses())
+	l.deliver(m.GetResponses())
 	return nil
-}
-
-// deliverResponses hands a finished storage write's responses on: those to peers to the transport
-// first (a follower's acknowledgement is what the leader waits for), then those to this node back into
-// raft, in order, at once (not through stepPeer, whose checks refuse a message from this node itself).
-// Raft refuses only a response from a peer it stopped tracking (this node, removed): dropped, as
-// raft.Node dropped it.
-func (n *node) deliverResponses(resps []*raftpb.Message) {
-	var peers []*raftpb.Message
-	for _, r := range resps {
-		if r.GetTo() != n.id {
-			peers = append(peers, r)
-		}
-	}
-	if len(peers) > 0 {
-		n.transport.Send(peers)
-	}
-	for _, r := range resps {
-		if r.GetTo() != n.id {
-			continue
-		}
-		_ = n.host.rn.Step(r)
-	}
 }

@@ -97,9 +97,8 @@ type node struct {
 	snapshots *raftnode.Snapshotter
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
-	// appending is the last index of the log append in flight, whose entries the peers may already
-	// have (0: none; peerView.lastIndex).
-	appending atomic.Uint64
+	// local plays raft's local storage threads: the log append and the apply (localstorage.go).
+	local *localStorage
 
 	// peerIn checks the messages peers send before raft sees them (peerinput.go).
 	peerIn *peerGate
@@ -285,18 +284,18 @@ func (n *node) handleReady(rd raft.Ready) error {
 	if appendMsg != nil {
 		// Peers may acknowledge these entries before this node's write of them returns: the peer checks
 		// count them as part of the log (peerView.lastIndex).
-		n.appending.Store(lastIndexOf(appendMsg))
+		n.local.appending.Store(lastIndexOf(appendMsg))
 	}
 	n.transport.Send(n.notices.Filter(peerMsgs))
 	// The apply first: its entries are committed and already durable here (raft hands out for apply only
 	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
 	if applyMsg != nil {
-		if err := n.applyLocal(applyMsg); err != nil {
+		if err := n.local.applyLocal(applyMsg); err != nil {
 			return err
 		}
 	}
 	if appendMsg != nil {
-		if err := n.appendLocal(appendMsg, rd.MustSync); err != nil {
+		if err := n.local.appendLocal(appendMsg, rd.MustSync); err != nil {
 			return err
 		}
 	}

@@ -358,6 +358,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.watchdog = newWatchdog(n, logPath, walPath)
 	n.snapshots = newSnapshotter(n, snapIndex)
 	n.peerIn = newPeerGate(n)
+	n.local = newLocalStorage(n)
 	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
@@ -396,6 +397,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.proposals.deliver(id, proposalOutcome{err: err, refused: true})
 	})
 	n.host.dropped = n.metrics.peerRejected
+	n.host.send = n.transport.Send
 	n.raft = n.host
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil

@@ -122,7 +122,7 @@ func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 // it returned (decision 8). Both followers' writes of a new entry stall for 1 s, the leader's disk is
 // fine: the leader has one durable copy of three, so the entry must not apply on it, nor the client be
 // answered, before a follower's write returns. With a follower's acknowledgement sent before its write
-// (deliverResponses before persist in appendLocal), the entry applies at once.
+// (delivering the responses before persist in appendLocal), the entry applies at once.
 func TestSimFollowersAcknowledgeOnlyDurableCopies(t *testing.T) {
 	const stall = time.Second
 	runSim(t, 3, func(cfg *Config) {
