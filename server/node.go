@@ -97,8 +97,8 @@ type node struct {
 	snapshots *raftnode.Snapshotter
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
-	// local plays raft's local storage threads: the log append and the apply (localstorage.go).
-	local *localStorage
+	// local plays raft's local storage threads: the log append and the apply (raftnode.LocalStorage).
+	local *raftnode.LocalStorage[*fsm.FSM]
 
 	// peerIn checks the messages peers send before raft sees them (peerinput.go).
 	peerIn *peerGate
@@ -265,7 +265,7 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 
 // handleReady handles one Ready. Raft runs with asynchronous storage writes (startRaft): the log write
 // and the apply come as two messages in rd.Messages, to raft's LocalAppendThread and LocalApplyThread,
-// each carrying the responses to deliver once it is done (localstorage.go). The messages to peers go out
+// each carrying the responses to deliver once it is done (raftnode.LocalStorage). The messages to peers go out
 // first, so the followers write new entries while this node writes them too; a leader's own
 // acknowledgement of them is one of the append's responses, stepped back into raft only once its write
 // is durable, so it counts itself toward a commit only then (decision 8). A follower's acknowledgement to
@@ -280,22 +280,22 @@ func (n *node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		n.updateSoftState(rd.SoftState)
 	}
-	appendMsg, applyMsg, peerMsgs := splitLocal(rd.Messages)
+	appendMsg, applyMsg, peerMsgs := raftnode.SplitLocal(rd.Messages)
 	if appendMsg != nil {
 		// Peers may acknowledge these entries before this node's write of them returns: the peer checks
 		// count them as part of the log (peerView.lastIndex).
-		n.local.appending.Store(lastIndexOf(appendMsg))
+		n.local.Begin(appendMsg)
 	}
 	n.transport.Send(n.notices.Filter(peerMsgs))
 	// The apply first: its entries are committed and already durable here (raft hands out for apply only
 	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
 	if applyMsg != nil {
-		if err := n.local.applyLocal(applyMsg); err != nil {
+		if err := n.local.Apply(applyMsg); err != nil {
 			return err
 		}
 	}
 	if appendMsg != nil {
-		if err := n.local.appendLocal(appendMsg, rd.MustSync); err != nil {
+		if err := n.local.Append(appendMsg, rd.MustSync); err != nil {
 			return err
 		}
 	}

@@ -175,7 +175,7 @@ func newPeerGate(n *node) *peerGate {
 			isMember: n.isMember,
 			lastIndex: func() uint64 {
 				// The append in flight first: once it is 0, its write returned and the log has its entries.
-				appending := n.local.appending.Load()
+				appending := n.local.Appending()
 				last, err := n.logIndex.LastIndex()
 				if err != nil {
 					return 0 // a closed log: drop what depends on it

@@ -249,7 +249,7 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 	}
 }
 
-// deliver hands a finished storage write's responses on (localstorage.go): those to peers to the
+// deliver hands a finished storage write's responses on (raftnode.LocalStorage): those to peers to the
 // transport first (a follower's acknowledgement is what the leader waits for), then those to this node
 // back into raft, in order, at once (not through the peer checks, which refuse a message from this node
 // itself). Raft refuses only a response from a peer it stopped tracking (this node, removed): dropped,
@@ -287,7 +287,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
-		// The log write and the apply come as messages in the Ready (localstorage.go): a leader sends
+		// The log write and the apply come as messages in the Ready (raftnode.LocalStorage): a leader sends
 		// new entries to its followers while it writes them itself, and counts its own acknowledgement
 		// only once its write is durable (decision 8).
 		AsyncStorageWrites: true,

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/raftnode"
 )
 
@@ -78,6 +79,26 @@ func (s liveStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte)
 	return s.n.storage.CreateSnapshot(i, cs, data)
 }
 func (s liveStorage) Compact(i uint64) error { return s.n.storage.Compact(i) }
+
+// newLocalStorage returns n's local storage threads (raftnode.LocalStorage). What they call of n they
+// read at each call: the raft host comes after them, and tests put a StorageFault before the log.
+func newLocalStorage(n *node) *raftnode.LocalStorage[*fsm.FSM] {
+	return raftnode.NewLocalStorage(raftnode.LocalStorageConfig[*fsm.FSM]{
+		Persist: n.persist,
+		Decode:  fsm.Restore,
+		Restore: n.restoreSnapshot,
+		Apply: func(ents []*raftpb.Entry) error {
+			start := time.Now()
+			if err := n.applyEntries(ents); err != nil {
+				return err
+			}
+			n.audit.handOff()
+			n.metrics.applySeconds.Observe(since(start))
+			return nil
+		},
+		Deliver: func(resps []*raftpb.Message) { n.host.deliver(resps) },
+	})
+}
 
 // newLeaderLoss returns the leader-loss hint of n (raftnode.LeaderLoss).
 func newLeaderLoss(n *node) *raftnode.LeaderLoss {
