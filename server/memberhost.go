@@ -60,7 +60,7 @@ func (a memberNode) applyMembers(index uint64, changes []fsm.MemberChange) error
 func (a memberNode) applyConfChange(cc raftpb.ConfChangeI, reconfigures bool) {
 	a.confState = a.host.rn.ApplyConfChange(cc)
 	if reconfigures {
-		a.confSnapshotDue = true
+		a.snapshots.ConfChanged()
 	}
 }
 

@@ -90,22 +90,15 @@ type node struct {
 	commit     atomic.Uint64
 	role       atomic.Int32
 	confState  *raftpb.ConfState
-	snapIndex  uint64
-	// confSnapshotDue: a conf change applied since the last snapshot. The next Ready takes one, so that
-	// the snapshot raft sends a new member names it in its ConfState (raft refuses a snapshot that does
-	// not) and carries the member table it joined.
-	confSnapshotDue bool
-	// snapshotting: a snapshot is being written (snapshotter.go; Ready loop only). snapJobs and
-	// snapResults carry it to snapshotLoop and back.
-	snapshotting bool
-	snapJobs     chan snapshotJob
-	snapResults  chan snapshotResult
+	// snapshots takes the node's snapshots off the Ready loop (raftnode.Snapshotter).
+	snapshots *raftnode.Snapshotter
 	// unsyncedHS is a HardState raft did not need synced (only the commit moved), not yet written.
 	unsyncedHS *raftpb.HardState
-	// appending is the last index of the log append in flight, whose entries the peers may already
-	// have (0: none; peerView.lastIndex).
-	appending atomic.Uint64
+	// local plays raft's local storage threads: the log append and the apply (raftnode.LocalStorage).
+	local *raftnode.LocalStorage[*fsm.FSM]
 
+	// peerIn checks the messages peers send before raft sees them (peerinput.go).
+	peerIn *peerGate
 	// terms bounds the peer terms this node accepts (raftnode.TermGuard); it follows term.
 	terms *raftnode.TermGuard
 
@@ -164,8 +157,8 @@ func (n *node) run(stop <-chan struct{}) {
 			return
 		case <-ticker.C:
 			n.tick()
-		case res := <-n.snapResults:
-			if err := n.snapshotTaken(res); err != nil {
+		case res := <-n.snapshots.Results():
+			if err := n.snapshots.Taken(res); err != nil {
 				n.fail(err)
 				return
 			}
@@ -262,7 +255,7 @@ func (n *node) halt() { n.haltOnce.Do(func() { close(n.done) }) }
 
 // handleReady handles one Ready. Raft runs with asynchronous storage writes (startRaft): the log write
 // and the apply come as two messages in rd.Messages, to raft's LocalAppendThread and LocalApplyThread,
-// each carrying the responses to deliver once it is done (localstorage.go). The messages to peers go out
+// each carrying the responses to deliver once it is done (raftnode.LocalStorage). The messages to peers go out
 // first, so the followers write new entries while this node writes them too; a leader's own
 // acknowledgement of them is one of the append's responses, stepped back into raft only once its write
 // is durable, so it counts itself toward a commit only then (decision 8). A follower's acknowledgement to
@@ -277,29 +270,29 @@ func (n *node) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		n.updateSoftState(rd.SoftState)
 	}
-	appendMsg, applyMsg, peerMsgs := splitLocal(rd.Messages)
+	appendMsg, applyMsg, peerMsgs := raftnode.SplitLocal(rd.Messages)
 	if appendMsg != nil {
 		// Peers may acknowledge these entries before this node's write of them returns: the peer checks
 		// count them as part of the log (peerView.lastIndex).
-		n.appending.Store(lastIndexOf(appendMsg))
+		n.local.Begin(appendMsg)
 	}
 	n.transport.Send(n.notices.Filter(peerMsgs))
 	// The apply first: its entries are committed and already durable here (raft hands out for apply only
 	// what an earlier append made stable), so their clients need not wait for this Ready's write too.
 	if applyMsg != nil {
-		if err := n.applyLocal(applyMsg); err != nil {
+		if err := n.local.Apply(applyMsg); err != nil {
 			return err
 		}
 	}
 	if appendMsg != nil {
-		if err := n.appendLocal(appendMsg, rd.MustSync); err != nil {
+		if err := n.local.Append(appendMsg, rd.MustSync); err != nil {
 			return err
 		}
 	}
 	for _, rs := range rd.ReadStates {
 		n.reads.deliver(rs)
 	}
-	return n.maybeSnapshot()
+	return n.snapshots.Maybe()
 }
 
 // persist makes a log append durable before anything acts on it (decision 8): one bbolt transaction.
@@ -405,11 +398,12 @@ func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 		return n.members.removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
-	n.snapIndex = snap.GetMetadata().GetIndex()
-	n.state.Restored(n.snapIndex)
+	index := snap.GetMetadata().GetIndex()
+	n.snapshots.Restored(index)
+	n.state.Restored(index)
 	n.restores.Add(1)
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
-	n.log.Info("restored snapshot", "index", n.snapIndex, "leases", sm.Len())
+	n.log.Info("restored snapshot", "index", index, "leases", sm.Len())
 	return nil
 }

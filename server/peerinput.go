@@ -156,28 +156,43 @@ func validSnapshot(m *raftpb.Message, self uint64) bool {
 // errPeerMessageDropped: a peer message failed checkPeerMessage.
 var errPeerMessageDropped = errors.New("peer message dropped")
 
-// stepPeer checks a message from a peer and hands it to raft, or drops and counts it.
-func (n *node) stepPeer(ctx context.Context, m *raftpb.Message) error {
-	if reason := checkPeerMessage(m, n.peerView()); reason != "" {
-		n.metrics.peerRejected(reason, 1)
-		return fmt.Errorf("%w (%s): %v from %x, term %d", errPeerMessageDropped, reason, m.GetType(), m.GetFrom(), m.GetTerm())
-	}
-	return n.raft.Step(ctx, m)
+// peerGate checks every message from a peer before raft sees it (checkPeerMessage).
+type peerGate struct {
+	view peerView
+	// dropped counts a refused message (leased_peer_messages_dropped_total).
+	dropped func(reason string, count int)
+	// raft takes a message that passed.
+	raft func(ctx context.Context, m *raftpb.Message) error
 }
 
-func (n *node) peerView() peerView {
-	return peerView{
-		self:     n.id,
-		isMember: n.members.isMember,
-		lastIndex: func() uint64 {
-			// The append in flight first: once it is 0, its write returned and the log has its entries.
-			appending := n.appending.Load()
-			last, err := n.logIndex.LastIndex()
-			if err != nil {
-				return 0 // a closed log: drop what depends on it
-			}
-			return max(last, appending)
+// newPeerGate returns n's peer gate. What it reads of n it reads at each message: raft, the term bound
+// and the metrics come after the transport that delivers to it, and tests replace raft.
+func newPeerGate(n *node) *peerGate {
+	return &peerGate{
+		view: peerView{
+			self:     n.id,
+			isMember: n.members.isMember,
+			lastIndex: func() uint64 {
+				// The append in flight first: once it is 0, its write returned and the log has its entries.
+				appending := n.local.Appending()
+				last, err := n.logIndex.LastIndex()
+				if err != nil {
+					return 0 // a closed log: drop what depends on it
+				}
+				return max(last, appending)
+			},
+			acceptTerm: func(term uint64) bool { return n.terms.AcceptTerm(term) },
 		},
-		acceptTerm: n.terms.AcceptTerm,
+		dropped: func(reason string, count int) { n.metrics.peerRejected(reason, count) },
+		raft:    func(ctx context.Context, m *raftpb.Message) error { return n.raft.Step(ctx, m) },
 	}
+}
+
+// step checks a message from a peer and hands it to raft, or drops and counts it.
+func (g *peerGate) step(ctx context.Context, m *raftpb.Message) error {
+	if reason := checkPeerMessage(m, g.view); reason != "" {
+		g.dropped(reason, 1)
+		return fmt.Errorf("%w (%s): %v from %x, term %d", errPeerMessageDropped, reason, m.GetType(), m.GetFrom(), m.GetTerm())
+	}
+	return g.raft(ctx, m)
 }

@@ -68,6 +68,8 @@ type raftHost struct {
 	refused func(id uint64, err error)
 	// dropped counts a peer message refused on the loop (leased_peer_messages_dropped_total); may be nil.
 	dropped func(reason string, count int)
+	// send hands messages to the peer transport (deliver).
+	send func(msgs []*raftpb.Message)
 }
 
 func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused func(uint64, error)) *raftHost {
@@ -247,6 +249,29 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 	}
 }
 
+// deliver hands a finished storage write's responses on (raftnode.LocalStorage): those to peers to the
+// transport first (a follower's acknowledgement is what the leader waits for), then those to this node
+// back into raft, in order, at once (not through the peer checks, which refuse a message from this node
+// itself). Raft refuses only a response from a peer it stopped tracking (this node, removed): dropped,
+// as raft.Node dropped it.
+func (h *raftHost) deliver(resps []*raftpb.Message) {
+	var peers []*raftpb.Message
+	for _, r := range resps {
+		if r.GetTo() != h.id {
+			peers = append(peers, r)
+		}
+	}
+	if len(peers) > 0 {
+		h.send(peers)
+	}
+	for _, r := range resps {
+		if r.GetTo() != h.id {
+			continue
+		}
+		_ = h.rn.Step(r)
+	}
+}
+
 // startRaft makes the node's RawNode, bootstrapped with peers on an empty log.
 func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (*raft.RawNode, error) {
 	c := &raft.Config{
@@ -262,7 +287,7 @@ func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer)
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
-		// The log write and the apply come as messages in the Ready (localstorage.go): a leader sends
+		// The log write and the apply come as messages in the Ready (raftnode.LocalStorage): a leader sends
 		// new entries to its followers while it writes them itself, and counts its own acknowledgement
 		// only once its write is durable (decision 8).
 		AsyncStorageWrites: true,

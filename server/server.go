@@ -334,11 +334,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:   snap.GetMetadata().GetConfState(),
-		snapIndex:   snapIndex,
 		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		snapJobs:    make(chan snapshotJob, 1),
-		snapResults: make(chan snapshotResult, 1),
 		notices:     raftnode.NewCommitNotices(),
 		draining:    make(chan struct{}),
 		stopped:     make(chan struct{}),
@@ -355,6 +352,9 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.members.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.watchdog = newWatchdog(n, logPath, walPath)
+	n.snapshots = newSnapshotter(n, snapIndex)
+	n.peerIn = newPeerGate(n)
+	n.local = newLocalStorage(n)
 	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
@@ -393,6 +393,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		n.proposals.deliver(id, proposalOutcome{err: err, refused: true})
 	})
 	n.host.dropped = n.metrics.peerRejected
+	n.host.send = n.transport.Send
 	n.raft = n.host
 	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
@@ -439,7 +440,7 @@ func (s *Server) Start() {
 	s.spawn(func() { s.node.reads.run(s.stop) })
 	s.spawn(func() { watchDisk(s.node, s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
-	s.spawn(func() { s.node.snapshotLoop(s.stop) })
+	s.spawn(func() { s.node.snapshots.Run(s.stop) })
 	s.spawn(s.node.audit.run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
@@ -625,7 +626,7 @@ func (s *Server) AppliedIndex() uint64 { return s.node.state.Applied() }
 type raftAdapter struct{ n *node }
 
 func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
-	return a.n.stepPeer(ctx, m)
+	return a.n.peerIn.step(ctx, m)
 }
 func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {

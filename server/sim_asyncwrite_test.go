@@ -24,7 +24,7 @@ import (
 // does not get the entry until the leader's write returns, and the test fails in its first wait. (Under
 // raft.Node, raft's own goroutine stepped acknowledgements while the loop wrote, and this test also
 // watched the leader's commit during the stall; with raft on the loop there is nothing to watch: the
-// commit can move only after the write, whichever order appendLocal steps the responses in.)
+// commit can move only after the write, whichever order LocalStorage.Append steps the responses in.)
 func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 	const leaderStall, followerStall = 2 * time.Second, time.Second
 	runSim(t, 3, func(cfg *Config) {
@@ -122,7 +122,7 @@ func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 // it returned (decision 8). Both followers' writes of a new entry stall for 1 s, the leader's disk is
 // fine: the leader has one durable copy of three, so the entry must not apply on it, nor the client be
 // answered, before a follower's write returns. With a follower's acknowledgement sent before its write
-// (deliverResponses before persist in appendLocal), the entry applies at once.
+// (delivering the responses before persist in LocalStorage.Append), the entry applies at once.
 func TestSimFollowersAcknowledgeOnlyDurableCopies(t *testing.T) {
 	const stall = time.Second
 	runSim(t, 3, func(cfg *Config) {

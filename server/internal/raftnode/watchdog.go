@@ -2,7 +2,8 @@
 // imports (tests/deps): the disk watchdog that every raft log write goes through (Watchdog), the hint
 // that a crashed leader's broken stream gives its followers to elect another at once (LeaderLoss), the
 // bound on the terms peers may send (TermGuard), the commit notices held back for the next append
-// (CommitNotices), and raft's logger (NewRaftLogger).
+// (CommitNotices), raft's local storage threads played on the Ready loop (LocalStorage), the snapshots
+// taken beside it (Snapshotter), and raft's logger (NewRaftLogger).
 package raftnode
 
 import (
