@@ -24,7 +24,7 @@ import (
 //   - a running member whose advertised client address is not the one in the member table (every founding
 //     member, at first: --initial-cluster carries only peer addresses; a new member, once added) announces
 //     it to the leader directly (announceLoop), which records it only if the asker proves it is that
-//     member (peercaller.go);
+//     member (mayAnnounce);
 //   - a member that has seen no leader for a while asks whether it was removed (removalLoop): a removed
 //     node rarely applies its own removal, since the leader stops sending to it once it applies it.
 

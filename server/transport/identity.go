@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/tlsfiles"
 )
 
 // Peer identity with Config.TLS: a node's certificate names its member, by its CN or one of its DNS
@@ -180,4 +182,23 @@ func (t *Transport) rejected(reason string, count int) {
 	if f := t.cfg.OnRejected; f != nil && count > 0 {
 		f(reason, count)
 	}
+}
+
+// listenerTLS is the serving side's TLS: serverTLS, offering linkALPN before gRPC's "h2" (a gRPC client
+// offers only "h2", an older node's link dialer never dials).
+func (t *Transport) listenerTLS() *tls.Config {
+	return tlsfiles.WithALPN(t.serverTLS(), linkALPN, "h2")
+}
+
+// linkTLS is Config.TLS for dialing a link to member id at addr: the member check, linkALPN, and the
+// address's host as the server name, as gRPC's own TLS dial sets it.
+func (t *Transport) linkTLS(id uint64, addr string) *tls.Config {
+	c := t.dialTLS(id)
+	c.NextProtos = []string{linkALPN}
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	return c
 }

@@ -263,19 +263,6 @@ func (p *peer) handshake(ctx context.Context, tcp net.Conn) (net.Conn, error) {
 	}
 }
 
-// linkTLS is Config.TLS for dialing a link to member id at addr: the member check, linkALPN, and the
-// address's host as the server name, as gRPC's own TLS dial sets it.
-func (t *Transport) linkTLS(id uint64, addr string) *tls.Config {
-	c := t.dialTLS(id)
-	c.NextProtos = []string{linkALPN}
-	if c.ServerName == "" {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			c.ServerName = host
-		}
-	}
-	return c
-}
-
 // dialPeer connects to addr, through an HTTP CONNECT proxy when proxyFor names one for it. The
 // Transport's is http.ProxyFromEnvironment (HTTPS_PROXY, NO_PROXY; loopback and localhost never go
 // through one): the rule gRPC follows for the peer connections it dials, so links and gRPC take the same
