@@ -329,17 +329,17 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage,
-		proposals:   newProposalWaiter(),
-		lessor:      lessor.New(lessorConfig(cfg), out),
-		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
-		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
-		confState:   snap.GetMetadata().GetConfState(),
-		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
-		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		notices:     raftnode.NewCommitNotices(),
-		draining:    make(chan struct{}),
-		stopped:     make(chan struct{}),
-		done:        make(chan struct{}),
+		proposals:  newProposalWaiter(),
+		lessor:     lessor.New(lessorConfig(cfg), out),
+		queue:      waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
+		watch:      watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
+		confState:  snap.GetMetadata().GetConfState(),
+		clientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		peerAddr:   advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		notices:    raftnode.NewCommitNotices(),
+		draining:   make(chan struct{}),
+		stopped:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	n.state = newLeaseState(n, sm, snapIndex)
 	n.members = newMembership(cfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
