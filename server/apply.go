@@ -5,6 +5,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/leases"
 )
 
@@ -22,7 +23,9 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Watch:   n.watch,
 		Queue:   n.queue,
 		Metrics: func(res fsm.Result) { n.metrics.applied(res) },
-		Audit:   func(index uint64, res fsm.Result) { n.audit.record(index, raft.StateType(n.role.Load()), res) },
+		Audit: func(index uint64, res fsm.Result) {
+			n.audit.Record(index, roleName(raft.StateType(n.role.Load())), res)
+		},
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
 		},
@@ -33,7 +36,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 func roleName(st raft.StateType) string {
 	switch st {
 	case raft.StateLeader:
-		return "leader"
+		return auth.RoleLeader
 	case raft.StateCandidate, raft.StatePreCandidate:
 		return "candidate"
 	default:

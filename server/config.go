@@ -140,7 +140,7 @@ type Config struct {
 
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
-	// AuditLog receives the audit trail (server/audit.go); nil means Logger. Its level decides what is
+	// AuditLog receives the audit trail (docs/operations.md, "Audit trail"); nil means Logger. Its level decides what is
 	// written: info for the leader's lines, debug for every node's, above info nothing.
 	AuditLog *slog.Logger
 	// Registerer receives the node's metrics; nil registers nowhere.

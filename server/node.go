@@ -52,7 +52,7 @@ type logIndexer interface {
 type node struct {
 	cfg       Config
 	log       *slog.Logger
-	audit     *auditTrail // the audit trail's lines, written off the loop (audit.go)
+	audit     *auth.AuditTrail // the audit trail's lines, written off the loop
 	authz     *auth.Authorizer
 	clock     Clock
 	id        uint64
@@ -140,7 +140,7 @@ type node struct {
 // stop is closed or on a fatal error (a failed disk write: nothing unpersisted may be acted on).
 func (n *node) run(stop <-chan struct{}) {
 	defer n.halt()
-	defer n.audit.close()
+	defer n.audit.Close()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	n.ticked(n.clock.Now())

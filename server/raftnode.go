@@ -54,7 +54,7 @@ func newSnapshotter(n *node, index uint64) *raftnode.Snapshotter {
 			if err := n.flushHardState(); err != nil {
 				return err
 			}
-			n.audit.waitWritten() // a restart re-logs only the entries after the snapshot (audit.go)
+			n.audit.WaitWritten() // a restart re-logs only the entries after the snapshot (auth.AuditTrail)
 			return nil
 		},
 		Freeze: func() raftnode.SnapshotView { return n.state.View() },
@@ -88,7 +88,7 @@ func newLocalStorage(n *node) *raftnode.LocalStorage[*fsm.FSM] {
 			if err := n.state.Apply(ents); err != nil {
 				return err
 			}
-			n.audit.handOff()
+			n.audit.HandOff()
 			n.metrics.applySeconds.Observe(since(start))
 			return nil
 		},

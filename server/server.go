@@ -365,7 +365,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)
 	}
-	n.audit = newAuditTrail(audit, snapIndex)
+	n.audit = auth.NewAuditTrail(audit, snapIndex)
 	n.logIndex = storage
 	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)
@@ -441,7 +441,7 @@ func (s *Server) Start() {
 	s.spawn(func() { watchDisk(s.node, s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
 	s.spawn(func() { s.node.snapshots.Run(s.stop) })
-	s.spawn(s.node.audit.run)
+	s.spawn(s.node.audit.Run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawn(func() { s.node.members.autoPromote(s.stop) })

@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
-	"server/internal/auth":   {"api", "fsm"},
+	"server/internal/auth":   {"api", "fsm", "server/internal/leases"}, // the audit trail waits on leases.IndexWaiter
 	"server/internal/leases": {"api", "fsm", "server/internal/errs"},
 	// The raft host never imports the lease service (nor lessor, waitq, watch or auth).
 	"server/internal/raftnode": {"api", "raftlog", "server/transport", "server/internal/errs"},

@@ -1,7 +1,8 @@
 // Package auth decides who a client is and what it may do (decision 10): the identity its verified
 // certificate names (Authorizer.Identity), the ACL checks against the replicated state, which it reads
 // only through a read view the node hands it, and the gRPC interceptors that guard the Cluster service.
-// With client certificate authentication off there is no identity and nothing is checked.
+// With client certificate authentication off there is no identity and nothing is checked. It also keeps
+// the audit trail of who was granted, released and lost which lease, and of ACL changes (AuditTrail).
 package auth
 
 import (

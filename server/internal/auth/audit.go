@@ -1,18 +1,17 @@
-package server
+package auth
 
 import (
 	"context"
 	"log/slog"
-
-	"go.etcd.io/raft/v3"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/leases"
 )
 
-// The audit trail (docs/operations.md, "Audit trail"): a line per grant, release, expiry and ACL change,
-// with the constant keys event, resource, token, holder, identity, index and role, to Config.AuditLog.
+// AuditTrail is a node's audit trail (docs/operations.md, "Audit trail"): a line per grant, release, expiry
+// and ACL change, with the constant keys event, resource, token, holder, identity, index and role, to the
+// node's audit log (server.Config.AuditLog).
 // The leader writes it: a node applying an entry while it leads writes the entry's lines at info, any
 // other node at debug (so one info line per event for the cluster). The role of the node that applies an
 // entry is not a property of the entry, though: across a leadership change the old leader may stop (or
@@ -20,7 +19,10 @@ import (
 // every node keeps the lines of the last auditCatchUp events it applied without leading, and a node that
 // starts leading writes them first, at info with replayed=true. The trail is thereby complete, with
 // duplicates (same index) after a leader change; a reader deduplicates on index, resource and token.
-type auditTrail struct {
+//
+// The node's Ready loop calls Record for each applied entry, HandOff after each apply, WaitWritten before a
+// snapshot and Close as it ends; Run, the writer, is a goroutine of its own.
+type AuditTrail struct {
 	log   *slog.Logger
 	on    bool // info is enabled: decided once, the level does not change while a node runs
 	debug bool // debug is enabled: lines of entries applied without leading are written too
@@ -30,9 +32,9 @@ type auditTrail struct {
 	leading bool                // the previous entry was applied while leading (Ready loop only)
 	upTo    uint64              // the newest index with a line in pending (Ready loop only)
 	handed  uint64              // the newest index whose lines were handed over (Ready loop only)
-	batches chan auditBatch     // to run; closed by the loop as it ends
+	batches chan auditBatch     // to Run; closed by the loop as it ends
 	written *leases.IndexWaiter // the newest index whose lines are written
-	done    chan struct{}       // closed when run returns
+	done    chan struct{}       // closed when Run returns
 }
 
 // auditLine is one entry's audit: an ACL change, or one lease event.
@@ -49,6 +51,9 @@ type auditBatch struct {
 	upTo  uint64
 }
 
+// RoleLeader is the role Record is given for an entry applied while leading: its lines are written at info.
+const RoleLeader = "leader"
+
 // auditCatchUp is how many lines of entries applied without leading a node keeps, to write when it starts
 // leading: the old leader may not have written these. It bounds the completeness promise: an old leader
 // whose writes lag more than this many lines when it stops leading may leave a gap.
@@ -57,32 +62,34 @@ const auditCatchUp = 4096
 // auditBacklog is how many batches (Readys) the writer may be behind before the loop waits for it.
 const auditBacklog = 64
 
-func newAuditTrail(log *slog.Logger, from uint64) *auditTrail {
-	return &auditTrail{
+// NewAuditTrail returns the trail of a node whose state holds the entries up to index from, writing to log.
+func NewAuditTrail(log *slog.Logger, from uint64) *AuditTrail {
+	return &AuditTrail{
 		log: log, on: log.Enabled(context.Background(), slog.LevelInfo), debug: log.Enabled(context.Background(), slog.LevelDebug),
 		batches: make(chan auditBatch, auditBacklog), written: leases.NewIndexWaiter(from), done: make(chan struct{}),
 	}
 }
 
-// Audit trail messages, one per lease event type.
-var auditMessages = map[leasepb.EventType]string{
-	leasepb.EventType_EVENT_TYPE_GRANTED:       "lease granted",
-	leasepb.EventType_EVENT_TYPE_RELEASED:      "lease released",
-	leasepb.EventType_EVENT_TYPE_EXPIRED:       "lease expired",
-	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "lease value proclaimed",
+// The line of each lease event type: its message and its event key (as leased_events_total's label).
+var auditEvents = map[leasepb.EventType]struct{ msg, event string }{
+	leasepb.EventType_EVENT_TYPE_GRANTED:       {"lease granted", "granted"},
+	leasepb.EventType_EVENT_TYPE_RELEASED:      {"lease released", "released"},
+	leasepb.EventType_EVENT_TYPE_EXPIRED:       {"lease expired", "expired"},
+	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: {"lease value proclaimed", "value_changed"},
 }
 
-// record notes the lines of the entry at index, applied with the node in state st (Ready loop). It is
-// called for every applied normal entry, a new leader's empty one included, so that a node catches up the
-// trail as soon as it applies an entry while leading.
-func (a *auditTrail) record(index uint64, st raft.StateType, res fsm.Result) {
+// Record notes the lines of the entry at index, applied with the node in role ("leader", RoleLeader, or
+// "candidate" or "follower": the role key of the lines) (Ready loop). It is called for every applied normal
+// entry, a new leader's empty one included, so that a node catches up the trail as soon as it applies an
+// entry while leading.
+func (a *AuditTrail) Record(index uint64, role string, res fsm.Result) {
 	if !a.on {
 		return
 	}
-	leading := st == raft.StateLeader
+	leading := role == RoleLeader
 	if leading && !a.leading && len(a.behind) > 0 {
 		for _, l := range a.behind {
-			l.role, l.replayed = roleName(st), true
+			l.role, l.replayed = role, true
 			a.pending = append(a.pending, l)
 		}
 		a.behind, a.upTo = nil, index
@@ -91,7 +98,6 @@ func (a *auditTrail) record(index uint64, st raft.StateType, res fsm.Result) {
 	if len(res.Events) == 0 && !res.Changes.ACLSet {
 		return
 	}
-	role := roleName(st)
 	var lines []auditLine
 	if res.Changes.ACLSet {
 		lines = append(lines, auditLine{role: role, aclSet: true, index: index})
@@ -111,8 +117,8 @@ func (a *auditTrail) record(index uint64, st raft.StateType, res fsm.Result) {
 	}
 }
 
-// handOff gives the lines recorded since the last hand-off to the writer (Ready loop, after each apply).
-func (a *auditTrail) handOff() {
+// HandOff gives the lines recorded since the last hand-off to the writer (Ready loop, after each apply).
+func (a *AuditTrail) HandOff() {
 	if len(a.pending) == 0 {
 		return
 	}
@@ -120,19 +126,19 @@ func (a *auditTrail) handOff() {
 	a.pending, a.handed = nil, a.upTo
 }
 
-// waitWritten returns once every line handed over is written (Ready loop, before a snapshot).
-func (a *auditTrail) waitWritten() {
+// WaitWritten returns once every line handed over is written (Ready loop, before a snapshot).
+func (a *AuditTrail) WaitWritten() {
 	_ = a.written.Wait(context.Background(), a.handed, a.done)
 }
 
-// close ends the trail: run writes what it was handed, then returns (Ready loop, as it ends).
-func (a *auditTrail) close() {
-	a.handOff()
+// Close ends the trail: Run writes what it was handed, then returns (Ready loop, as it ends).
+func (a *AuditTrail) Close() {
+	a.HandOff()
 	close(a.batches)
 }
 
-// run writes the batches the loop hands over, in order, until the loop closes the trail.
-func (a *auditTrail) run() {
+// Run writes the batches the loop hands over, in order, until the loop closes the trail.
+func (a *AuditTrail) Run() {
 	defer close(a.done)
 	for b := range a.batches {
 		for _, l := range b.lines {
@@ -142,10 +148,10 @@ func (a *auditTrail) run() {
 	}
 }
 
-func (a *auditTrail) write(l auditLine) {
+func (a *AuditTrail) write(l auditLine) {
 	ctx := context.Background()
 	level := slog.LevelDebug
-	if l.role == roleName(raft.StateLeader) {
+	if l.role == RoleLeader {
 		level = slog.LevelInfo
 	}
 	role := slog.String("role", l.role)
@@ -158,8 +164,8 @@ func (a *auditTrail) write(l auditLine) {
 		return
 	}
 	e := l.event
-	a.log.LogAttrs(ctx, level, auditMessages[e.Type],
-		slog.String("event", eventTypeLabel[e.Type]),
+	a.log.LogAttrs(ctx, level, auditEvents[e.Type].msg,
+		slog.String("event", auditEvents[e.Type].event),
 		slog.String("resource", e.Lease.Resource),
 		slog.Uint64("token", e.Lease.Token),
 		slog.String("holder", e.Lease.Holder),

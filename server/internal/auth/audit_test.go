@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"go.etcd.io/raft/v3"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
@@ -19,22 +17,22 @@ import (
 // them.
 func TestAuditNewLeaderCatchesUp(t *testing.T) {
 	var buf bytes.Buffer
-	a := newAuditTrail(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), 0)
-	go a.run()
+	a := NewAuditTrail(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), 0)
+	go a.Run()
 	granted := func(i uint64) fsm.Result {
 		return fsm.Result{Events: []fsm.Event{{Type: leasepb.EventType_EVENT_TYPE_GRANTED, Index: i,
 			Lease: fsm.Lease{Resource: "r", Holder: "h", Token: i}}}}
 	}
-	a.record(5, raft.StateFollower, granted(5))
-	a.record(6, raft.StateFollower, granted(6))
-	a.handOff()
-	a.waitWritten()
+	a.Record(5, "follower", granted(5))
+	a.Record(6, "follower", granted(6))
+	a.HandOff()
+	a.WaitWritten()
 	if buf.Len() != 0 {
 		t.Fatalf("a follower wrote at info:\n%s", buf.String())
 	}
-	a.record(7, raft.StateLeader, fsm.Result{}) // the new leader's empty entry
-	a.record(8, raft.StateLeader, granted(8))
-	a.close()
+	a.Record(7, RoleLeader, fsm.Result{}) // the new leader's empty entry
+	a.Record(8, RoleLeader, granted(8))
+	a.Close()
 	<-a.done
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	want := []string{"token=5 .* role=leader replayed=true", "token=6 .* role=leader replayed=true", "token=8 .* role=leader$"}
