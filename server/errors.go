@@ -23,7 +23,7 @@ var (
 	ErrNoLeader      = errors.New("no leader")
 	ErrStopped       = errs.ErrStopped
 	ErrTimeout       = errors.New("timed out")
-	ErrInvalid       = errors.New("invalid argument")
+	ErrInvalid       = errs.ErrInvalid
 	ErrHeld          = errors.New("resource held")
 	ErrLockDelayed   = errors.New("resource in lock-delay")
 	ErrNotCurrent    = errs.ErrNotCurrent

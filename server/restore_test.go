@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -146,105 +144,5 @@ func TestSnapshotRestoreStartsAboveTheFloor(t *testing.T) {
 	}
 	if tok := fresh.GetLease().GetToken(); tok <= floor {
 		t.Fatalf("first token after restore %d, want above the floor %d", tok, floor)
-	}
-}
-
-func TestRestoreRefusesBadInput(t *testing.T) {
-	cfg := server.TestConfig()
-	old := startSingleNode(t, &cfg)
-	data, index := backup(t, old.ClientAddr())
-	dir := t.TempDir()
-	cluster := map[string]string{"r1": "127.0.0.1:1", "r2": "127.0.0.1:2"}
-	base := server.RestoreConfig{Snapshot: data, Name: "r1", DataDir: filepath.Join(dir, "r1"), InitialCluster: cluster}
-
-	full := filepath.Join(dir, "full")
-	if err := os.MkdirAll(full, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(full, "keep"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	corrupt := append([]byte(nil), data...)
-	corrupt[len(corrupt)-1] ^= 0xff
-	// A backup of a cluster restored with a floor far above the clock (an explicit --token-floor, or
-	// a restore on a machine whose clock ran ahead): the default floor cannot be trusted to exceed it.
-	ahead := fsm.New()
-	if err := ahead.Rebase(1<<52, nil); err != nil {
-		t.Fatal(err)
-	}
-	aheadData, err := ahead.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A backup of a cluster restored an hour ago, restored again on a machine whose clock is an hour
-	// behind the first one's.
-	restoredAt := time.Now()
-	later := fsm.New()
-	if err := later.Rebase(server.DefaultTokenFloor(restoredAt)+5, nil); err != nil {
-		t.Fatal(err)
-	}
-	laterData, err := later.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name   string
-		mutate func(*server.RestoreConfig)
-		want   error
-	}{
-		{"non-empty data dir", func(c *server.RestoreConfig) { c.DataDir = full }, server.ErrDataDirNotEmpty},
-		{"name not in the cluster", func(c *server.RestoreConfig) { c.Name = "r9" }, server.ErrInvalid},
-		{"floor below the index", func(c *server.RestoreConfig) { c.TokenFloor = index - 1 }, server.ErrInvalid},
-		{"floor beyond int64/2", func(c *server.RestoreConfig) { c.TokenFloor = server.MaxTokenFloor + 1 }, server.ErrInvalid},
-		{"corrupted backup", func(c *server.RestoreConfig) { c.Snapshot = corrupt }, fsm.ErrBadSnapshot},
-		{"default floor below the backup", func(c *server.RestoreConfig) { c.Snapshot = aheadData }, server.ErrClockBehind},
-		{"clock set back behind a restore", func(c *server.RestoreConfig) {
-			c.Snapshot, c.Now = laterData, func() time.Time { return restoredAt.Add(-time.Hour) }
-		}, server.ErrClockBehind},
-	}
-	for _, tc := range cases {
-		c := base
-		tc.mutate(&c)
-		if _, err := server.RestoreDataDir(c); !errors.Is(err, tc.want) {
-			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
-		}
-	}
-	if _, err := os.Stat(base.DataDir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a refused restore left %s: %v", base.DataDir, err)
-	}
-	if b, err := os.ReadFile(filepath.Join(full, "keep")); err != nil || string(b) != "x" {
-		t.Fatal("a refused restore touched the non-empty data dir")
-	}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if strings.Contains(e.Name(), ".restore-") {
-			t.Fatalf("a refused restore left %s behind", e.Name())
-		}
-	}
-}
-
-// An existing empty directory (a mount point, a fresh volume) is a fine target; so is a missing parent.
-func TestRestoreIntoAnEmptyDirectory(t *testing.T) {
-	cfg := server.TestConfig()
-	old := startSingleNode(t, &cfg)
-	data, index := backup(t, old.ClientAddr())
-	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "a", "b")} {
-		before := server.DefaultTokenFloor(time.Now())
-		info, err := server.RestoreDataDir(server.RestoreConfig{Snapshot: data, Name: "r1", DataDir: dir,
-			InitialCluster: map[string]string{"r1": "127.0.0.1:1"}})
-		if err != nil {
-			t.Fatalf("restore into %s: %v", dir, err)
-		}
-		if after := server.DefaultTokenFloor(time.Now()); info.TokenFloor < before || info.TokenFloor > after || !info.DefaultFloor {
-			t.Fatalf("default floor %d, want the clock's in [%d, %d]", info.TokenFloor, before, after)
-		}
-		if info.TokenFloor < index+server.DefaultTokenFloorBump || info.TokenFloor >= 1<<53 {
-			t.Fatalf("default floor %d: below the index %d + 2^40, or beyond 2^53", info.TokenFloor, index)
-		}
-		for _, name := range []string{"raft.db", "wal"} { // the raft log: raft.db and its WAL directory
-			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 }

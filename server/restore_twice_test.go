@@ -182,30 +182,3 @@ func TestRestoringTwiceNeverReissuesTokens(t *testing.T) {
 		t.Logf("incarnations: %v", incs)
 	}
 }
-
-// The default floor is the clock's, exactly, and a backup of a restored cluster restored an hour later
-// starts an hour's microseconds above that cluster's floor.
-func TestDefaultFloorFollowsTheClock(t *testing.T) {
-	restoredAt := time.Now()
-	sm := fsm.New()
-	if err := sm.Rebase(server.DefaultTokenFloor(restoredAt)+5, nil); err != nil { // a restored cluster's backup
-		t.Fatal(err)
-	}
-	data, err := sm.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := restoredAt.Add(time.Hour)
-	info, err := server.RestoreDataDir(server.RestoreConfig{Snapshot: data, Name: "r1", DataDir: t.TempDir(),
-		InitialCluster: map[string]string{"r1": "127.0.0.1:1"}, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := uint64(now.UnixMicro()) + server.DefaultTokenFloorBump
-	if info.TokenFloor != want || !info.DefaultFloor || info.Generation != 2 {
-		t.Fatalf("restore an hour later: %+v, want floor %d and generation 2", info, want)
-	}
-	if info.TokenFloor-sm.AppliedIndex() < uint64(time.Hour.Microseconds())-5 {
-		t.Fatalf("floor %d is not an hour's microseconds above the backup's index %d", info.TokenFloor, sm.AppliedIndex())
-	}
-}

@@ -18,7 +18,7 @@ import (
 // The Snapshot RPC: a backup of the lease state. The stream's bytes are the state machine's snapshot
 // (fsm.Snapshot's envelope: magic, version, length, CRC-32C, body), taken at an applied index read
 // linearizably, so a backup holds every write acknowledged before the call. It is all a restore needs
-// (leasectl snapshot restore, RestoreDataDir): the leases with their holders, values, tokens and request
+// (leasectl snapshot restore, restore.DataDir): the leases with their holders, values, tokens and request
 // ids, the highest token, lock-delays and remembered lease ends.
 
 // snapshotChunkBytes is the most data one SnapshotChunk carries (the API promises at most 1 MiB).

@@ -17,12 +17,12 @@ import (
 	"github.com/leased/leased/client"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/internal/fileutil"
-	"github.com/leased/leased/server"
+	"github.com/leased/leased/server/restore"
 )
 
 // The snapshot commands: save streams a backup from the cluster (client.Snapshot); status and restore
-// work offline on the file, with the state machine's decoder (fsm.Restore) and the server's restore
-// (server.RestoreDataDir), so what they accept is exactly what a node would.
+// work offline on the file, with the state machine's decoder (fsm.Restore) and the offline restore
+// (restore.DataDir), so what they accept is exactly what a node would.
 
 func (a *app) snapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -241,14 +241,14 @@ docs/operations.md.`,
 				return fmt.Errorf("snapshot restore: %w", err)
 			}
 			members, _ := parseInitialCluster(initial)
-			info, err := server.RestoreDataDir(server.RestoreConfig{
+			info, err := restore.DataDir(restore.Config{
 				Snapshot: data, Name: name, DataDir: dataDir, InitialCluster: members, TokenFloor: floor,
 			})
 			if err != nil {
 				switch {
 				case errors.Is(err, fsm.ErrBadSnapshot):
 					err = fmt.Errorf("%s is not a valid leased snapshot: %w", args[0], err)
-				case errors.Is(err, server.ErrInvalid): // a --token-floor the snapshot rules out
+				case errors.Is(err, restore.ErrInvalid): // a --token-floor the snapshot rules out
 					return usagef(cmd, "snapshot restore: %v", err)
 				}
 				return fmt.Errorf("snapshot restore: %w", err)
@@ -301,7 +301,7 @@ type restoreJSON struct {
 	Leases       int    `json:"leases"`
 }
 
-func (a *app) printRestore(name, dir string, info server.RestoreInfo) error {
+func (a *app) printRestore(name, dir string, info restore.Info) error {
 	out := restoreJSON{Name: name, DataDir: dir, ClusterID: leasepb.FormatID(info.ClusterID), MemberID: leasepb.FormatID(info.NodeID),
 		Generation: info.Generation, AppliedIndex: info.AppliedIndex, TokenFloor: info.TokenFloor, Leases: info.Leases}
 	if a.jsonOut() {

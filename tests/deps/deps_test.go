@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,6 +26,7 @@ var allowed = map[string][]string{
 	// only those below it, never package server.
 	"server/internal/errs":   {},
 	"server/internal/clock":  {},
+	"server/internal/ids":    {},
 	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
@@ -32,11 +34,12 @@ var allowed = map[string][]string{
 	"server/internal/leases": {"api", "fsm", "server/internal/errs"},
 	// The raft host never imports the lease service (nor lessor, waitq, watch or auth).
 	"server/internal/raftnode": {"api", "raftlog", "server/transport", "server/internal/errs"},
+	"server/restore":           {"api", "fsm", "raftlog", "internal/fileutil", "server/internal/errs", "server/internal/ids"}, // the offline restore, never the node
 	"client/fence":             {},
 	"client":                   {"api"},
 	"cmd/internal":             {},
 	"cmd/leased":               {"api", "server", "raftlog", "cmd/internal", "internal/fileutil"},
-	"cmd/leasectl":             {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
+	"cmd/leasectl":             {"api", "client", "fsm", "server/restore", "cmd/internal", "internal/fileutil"}, // fsm, server/restore: offline snapshot status and restore
 	"tests":                    {"api", "client", "server", "fsm", "raftlog"},
 
 	// Helpers below every layer, for any of them.
@@ -120,6 +123,7 @@ func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 		"client/fence/pg":          {"client"},
 		"server/internal/waitq":    {"server"},
 		"server/internal/raftnode": {"server/internal/lessor"},
+		"server/restore":           {"server"},
 	}
 	got := violations(bad)
 	if len(got) != len(bad) {
@@ -139,8 +143,7 @@ func TestViolationsCatchesForbiddenArrows(t *testing.T) {
 }
 
 // TestSDKDoesNotImportTheGateway: the HTTP/JSON gateway lives in api/leasepb/gw so that programs using the
-// SDK do not link grpc-gateway's runtime (docs/design.md, "Packages and dependency direction"). leasectl
-// links the server package for the offline `snapshot restore`, and with it the gateway.
+// SDK do not link grpc-gateway's runtime (docs/design.md, "Packages and dependency direction").
 func TestSDKDoesNotImportTheGateway(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", module+"/client", module+"/client/fence/...").Output()
 	if err != nil {
@@ -150,5 +153,22 @@ func TestSDKDoesNotImportTheGateway(t *testing.T) {
 		if strings.HasPrefix(pkg, "github.com/grpc-ecosystem/grpc-gateway") || pkg == module+"/api/leasepb/gw" {
 			t.Errorf("the SDK depends on %s", pkg)
 		}
+	}
+}
+
+// TestLeasectlDoesNotLinkTheServer: the CLI's offline `snapshot restore` uses package server/restore, so
+// leasectl does not link package server (nor, through it, the node's services and the gateway). The rules
+// above check direct imports only; this checks the whole build.
+func TestLeasectlDoesNotLinkTheServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/cmd/leasectl").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"/server/restore") {
+		t.Fatalf("leasectl does not link %s/server/restore: the check looks at the wrong build", module)
+	}
+	if slices.Contains(deps, module+"/server") {
+		t.Errorf("leasectl depends on %s/server", module)
 	}
 }

@@ -1,7 +1,7 @@
-// Package errs holds the errors that the node's internal packages return and package server maps to gRPC
-// statuses: the sentinels package server exports (it re-declares them, so a caller's errors.Is works
-// whichever package returned the error), and the typed refusals that carry a status's details. It sits
-// below every other package of the node and imports nothing of ours.
+// Package errs holds the errors that the node's internal packages and the offline restore return and
+// package server maps to gRPC statuses: the sentinels package server exports (it re-declares them, so a
+// caller's errors.Is works whichever package returned the error), and the typed refusals that carry a
+// status's details. It sits below every other package of the node and imports nothing of ours.
 package errs
 
 import (
@@ -15,6 +15,7 @@ var (
 	ErrNotCurrent = errors.New("token is not the current grant")
 	ErrStopped    = errors.New("server stopped")
 	ErrCompacted  = errors.New("watch history compacted")
+	ErrInvalid    = errors.New("invalid argument")
 	// ErrLimit is the sentinel of every limit refusal (Limit).
 	ErrLimit = errors.New("limit reached")
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within the disk
