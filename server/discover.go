@@ -15,6 +15,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server/internal/ids"
 )
 
 // discover is a new member's first contact with the cluster it joins (--initial-cluster-state existing):
@@ -102,7 +103,7 @@ func checkToken(cfg Config, resp *wirepb.JoinResponse) error {
 	if cfg.InitialClusterToken == "" {
 		return nil
 	}
-	if want := tokenClusterID(cfg.InitialClusterToken); resp.GetClusterId() != want {
+	if want := ids.TokenCluster(cfg.InitialClusterToken); resp.GetClusterId() != want {
 		return fmt.Errorf("the answer is for cluster %s, but --initial-cluster-token %q names cluster %s",
 			leasepb.FormatID(resp.GetClusterId()), cfg.InitialClusterToken, leasepb.FormatID(want))
 	}
@@ -117,7 +118,7 @@ func checkJoinAnswer(cfg Config, resp *wirepb.JoinResponse) (*wirepb.JoinRespons
 		return resp, nil // identify adds it again
 	}
 	id := resp.GetMember().GetId()
-	if resp.GetClusterId() == 0 || resp.GetMember().GetName() != cfg.Name || !isIncarnation(resp.GetClusterId(), cfg.Name, id) {
+	if resp.GetClusterId() == 0 || resp.GetMember().GetName() != cfg.Name || !ids.IsIncarnation(resp.GetClusterId(), cfg.Name, id) {
 		return nil, fmt.Errorf("join answer for %q names member %q (%s) in cluster %s, which is not one of that name's raft ids",
 			cfg.Name, resp.GetMember().GetName(), leasepb.FormatID(id), leasepb.FormatID(resp.GetClusterId()))
 	}

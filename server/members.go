@@ -14,6 +14,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/ids"
 )
 
 // The member table lives in the state machine (fsm/members.go), applied from conf-change entries and
@@ -292,7 +293,7 @@ func (mb *membership) initialMembers() ([]raft.Peer, error) {
 	var peers []raft.Peer
 	var seed []*leasepb.Member
 	for name, addr := range mb.cfg.InitialCluster {
-		m := &leasepb.Member{Id: memberID(mb.clusterID, name), Name: name, PeerAddr: addr}
+		m := &leasepb.Member{Id: ids.Member(mb.clusterID, name), Name: name, PeerAddr: addr}
 		seed = append(seed, m)
 		ctx, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/ids"
 )
 
 // Membership changes (the Cluster service's MemberAdd, MemberPromote and MemberRemove, the leader's
@@ -189,19 +190,19 @@ func validMemberAddrs(name, peerAddr, clientAddr string) error {
 const maxMemberName = 64
 
 // nextIncarnation is the raft id a member called name is added under: its first incarnation the cluster
-// has not retired. A removed name may thus be added again, under a new id (identity.go).
+// has not retired. A removed name may thus be added again, under a new id (server/internal/ids).
 func nextIncarnation(sm *fsm.FSM, cluster uint64, name string) (uint64, error) {
-	for k := range maxIncarnations {
-		if id := incarnationID(cluster, name, k); !sm.WasRemoved(id) {
+	for k := range ids.MaxIncarnations {
+		if id := ids.Incarnation(cluster, name, k); !sm.WasRemoved(id) {
 			return id, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q was removed %d times, the limit of raft ids one name can have", ErrMembershipRefused, name, maxIncarnations)
+	return 0, fmt.Errorf("%w: %q was removed %d times, the limit of raft ids one name can have", ErrMembershipRefused, name, ids.MaxIncarnations)
 }
 
 // nameRemoved reports whether a member called name was ever removed (its founding id is retired first).
 func nameRemoved(sm *fsm.FSM, cluster uint64, name string) bool {
-	return sm.WasRemoved(incarnationID(cluster, name, 0))
+	return sm.WasRemoved(ids.Member(cluster, name))
 }
 
 // checkNewMember refuses a member whose name, id or addresses the cluster already has.

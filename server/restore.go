@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/internal/fileutil"
 	"github.com/leased/leased/raftlog"
+	"github.com/leased/leased/server/internal/ids"
 )
 
 // Restore: founding a new cluster from a backup (leasectl snapshot restore, offline, one data dir per
@@ -129,11 +130,11 @@ func RestoreDataDir(cfg RestoreConfig) (RestoreInfo, error) {
 		return RestoreInfo{}, err
 	}
 	info.ClusterID = restoredClusterID(cfg.InitialCluster, info.TokenFloor)
-	info.NodeID = memberID(info.ClusterID, cfg.Name)
+	info.NodeID = ids.Member(info.ClusterID, cfg.Name)
 	voters := make([]uint64, 0, len(cfg.InitialCluster))
 	members := make([]*leasepb.Member, 0, len(cfg.InitialCluster))
 	for name, peer := range cfg.InitialCluster {
-		id := memberID(info.ClusterID, name)
+		id := ids.Member(info.ClusterID, name)
 		voters = append(voters, id)
 		members = append(members, &leasepb.Member{Id: id, Name: name, PeerAddr: peer})
 	}
@@ -189,7 +190,7 @@ func (info *RestoreInfo) chooseFloor(now func() time.Time) error {
 // another floor (whose log would disagree), is refused by its peers (they check the cluster id on every
 // message) instead of joining.
 func restoredClusterID(initial map[string]string, floor uint64) uint64 {
-	return hashID(fmt.Sprintf("restored:%016x:floor=%d", clusterID(initial), floor))
+	return ids.Hash(fmt.Sprintf("restored:%016x:floor=%d", ids.Cluster(initial), floor))
 }
 
 func (cfg RestoreConfig) check() error {

@@ -26,6 +26,7 @@ import (
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/clock"
+	"github.com/leased/leased/server/internal/ids"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
@@ -119,7 +120,7 @@ func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
 	}
 	// Only a founding member under its founding id bootstraps the founding configuration; a member the
 	// cluster added (or added again under a new id) learns its configuration from the leader.
-	if joined != nil || id.NodeID != memberID(id.ClusterID, cfg.Name) {
+	if joined != nil || id.NodeID != ids.Member(id.ClusterID, cfg.Name) {
 		cfg.InitialClusterState = ClusterStateExisting
 	}
 	var seed []*leasepb.Member
@@ -154,9 +155,9 @@ func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, er
 		return raftlog.Identity{}, nil, err
 	}
 	if ok {
-		if !isIncarnation(have.ClusterID, cfg.Name, have.NodeID) {
+		if !ids.IsIncarnation(have.ClusterID, cfg.Name, have.NodeID) {
 			return raftlog.Identity{}, nil, fmt.Errorf("data dir %s belongs to %v, but a node named %q in that cluster would be %016x "+
-				"(another --name?): use the original name, or a new data dir for a new member", cfg.DataDir, have, cfg.Name, memberID(have.ClusterID, cfg.Name))
+				"(another --name?): use the original name, or a new data dir for a new member", cfg.DataDir, have, cfg.Name, ids.Member(have.ClusterID, cfg.Name))
 		}
 		return have, nil, nil
 	}
@@ -189,7 +190,7 @@ func foundingPeersSay(cfg Config) (raftlog.Identity, *wirepb.JoinResponse, error
 		return raftlog.Identity{}, nil, errors.New("initial cluster is required on a node's first start: it gives the cluster id and every founding member's peer address")
 	}
 	cid := clusterIDOf(cfg)
-	founder := raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)}
+	founder := raftlog.Identity{ClusterID: cid, NodeID: ids.Member(cid, cfg.Name)}
 	resp, err := probePeers(cfg)
 	switch {
 	case err != nil:
@@ -329,17 +330,17 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n := &node{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage,
-		proposals:   newProposalWaiter(),
-		lessor:      lessor.New(lessorConfig(cfg), out),
-		queue:       waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
-		watch:       watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
-		confState:   snap.GetMetadata().GetConfState(),
-		clientAddr:  advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
-		peerAddr:    advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		notices:     raftnode.NewCommitNotices(),
-		draining:    make(chan struct{}),
-		stopped:     make(chan struct{}),
-		done:        make(chan struct{}),
+		proposals:  newProposalWaiter(),
+		lessor:     lessor.New(lessorConfig(cfg), out),
+		queue:      waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
+		watch:      watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
+		confState:  snap.GetMetadata().GetConfState(),
+		clientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		peerAddr:   advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		notices:    raftnode.NewCommitNotices(),
+		draining:   make(chan struct{}),
+		stopped:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	n.state = newLeaseState(n, sm, snapIndex)
 	n.members = newMembership(cfg, n.log, n.id, n.clusterID, memberNode{n}, storage)

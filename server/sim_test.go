@@ -22,6 +22,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/clock"
+	"github.com/leased/leased/server/internal/ids"
 	"github.com/leased/leased/server/internal/sim"
 )
 
@@ -92,7 +93,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 	if os.Getenv("LEASED_SIM_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	cid := clusterID(initial)
+	cid := ids.Cluster(initial)
 	for i := range size {
 		cfg := simConfig()
 		cfg.Name = fmt.Sprintf("n%d", i+1)
@@ -109,7 +110,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 			t.Fatal(err)
 		}
 		c.cfgs = append(c.cfgs, cfg)
-		c.ids = append(c.ids, raftlog.Identity{ClusterID: cid, NodeID: memberID(cid, cfg.Name)})
+		c.ids = append(c.ids, raftlog.Identity{ClusterID: cid, NodeID: ids.Member(cid, cfg.Name)})
 		c.logs = append(c.logs, sim.NewStorage())
 	}
 	for i := range size {

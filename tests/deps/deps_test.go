@@ -25,6 +25,7 @@ var allowed = map[string][]string{
 	// only those below it, never package server.
 	"server/internal/errs":   {},
 	"server/internal/clock":  {},
+	"server/internal/ids":    {},
 	"server/internal/waitq":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/watch":  {"api", "fsm", "server/internal/errs"},
 	"server/internal/lessor": {"api", "fsm", "server/internal/errs"},
