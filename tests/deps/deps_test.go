@@ -40,6 +40,9 @@ var allowed = map[string][]string{
 	"cmd/leasectl":             {"api", "client", "fsm", "server", "cmd/internal", "internal/fileutil"}, // fsm, server: offline snapshot status and restore
 	"tests":                    {"api", "client", "server", "fsm", "raftlog"},
 
+	// Membership reaches the rest of the node only through membership.Host, never package server.
+	"server/internal/membership": {"api", "fsm", "server/transport", "server/internal/errs", "server/internal/ids"},
+
 	// Helpers below every layer, for any of them.
 	"internal/fileutil": {},
 }
