@@ -25,7 +25,8 @@ import (
 // record and the member table. A member that was never added, or was removed, is refused at once with the
 // reason; unreachable members are retried until Config.JoinTimeout.
 //
-// With rejoin, the request asks the leader to add this member back under a new raft id (internal/membership/rejoin.go).
+// With rejoin, the request asks the leader to add this member back under a new raft id
+// (internal/membership/rejoin.go).
 func discover(cfg Config, g *membership.Gossip, rejoin bool) (*wirepb.JoinResponse, error) {
 	var initial []string
 	for name, addr := range cfg.InitialCluster {
@@ -44,7 +45,7 @@ func discover(cfg Config, g *membership.Gossip, rejoin bool) (*wirepb.JoinRespon
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.joinTimeout())
 	defer cancel()
-	// No client address: the member announces it to the leader once it runs (announceLoop), where it
+	// No client address: the member announces it to the leader once it runs (Members.AnnounceLoop), where it
 	// can prove that it is the member it names.
 	req := &wirepb.JoinRequest{Name: cfg.Name}
 	if rejoin {

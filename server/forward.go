@@ -265,8 +265,8 @@ func (o *leaseOps) status(err error) error { return toStatus(err, o.hint()) }
 
 // A peer call speaks for one member only (decision 15). With peer TLS that member is the one the caller's
 // certificate names (transport.Caller); without, there is no credential, so a Join that changes an
-// address must be confirmed by the member itself (mayAnnounce, internal/membership/join.go), and a forwarded write carries no
-// client identity at all (forwardsIdentity).
+// address must be confirmed by the member itself (mayAnnounce, internal/membership/join.go), and a
+// forwarded write carries no client identity at all (forwardsIdentity).
 
 // forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
 // member its certificate names (and which the request says forwarded it); without, a member of the

@@ -154,7 +154,8 @@ func open(cfg Config, lis Listeners, g *membership.Gossip) (*Server, error) {
 
 // identify returns the node's cluster and raft id: recorded in the data dir, or, on a first start, derived
 // from InitialCluster (a new cluster) or learned from the cluster it joins (with that cluster's answer).
-// A first start whose cluster knows the member as one that has run is a wiped member (internal/membership/rejoin.go).
+// A first start whose cluster knows the member as one that has run is a wiped member
+// (internal/membership/rejoin.go).
 func identify(cfg Config, g *membership.Gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
 	have, ok, err := raftlog.ReadIdentity(cfg.DataDir)
 	if err != nil {
