@@ -68,7 +68,7 @@ func New(cfg Config, log *slog.Logger, id, clusterID uint64, host Host, logIndex
 // SetGossip hands Members the node's gossip, for GossipLoop.
 func (mb *Members) SetGossip(g *Gossip) { mb.gossip = g }
 
-// member returns a copy of a member's record, or nil.
+// Member returns a copy of a member's record, or nil.
 func (mb *Members) Member(id uint64) *leasepb.Member {
 	var m *leasepb.Member
 	mb.host.ReadFSM(func(sm *fsm.FSM) { m = sm.Member(id) })
@@ -222,7 +222,7 @@ func (mb *Members) SeedPeers(ms []*leasepb.Member) {
 	}
 }
 
-// removed records that this node was removed from the cluster at index, so that it never serves on this
+// Removed records that this node was removed from the cluster at index, so that it never serves on this
 // data dir again, and returns the error that stops it.
 func (mb *Members) Removed(index uint64) error {
 	err := fmt.Errorf("%w: at index %d", errs.ErrRemoved, index)
