@@ -15,6 +15,7 @@ var (
 	ErrNotCurrent = errors.New("token is not the current grant")
 	ErrStopped    = errors.New("server stopped")
 	ErrCompacted  = errors.New("watch history compacted")
+	ErrInvalid    = errors.New("invalid argument")
 	// ErrLimit is the sentinel of every limit refusal (Limit).
 	ErrLimit = errors.New("limit reached")
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within the disk
@@ -22,7 +23,6 @@ var (
 	ErrDiskStalled = errors.New("raft log write stalled")
 	ErrNoLeader    = errors.New("no leader")
 	ErrTimeout     = errors.New("timed out")
-	ErrInvalid     = errors.New("invalid argument")
 	// ErrRemoved is the fatal error of a node that was removed from the cluster.
 	ErrRemoved = errors.New("this node was removed from the cluster")
 	// ErrMemberNotFound: no member has the given id (or name).
