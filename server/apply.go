@@ -29,7 +29,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
 		},
-		ConfChange: func(e *raftpb.Entry) error { return n.members.applyConfChange(e) },
+		ConfChange: func(e *raftpb.Entry) error { return n.members.ApplyConfChange(e) },
 	})
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 )
 
-// clusterService is the gRPC Cluster service: status, membership (membership.go) and snapshots
+// clusterService is the gRPC Cluster service: status, membership (internal/membership) and snapshots
 // (snapshot.go).
 type clusterService struct {
 	leasepb.UnimplementedClusterServer
@@ -18,7 +18,7 @@ type clusterService struct {
 
 func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (*leasepb.StatusResponse, error) {
 	n := s.n
-	self := n.members.member(n.id)
+	self := n.members.Member(n.id)
 	return &leasepb.StatusResponse{
 		Header:        n.ops.header(),
 		Id:            n.id,
@@ -60,31 +60,31 @@ func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberList
 			return nil, n.ops.status(err)
 		}
 	}
-	return &leasepb.MemberListResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberListResponse{Header: n.ops.header(), Members: n.members.Table()}, nil
 }
 
-// MemberAdd adds a learner; the leader promotes it once it has caught up (promote.go).
+// MemberAdd adds a learner; the leader promotes it once it has caught up (internal/membership/promote.go).
 func (s *clusterService) MemberAdd(ctx context.Context, req *leasepb.MemberAddRequest) (*leasepb.MemberAddResponse, error) {
 	n := s.n
-	m, err := n.members.addMember(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
+	m, err := n.members.Add(ctx, req.GetName(), req.GetPeerAddr(), req.GetClientAddr())
 	if err != nil {
 		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberAddResponse{Header: n.ops.header(), Member: m, Members: n.members.memberTable()}, nil
+	return &leasepb.MemberAddResponse{Header: n.ops.header(), Member: m, Members: n.members.Table()}, nil
 }
 
 func (s *clusterService) MemberPromote(ctx context.Context, req *leasepb.MemberPromoteRequest) (*leasepb.MemberPromoteResponse, error) {
 	n := s.n
-	if err := n.members.promoteMember(ctx, req.GetId()); err != nil {
+	if err := n.members.Promote(ctx, req.GetId()); err != nil {
 		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberPromoteResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberPromoteResponse{Header: n.ops.header(), Members: n.members.Table()}, nil
 }
 
 func (s *clusterService) MemberRemove(ctx context.Context, req *leasepb.MemberRemoveRequest) (*leasepb.MemberRemoveResponse, error) {
 	n := s.n
-	if err := n.members.removeMember(ctx, req.GetId()); err != nil {
+	if err := n.members.Remove(ctx, req.GetId()); err != nil {
 		return nil, n.ops.status(err)
 	}
-	return &leasepb.MemberRemoveResponse{Header: n.ops.header(), Members: n.members.memberTable()}, nil
+	return &leasepb.MemberRemoveResponse{Header: n.ops.header(), Members: n.members.Table()}, nil
 }

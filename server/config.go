@@ -15,6 +15,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/membership"
 )
 
 // Config is everything a node needs. Only cmd/leased parses flags; tests build a Config directly.
@@ -43,7 +44,7 @@ type Config struct {
 	// "existing" (join a running cluster that already added this node with MemberAdd). Only a node's first
 	// start reads it.
 	InitialClusterState string
-	// GossipAddr, when set, runs memberlist gossip on it (server/gossip.go): nodes gossip their name, ids,
+	// GossipAddr, when set, runs memberlist gossip on it (server/internal/membership/gossip.go): nodes gossip their name, ids,
 	// advertised addresses, version and whether they know a leader. AdvertiseGossipAddr is where the others
 	// reach it (default GossipAddr, which must then name a host). Join lists gossip addresses (host:port)
 	// to join; a new member with InitialClusterState "existing" finds the cluster through them, with no
@@ -66,7 +67,7 @@ type Config struct {
 	JoinTimeout time.Duration
 	// AutoRejoin: a node starting on an empty data dir whose cluster knows it as a member that has run (its
 	// data dir was lost) asks to be added again as a learner under a new raft id, its old id retired,
-	// instead of refusing to start with ErrWipedMember (server/rejoin.go). For StatefulSets and other
+	// instead of refusing to start with ErrWipedMember (server/discover.go). For StatefulSets and other
 	// supervisors that restart a node with its founding flags after its volume is lost.
 	AutoRejoin bool
 
@@ -303,19 +304,6 @@ func unspecifiedHost(addr string) bool {
 	return ip != nil && ip.IsUnspecified()
 }
 
-func validAdvertise(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && port != "" && port != "0" && !unspecifiedHost(addr)
-}
-
-// advertised returns the advertise address, or the listen address when none is given.
-func advertised(advertise, listen string) string {
-	if advertise != "" {
-		return advertise
-	}
-	return listen
-}
-
 func (c Config) joinTimeout() time.Duration {
 	if c.JoinTimeout == 0 {
 		return time.Minute
@@ -409,7 +397,7 @@ func (c Config) Validate() error {
 		"which other nodes cannot reach: give an advertise gossip address", c.GossipAddr)
 	check(len(c.Join) == 0 || c.GossipAddr != "", "joining gossip members needs a gossip address of this node")
 	for _, j := range c.Join {
-		check(validAdvertise(j), "join address %q must be host:port", j)
+		check(membership.ValidAdvertise(j), "join address %q must be host:port", j)
 	}
 	check(len(c.GossipKey) == 0 || len(c.GossipKey) == 16 || len(c.GossipKey) == 24 || len(c.GossipKey) == 32,
 		"gossip key is %d bytes; it must be 16, 24 or 32", len(c.GossipKey))
@@ -420,7 +408,7 @@ func (c Config) Validate() error {
 		"joining through unencrypted gossip needs --initial-cluster-token (the cluster's), so that a gossip member cannot hand this "+
 			"node another cluster; or give --gossip-key-file")
 	for _, a := range []string{c.AdvertiseClientAddr, c.AdvertisePeerAddr, c.AdvertiseGossipAddr} {
-		check(a == "" || validAdvertise(a), "advertise address %q must be host:port with a host that is not 0.0.0.0 or [::]", a)
+		check(a == "" || membership.ValidAdvertise(a), "advertise address %q must be host:port with a host that is not 0.0.0.0 or [::]", a)
 	}
 	_, inCluster := c.InitialCluster[c.Name]
 	check(len(c.InitialCluster) == 0 || inCluster || c.InitialClusterState == ClusterStateExisting,

@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/server/internal/ids"
+	"github.com/leased/leased/server/internal/membership"
 )
 
 // discover is a new member's first contact with the cluster it joins (--initial-cluster-state existing):
@@ -24,8 +25,9 @@ import (
 // record and the member table. A member that was never added, or was removed, is refused at once with the
 // reason; unreachable members are retried until Config.JoinTimeout.
 //
-// With rejoin, the request asks the leader to add this member back under a new raft id (rejoin.go).
-func discover(cfg Config, g *gossip, rejoin bool) (*wirepb.JoinResponse, error) {
+// With rejoin, the request asks the leader to add this member back under a new raft id
+// (internal/membership/rejoin.go).
+func discover(cfg Config, g *membership.Gossip, rejoin bool) (*wirepb.JoinResponse, error) {
 	var initial []string
 	for name, addr := range cfg.InitialCluster {
 		if name != cfg.Name {
@@ -43,22 +45,22 @@ func discover(cfg Config, g *gossip, rejoin bool) (*wirepb.JoinResponse, error) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.joinTimeout())
 	defer cancel()
-	// No client address: the member announces it to the leader once it runs (announceLoop), where it
+	// No client address: the member announces it to the leader once it runs (Members.AnnounceLoop), where it
 	// can prove that it is the member it names.
 	req := &wirepb.JoinRequest{Name: cfg.Name}
 	if rejoin {
-		req.Rejoin, req.PeerAddr = true, advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr)
+		req.Rejoin, req.PeerAddr = true, membership.Advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr)
 	}
 	var last error
 	for {
 		addrs := initial
 		if g != nil {
-			if len(cfg.Join) > 0 && g.ml.NumMembers() < 2 {
-				if err := g.join(cfg.Join); err != nil {
+			if len(cfg.Join) > 0 && g.Alone() {
+				if err := g.Join(cfg.Join); err != nil {
 					last = err
 				}
 			}
-			addrs = append(slices.Clone(initial), g.peerAddrs(0)...)
+			addrs = append(slices.Clone(initial), g.PeerAddrs(0)...)
 		}
 		for _, addr := range addrs {
 			resp, err := askJoin(ctx, addr, creds, req, cfg.joinCallTimeout())
@@ -169,3 +171,42 @@ func probePeers(cfg Config) (*wirepb.JoinResponse, error) {
 		}
 	}
 }
+
+// ErrWipedMember is the refusal of a node that starts on an empty data dir while its cluster knows it as
+// a member that has run: its data dir was lost.
+var ErrWipedMember = errors.New("this member's data dir was lost")
+
+// wipedErr is the refusal of a wiped member started without Config.AutoRejoin.
+func wipedErr(cfg Config, resp *wirepb.JoinResponse) error {
+	why := fmt.Sprintf("member %q (raft id %s) of cluster %s has run before", cfg.Name,
+		leasepb.FormatID(resp.GetMember().GetId()), leasepb.FormatID(resp.GetClusterId()))
+	if resp.GetRemoved() {
+		why = fmt.Sprintf("member %q was removed from cluster %s", cfg.Name, leasepb.FormatID(resp.GetClusterId()))
+	}
+	return fmt.Errorf("%w: data dir %s is empty, but %s: an empty log must not take its place. "+
+		"Follow the runbook \"Replace a failed node\" in docs/operations.md (remove it, add it again, start it "+
+		"with --initial-cluster-state existing), or start it with --auto-rejoin to have it re-added under a new raft id",
+		ErrWipedMember, cfg.DataDir, why)
+}
+
+// rejoinOrRefuse answers a first start whose cluster knows this member as one that has run (or removed):
+// the refusal, or with Config.AutoRejoin the leader's answer to a rejoin.
+func rejoinOrRefuse(cfg Config, g *membership.Gossip, known *wirepb.JoinResponse) (*wirepb.JoinResponse, error) {
+	if !cfg.AutoRejoin {
+		return nil, wipedErr(cfg, known)
+	}
+	cfg.Logger.Warn("the cluster knows this member, but its data dir is empty: asking to be added again under a new raft id (--auto-rejoin)",
+		"cluster", leasepb.FormatID(known.GetClusterId()), "old_id", leasepb.FormatID(known.GetMember().GetId()), "removed", known.GetRemoved())
+	resp, err := discover(cfg, g, true)
+	if err == nil && resp.GetMember() == nil {
+		err = errors.New("the leader's answer names no member")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rejoin the cluster: %w", err)
+	}
+	return resp, nil
+}
+
+// rejoinRefused reports whether a Join error ends a rejoin for good (others, such as a removal refused
+// while the leader still hears from the old id, are retried).
+func rejoinRefused(err error) bool { return status.Code(err) == codes.PermissionDenied }

@@ -20,9 +20,9 @@ import (
 // errors.Is, so wrapped errors still map.
 var (
 	ErrNotLeader     = errs.ErrNotLeader
-	ErrNoLeader      = errors.New("no leader")
+	ErrNoLeader      = errs.ErrNoLeader
 	ErrStopped       = errs.ErrStopped
-	ErrTimeout       = errors.New("timed out")
+	ErrTimeout       = errs.ErrTimeout
 	ErrInvalid       = errs.ErrInvalid
 	ErrHeld          = errors.New("resource held")
 	ErrLockDelayed   = errors.New("resource in lock-delay")
@@ -33,18 +33,18 @@ var (
 	ErrUnimplemented = errors.New("not implemented yet")
 	// ErrRemoved is the fatal error of a node that was removed from the cluster: it stops serving, and its
 	// data dir refuses to start again (New).
-	ErrRemoved = errors.New("this node was removed from the cluster")
+	ErrRemoved = errs.ErrRemoved
 	// ErrMemberNotFound: no member has the given id (or name).
-	ErrMemberNotFound = errors.New("no such member")
+	ErrMemberNotFound = errs.ErrMemberNotFound
 	// ErrMemberExists: a member with the given name, id or address is already in the cluster.
-	ErrMemberExists = errors.New("member already exists")
+	ErrMemberExists = errs.ErrMemberExists
 	// ErrMembershipRefused: the membership change is not possible now (a learner not caught up, the last
 	// voter, a change already in progress, a quorum the change would lose, ...).
-	ErrMembershipRefused = errors.New("membership change refused")
+	ErrMembershipRefused = errs.ErrMembershipRefused
 	// ErrOutcomeUnknown marks a write that was proposed (or handed to the leader) but whose entry this node
 	// cannot see apply: the write may or may not take effect. It travels with ErrNotLeader, ErrNoLeader or
 	// ErrStopped (an Unavailable answer) and sets LeaderHint.outcome_unknown.
-	ErrOutcomeUnknown = errors.New("outcome unknown")
+	ErrOutcomeUnknown = errs.ErrOutcomeUnknown
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within
 	// Config.DiskStallTimeout (decision 13: fail-stop beats limping).
 	ErrDiskStalled = errs.ErrDiskStalled
@@ -57,20 +57,9 @@ var (
 	ErrPermissionDenied = auth.ErrPermissionDenied
 )
 
-// fieldError is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest, and,
-// for a number outside a bound, a google.rpc.ErrorInfo naming the bound (boundInfo) so that a client can
-// phrase the limit in its own units.
-type fieldError struct {
-	field, reason string
-	bound         *boundInfo
-}
-
-// boundInfo is the bound a field's value broke, in the field's units (milliseconds for *_ms).
-type boundInfo struct {
-	value, limit int64
-	above        bool   // the value is above the maximum limit (else below the minimum)
-	why          string // why the bound is what it is ("" when it is simply the documented limit)
-}
+// fieldError is an invalid request field (errs.Field): InvalidArgument with a google.rpc.BadRequest, and
+// for a number outside a bound a google.rpc.ErrorInfo naming the bound (boundDetail).
+type fieldError = errs.Field
 
 // errorInfoDomain and the reasons of the ErrorInfo a bound travels in (docs/api.md, "Errors").
 const (
@@ -79,14 +68,14 @@ const (
 	reasonAboveMaximum = "ABOVE_MAXIMUM"
 )
 
-func (b *boundInfo) detail(field string) *errdetails.ErrorInfo {
+func boundDetail(field string, b *errs.Bound) *errdetails.ErrorInfo {
 	reason := reasonBelowMinimum
-	if b.above {
+	if b.Above {
 		reason = reasonAboveMaximum
 	}
-	md := map[string]string{"field": field, "value": fmt.Sprint(b.value), "limit": fmt.Sprint(b.limit)}
-	if b.why != "" {
-		md["why"] = b.why
+	md := map[string]string{"field": field, "value": fmt.Sprint(b.Value), "limit": fmt.Sprint(b.Limit)}
+	if b.Why != "" {
+		md["why"] = b.Why
 	}
 	return &errdetails.ErrorInfo{Reason: reason, Domain: errorInfoDomain, Metadata: md}
 }
@@ -100,15 +89,10 @@ func outOfBound(field string, value, limit int64, above bool, why string) error 
 	if why != "" {
 		reason += " (" + why + ")"
 	}
-	return &fieldError{field: field, reason: reason, bound: &boundInfo{value: value, limit: limit, above: above, why: why}}
+	return &fieldError{Field: field, Reason: reason, Bound: &errs.Bound{Value: value, Limit: limit, Above: above, Why: why}}
 }
 
-func (e *fieldError) Error() string        { return fmt.Sprintf("%s: %s", e.field, e.reason) }
-func (e *fieldError) Is(target error) bool { return target == ErrInvalid }
-
-func invalid(field, format string, args ...any) error {
-	return &fieldError{field: field, reason: fmt.Sprintf(format, args...)}
-}
+var invalid = errs.Invalid
 
 // heldError carries the current grant for FailedPrecondition details.
 type heldError struct {
@@ -182,9 +166,9 @@ func toStatus(err error, hint leaderHint) error {
 	switch {
 	case errors.As(err, &fe):
 		details := []protoadapt.MessageV1{&errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: fe.reason}}}}
-		if fe.bound != nil {
-			details = append(details, fe.bound.detail(fe.field))
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Reason}}}}
+		if fe.Bound != nil {
+			details = append(details, boundDetail(fe.Field, fe.Bound))
 		}
 		return withDetails(codes.InvalidArgument, err, details...)
 	case errors.As(err, &he):

@@ -146,7 +146,7 @@ func (s *Server) Waiters() int { return s.node.queue.Len() }
 func (s *Server) PublishEvents(index uint64, events []fsm.Event) { s.node.watch.Publish(index, events) }
 
 // AcceptsPeer reports whether this node takes raft messages from id (its member check).
-func (s *Server) AcceptsPeer(id uint64) bool { return s.node.members.isMember(id) }
+func (s *Server) AcceptsPeer(id uint64) bool { return s.node.members.IsMember(id) }
 
 // SetSnapshotStall sets how long a Snapshot stream may take no chunk; the returned func restores it.
 func SetSnapshotStall(d time.Duration) (restore func()) {

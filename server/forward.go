@@ -13,6 +13,7 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -112,7 +113,7 @@ func (o *leaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequ
 			return resp, err
 		}
 		if !isRenewal(req) || switches == maxLeaderSwitches {
-			return nil, o.status(unknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
+			return nil, o.status(errs.UnknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
 		}
 		if err := o.awaitLeader(ctx); err != nil {
 			return nil, o.status(err)
@@ -193,7 +194,7 @@ func (o *leaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wi
 			return nil, err // the leader's own answer (it says whether the outcome is known), or a deadline
 		}
 		// The peer call failed in transit: the leader may have run the write, so its outcome is unknown.
-		return nil, o.status(unknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
+		return nil, o.status(errs.UnknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
 	}
 	return resp, nil
 }
@@ -264,8 +265,8 @@ func (o *leaseOps) status(err error) error { return toStatus(err, o.hint()) }
 
 // A peer call speaks for one member only (decision 15). With peer TLS that member is the one the caller's
 // certificate names (transport.Caller); without, there is no credential, so a Join that changes an
-// address must be confirmed by the member itself (mayAnnounce, join.go), and a forwarded write carries no
-// client identity at all (forwardsIdentity).
+// address must be confirmed by the member itself (mayAnnounce, internal/membership/join.go), and a
+// forwarded write carries no client identity at all (forwardsIdentity).
 
 // forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
 // member its certificate names (and which the request says forwarded it); without, a member of the

@@ -70,8 +70,8 @@ func (a opsNode) admitGrant(resource, identity string) error {
 	return a.state.AdmitGrant(resource, identity)
 }
 func (a opsNode) held(resource string) bool        { return a.state.Held(resource) }
-func (a opsNode) member(id uint64) *leasepb.Member { return a.members.member(id) }
-func (a opsNode) clientAddrOf(id uint64) string    { return a.members.clientAddrOf(id) }
+func (a opsNode) member(id uint64) *leasepb.Member { return a.members.Member(id) }
+func (a opsNode) clientAddrOf(id uint64) string    { return a.members.ClientAddrOf(id) }
 
 // newLeaseOps wires n's request serving. The peer transport is looked up per call: it is made after the
 // node, and delivers forwarded writes to the leaseOps built here.

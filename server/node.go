@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/leases"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/membership"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
@@ -107,8 +108,8 @@ type node struct {
 	// leaderLoss acts on the transport's hint that a peer's stream broke (internal/raftnode).
 	leaderLoss *raftnode.LeaderLoss
 	// members keeps the member table, raft's configuration and the transport's peers in step, and
-	// makes membership changes (members.go).
-	members *membership
+	// makes membership changes (internal/membership).
+	members *membership.Members
 
 	// lastTick is when the Ready loop last ticked, as an offset on the node's clock from tickBase plus
 	// one (0: the loop has not started), for any goroutine: a long gap is a stall, which the lessor
@@ -393,9 +394,9 @@ func (n *node) isLeader() bool { return raft.StateType(n.role.Load()) == raft.St
 func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
 	sm.SetClusterID(n.clusterID)
 	n.state.Replace(sm)
-	n.members.syncPeers() // the member table came with the snapshot
+	n.members.SyncPeers() // the member table came with the snapshot
 	if sm.WasRemoved(n.id) {
-		return n.members.removed(snap.GetMetadata().GetIndex())
+		return n.members.Removed(snap.GetMetadata().GetIndex())
 	}
 	n.confState = snap.GetMetadata().GetConfState()
 	index := snap.GetMetadata().GetIndex()

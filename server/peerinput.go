@@ -171,7 +171,7 @@ func newPeerGate(n *node) *peerGate {
 	return &peerGate{
 		view: peerView{
 			self:     n.id,
-			isMember: n.members.isMember,
+			isMember: n.members.IsMember,
 			lastIndex: func() uint64 {
 				// The append in flight first: once it is 0, its write returned and the log has its entries.
 				appending := n.local.Appending()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/internal/lessor"
 )
 
@@ -49,18 +50,10 @@ func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result
 		}
 		return out.result, out.index, out.err
 	case <-ctx.Done():
-		return fsm.Result{}, 0, unknownOutcome(n.proposeErr(ctx, ctx.Err()))
+		return fsm.Result{}, 0, errs.UnknownOutcome(n.proposeErr(ctx, ctx.Err()))
 	case <-n.done: // closed, or stopped by a fatal error: the entry will not apply here
-		return fsm.Result{}, 0, unknownOutcome(n.stoppedErr())
+		return fsm.Result{}, 0, errs.UnknownOutcome(n.stoppedErr())
 	}
-}
-
-// unknownOutcome marks err as the answer to a write that may still take effect (ErrOutcomeUnknown).
-func unknownOutcome(err error) error {
-	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 func (n *node) proposeErr(ctx context.Context, err error) error {

@@ -28,6 +28,7 @@ import (
 	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/ids"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/membership"
 	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
@@ -41,7 +42,7 @@ type Server struct {
 	log       *slog.Logger
 	node      *node
 	transport *transport.Transport
-	gossip    *gossip // nil without Config.GossipAddr
+	gossip    *membership.Gossip // nil without Config.GossipAddr
 	clientSrv *grpc.Server
 	peerSrv   *grpc.Server
 	clientLis net.Listener
@@ -83,33 +84,38 @@ func New(cfg Config, lis Listeners) (*Server, error) {
 	if err := checkNotRemoved(cfg.DataDir, cfg.Name); err != nil {
 		return nil, err
 	}
-	var g *gossip
+	var g *membership.Gossip
 	if cfg.GossipAddr != "" {
 		var err error
-		if g, err = startGossip(cfg, cfg.Logger.With("node", cfg.Name), localMeta(cfg)); err != nil {
+		if g, err = membership.StartGossip(memberConfig(cfg), cfg.Logger.With("node", cfg.Name)); err != nil {
 			return nil, err
 		}
 	}
 	s, err := open(cfg, lis, g)
 	if err != nil {
 		if g != nil {
-			err = errors.Join(err, g.close())
+			err = errors.Join(err, g.Close())
 		}
 		return nil, err
 	}
-	s.gossip, s.node.members.gossip = g, g
+	s.gossip = g
+	s.node.members.SetGossip(g)
 	return s, nil
 }
 
-// localMeta is what a node gossips before it knows its ids.
-func localMeta(cfg Config) *wirepb.GossipMeta {
-	return &wirepb.GossipMeta{Name: cfg.Name, ClientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
-		PeerAddr: advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr), GossipAddr: advertised(cfg.AdvertiseGossipAddr, cfg.GossipAddr),
-		Version: cfg.Version}
+// memberConfig is what membership needs of cfg.
+func memberConfig(cfg Config) membership.Config {
+	return membership.Config{
+		Name: cfg.Name, ClientAddr: membership.Advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		PeerAddr: membership.Advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr), InitialCluster: cfg.InitialCluster,
+		PeerTLS: cfg.PeerTLS != nil, TickInterval: cfg.TickInterval, ElectionTimeout: cfg.ElectionTimeout(),
+		ProposalTimeout: cfg.ProposalTimeout, GossipAddr: cfg.GossipAddr, GossipAdvertise: cfg.AdvertiseGossipAddr,
+		GossipKey: cfg.GossipKey, Join: cfg.Join, Version: cfg.Version,
+	}
 }
 
 // open finds out who the node is, opens its data dir and builds the server (New without gossip).
-func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
+func open(cfg Config, lis Listeners, g *membership.Gossip) (*Server, error) {
 	id, joined, err := identify(cfg, g)
 	if err != nil {
 		return nil, withDataRunbook(err)
@@ -148,8 +154,9 @@ func open(cfg Config, lis Listeners, g *gossip) (*Server, error) {
 
 // identify returns the node's cluster and raft id: recorded in the data dir, or, on a first start, derived
 // from InitialCluster (a new cluster) or learned from the cluster it joins (with that cluster's answer).
-// A first start whose cluster knows the member as one that has run is a wiped member (rejoin.go).
-func identify(cfg Config, g *gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
+// A first start whose cluster knows the member as one that has run is a wiped member
+// (internal/membership/rejoin.go).
+func identify(cfg Config, g *membership.Gossip) (raftlog.Identity, *wirepb.JoinResponse, error) {
 	have, ok, err := raftlog.ReadIdentity(cfg.DataDir)
 	if err != nil {
 		return raftlog.Identity{}, nil, err
@@ -226,9 +233,9 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.serveForward, Join: n.members.serveJoin,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.serveForward, Join: n.members.ServeJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
-			TLS: cfg.PeerTLS, MemberID: n.members.memberByName, OnRejected: n.metrics.peerRejected,
+			TLS: cfg.PeerTLS, MemberID: n.members.MemberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
 			// node is reachable before the next election needs its vote.
@@ -335,23 +342,24 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		queue:      waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:      watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
 		confState:  snap.GetMetadata().GetConfState(),
-		clientAddr: advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
-		peerAddr:   advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		clientAddr: membership.Advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
+		peerAddr:   membership.Advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
 		notices:    raftnode.NewCommitNotices(),
 		draining:   make(chan struct{}),
 		stopped:    make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	n.state = newLeaseState(n, sm, snapIndex)
-	n.members = newMembership(cfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
 	logPath, walPath := cfg.DataDir, (func() string)(nil)
 	if w, ok := storage.(interface{ WALPath() string }); ok {
 		walPath = w.WALPath
 	}
+	mcfg := memberConfig(cfg)
 	if p, ok := storage.(interface{ Path() string }); ok {
 		logPath = p.Path()
-		n.members.markRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
+		mcfg.MarkRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
+	n.members = membership.New(mcfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
 	n.watchdog = newWatchdog(n, logPath, walPath)
 	n.snapshots = newSnapshotter(n, snapIndex)
 	n.peerIn = newPeerGate(n)
@@ -378,11 +386,11 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err
 	}
-	n.members.syncPeers()     // the table restored from the snapshot
-	n.members.seedPeers(seed) // a joining node's first contacts
+	n.members.SyncPeers()     // the table restored from the snapshot
+	n.members.SeedPeers(seed) // a joining node's first contacts
 	var peers []raft.Peer
 	if cfg.InitialClusterState != ClusterStateExisting {
-		if peers, err = n.members.initialMembers(); err != nil {
+		if peers, err = n.members.InitialMembers(); err != nil {
 			return nil, err
 		}
 	}
@@ -445,16 +453,12 @@ func (s *Server) Start() {
 	s.spawn(s.node.audit.Run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
-	s.spawn(func() { s.node.members.autoPromote(s.stop) })
-	s.spawn(func() {
-		ctx, cancel := stopContext(s.stop)
-		defer cancel()
-		s.node.leaderLoss.Run(ctx)
-	})
-	s.spawn(func() { s.node.members.announceLoop(s.stop) })
-	s.spawn(func() { s.node.members.removalLoop(s.stop) })
+	s.spawnCtx(s.node.members.AutoPromote)
+	s.spawnCtx(s.node.leaderLoss.Run)
+	s.spawnCtx(s.node.members.AnnounceLoop)
+	s.spawnCtx(s.node.members.RemovalLoop)
 	if s.gossip != nil {
-		s.spawn(func() { s.node.members.gossipLoop(s.stop) })
+		s.spawnCtx(s.node.members.GossipLoop)
 	}
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
@@ -482,6 +486,28 @@ func (s *Server) spawn(fn func()) {
 		defer s.wg.Done()
 		fn()
 	}()
+}
+
+// spawnCtx runs fn with a context that ends when the server stops.
+func (s *Server) spawnCtx(fn func(ctx context.Context)) {
+	s.spawn(func() {
+		ctx, cancel := stopContext(s.stop)
+		defer cancel()
+		fn(ctx)
+	})
+}
+
+// stopContext is a context cancelled when stop closes (or cancel is called).
+func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // proposeLessorCommands feeds the lessor's expirations and checkpoints to raft, off the Ready loop.
@@ -537,7 +563,7 @@ func (s *Server) shutdown() error {
 	s.wg.Wait()
 	var err, gerr error
 	if s.gossip != nil {
-		gerr = s.gossip.close() // leaves the pool: the others forget this node at once
+		gerr = s.gossip.Close() // leaves the pool: the others forget this node at once
 	}
 	if s.transport != nil {
 		err = s.transport.Close()

@@ -23,6 +23,7 @@ import (
 	"github.com/leased/leased/raftlog"
 	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/ids"
+	"github.com/leased/leased/server/internal/membership"
 	"github.com/leased/leased/server/internal/sim"
 )
 
@@ -128,7 +129,7 @@ func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*
 }
 
 func (e simEndpoint) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
-	return e.n.members.serveJoin(ctx, req)
+	return e.n.members.ServeJoin(ctx, req)
 }
 
 // start builds node i on its log (empty, or what it had persisted when it stopped) and starts it.
@@ -376,9 +377,9 @@ func (c *simCluster) replayLog(i int, upTo uint64) (map[uint64]grantRecord, []by
 	for _, e := range ents {
 		idx := e.GetIndex()
 		if e.GetType() != raftpb.EntryType_EntryNormal {
-			cc, err := decodeConfChange(e)
+			cc, err := membership.DecodeConfChange(e)
 			if err == nil {
-				err = sm.ApplyMembers(idx, memberChanges(cc.AsV2()))
+				err = sm.ApplyMembers(idx, membership.MemberChanges(cc.AsV2()))
 			}
 			if err != nil {
 				c.t.Fatal(err)

@@ -108,7 +108,7 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 	} {
 		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
 		var fe *fieldError
-		if !errors.As(err, &fe) || fe.field != tc.field || !strings.Contains(err.Error(), tc.wants) {
+		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.wants) {
 			t.Errorf("%s: %v, want InvalidArgument on %s (%s)", tc.name, err, tc.field, tc.wants)
 		}
 	}
@@ -168,7 +168,7 @@ func TestAttemptNeedsRequestIDAndStaleAttemptStatus(t *testing.T) {
 	l := DefaultConfig().limits()
 	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Attempt: 2})
 	var fe *fieldError
-	if !errors.As(err, &fe) || fe.field != "attempt" {
+	if !errors.As(err, &fe) || fe.Field != "attempt" {
 		t.Fatalf("attempt without request_id: %v, want InvalidArgument on attempt", err)
 	}
 	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, RequestId: "x", Attempt: 2}); err != nil {
@@ -217,7 +217,7 @@ func TestWaitMsIsChecked(t *testing.T) {
 		switch {
 		case tc.reason == "" && err != nil:
 			t.Errorf("wait %v, wait_ms %d: %v, want accepted", tc.wait, tc.waitMs, err)
-		case tc.reason != "" && (!errors.As(err, &fe) || fe.field != "wait_ms" || !strings.Contains(fe.reason, tc.reason)):
+		case tc.reason != "" && (!errors.As(err, &fe) || fe.Field != "wait_ms" || !strings.Contains(fe.Reason, tc.reason)):
 			t.Errorf("wait %v, wait_ms %d: %v, want InvalidArgument on wait_ms: %s", tc.wait, tc.waitMs, err, tc.reason)
 		}
 	}

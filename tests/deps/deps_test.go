@@ -42,6 +42,9 @@ var allowed = map[string][]string{
 	"cmd/leasectl":             {"api", "client", "fsm", "server/restore", "cmd/internal", "internal/fileutil"}, // fsm, server/restore: offline snapshot status and restore
 	"tests":                    {"api", "client", "server", "fsm", "raftlog"},
 
+	// Membership reaches the rest of the node only through membership.Host, never package server.
+	"server/internal/membership": {"api", "fsm", "server/transport", "server/internal/errs", "server/internal/ids"},
+
 	// Helpers below every layer, for any of them.
 	"internal/fileutil": {},
 }

@@ -21,7 +21,51 @@ var (
 	// ErrDiskStalled is the fatal error of a node whose raft log write did not return within the disk
 	// stall timeout.
 	ErrDiskStalled = errors.New("raft log write stalled")
+	ErrNoLeader    = errors.New("no leader")
+	ErrTimeout     = errors.New("timed out")
+	// ErrRemoved is the fatal error of a node that was removed from the cluster.
+	ErrRemoved = errors.New("this node was removed from the cluster")
+	// ErrMemberNotFound: no member has the given id (or name).
+	ErrMemberNotFound = errors.New("no such member")
+	// ErrMemberExists: a member with the given name, id or address is already in the cluster.
+	ErrMemberExists = errors.New("member already exists")
+	// ErrMembershipRefused: the membership change is not possible now.
+	ErrMembershipRefused = errors.New("membership change refused")
+	// ErrOutcomeUnknown marks a write that was proposed (or handed to the leader) but whose entry this node
+	// cannot see apply (UnknownOutcome).
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
+
+// UnknownOutcome marks err as the answer to a write that may still take effect (ErrOutcomeUnknown).
+func UnknownOutcome(err error) error {
+	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// Field is an invalid request field; it maps to InvalidArgument with a google.rpc.BadRequest, and, for a
+// number outside a bound, a google.rpc.ErrorInfo naming the Bound, so that a client can phrase the limit
+// in its own units.
+type Field struct {
+	Field, Reason string
+	Bound         *Bound // nil unless a number broke a bound
+}
+
+// Bound is the bound a field's value broke, in the field's units (milliseconds for *_ms).
+type Bound struct {
+	Value, Limit int64
+	Above        bool   // the value is above the maximum limit (else below the minimum)
+	Why          string // why the bound is what it is ("" when it is simply the documented limit)
+}
+
+func (e *Field) Error() string        { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+func (e *Field) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid builds a Field refusal of field.
+func Invalid(field, format string, args ...any) error {
+	return &Field{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
 
 // Limit is a refusal by one of the limits on what clients hold (decision 14: bounded everything); it maps
 // to ResourceExhausted with a google.rpc.QuotaFailure whose subject is Flag, so an operator reading the

@@ -1,17 +1,11 @@
-package server
+package membership
 
 import (
-	"context"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/tracker"
 )
-
-// promoteAfter is how long a learner must stay caught up (within promoteLag of the leader's last index)
-// before the leader promotes it: long enough that a learner that only touched the leader's index once,
-// mid-snapshot or mid-burst, is not made a voter that would then slow every commit.
-func (c Config) promoteAfter() time.Duration { return 5 * c.ElectionTimeout() }
 
 // learnerTracker decides, from a series of samples of raft's progress, which learner is ready for
 // promotion: one whose log has stayed within promoteLag of the leader's and which has answered the leader
@@ -87,17 +81,4 @@ func (t *learnerTracker) observe(self uint64, st raft.Status, now time.Time) (ui
 		}
 	}
 	return 0, false
-}
-
-// stopContext is a context cancelled when stop closes (or cancel is called).
-func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

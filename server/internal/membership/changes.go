@@ -1,4 +1,4 @@
-package server
+package membership
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/internal/ids"
 )
 
@@ -37,17 +38,17 @@ const promoteLag = 100
 // leader only; a change is refused while a conf change from an earlier leader is still unapplied. check,
 // if set, runs once this change has the semaphore and no other is pending, so that it sees the table
 // every earlier change left (two concurrent adds of one name cannot both pass it).
-func (mb *membership) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
+func (mb *Members) changeMembers(ctx context.Context, typ raftpb.ConfChangeType, m *leasepb.Member, check func() error, done func(*fsm.FSM) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
 	defer cancel()
 	select {
 	case mb.confSem <- struct{}{}:
 		defer func() { <-mb.confSem }()
 	case <-ctx.Done():
-		return fmt.Errorf("%w: another membership change is in progress", ErrMembershipRefused)
+		return fmt.Errorf("%w: another membership change is in progress", errs.ErrMembershipRefused)
 	}
-	if !mb.host.isLeader() {
-		return mb.host.notLeaderErr()
+	if !mb.host.IsLeader() {
+		return mb.host.NotLeaderErr()
 	}
 	if err := mb.waitConfApplied(ctx); err != nil {
 		return err
@@ -65,34 +66,34 @@ func (mb *membership) changeMembers(ctx context.Context, typ raftpb.ConfChangeTy
 	cc := raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{{Type: &typ, NodeId: proto.Uint64(m.GetId())}}, Context: rec}
 	mb.log.Info("proposing membership change", "change", typ.String(), "member", leasepb.FormatID(m.GetId()), "name", m.GetName())
 	for {
-		if err := mb.host.proposeConfChange(ctx, &cc); err != nil {
-			return unknownOutcome(mb.host.proposeErr(ctx, err))
+		if err := mb.host.ProposeConfChange(ctx, &cc); err != nil {
+			return errs.UnknownOutcome(mb.host.ProposeErr(ctx, err))
 		}
-		if applied, err := mb.waitTable(ctx, 2*mb.cfg.ElectionTimeout(), done); applied || err != nil {
+		if applied, err := mb.waitTable(ctx, 2*mb.cfg.ElectionTimeout, done); applied || err != nil {
 			return err
 		}
-		if !mb.host.isLeader() {
-			return unknownOutcome(mb.host.notLeaderErr())
+		if !mb.host.IsLeader() {
+			return errs.UnknownOutcome(mb.host.NotLeaderErr())
 		}
 	}
 }
 
 // waitTable waits up to d for done(table) to hold, re-checking after every applied entry.
-func (mb *membership) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FSM) bool) (bool, error) {
+func (mb *Members) waitTable(ctx context.Context, d time.Duration, done func(*fsm.FSM) bool) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for {
 		var ok bool
-		mb.host.readFSM(func(sm *fsm.FSM) { ok = done(sm) })
+		mb.host.ReadFSM(func(sm *fsm.FSM) { ok = done(sm) })
 		if ok {
 			return true, nil
 		}
-		err := mb.host.waitApplied(wctx, mb.host.appliedIndex()+1)
+		err := mb.host.WaitApplied(wctx, mb.host.AppliedIndex()+1)
 		switch {
-		case errors.Is(err, ErrStopped):
-			return false, unknownOutcome(mb.host.stoppedErr())
+		case errors.Is(err, errs.ErrStopped):
+			return false, errs.UnknownOutcome(mb.host.StoppedErr())
 		case ctx.Err() != nil:
-			return false, unknownOutcome(mb.host.proposeErr(ctx, ctx.Err()))
+			return false, errs.UnknownOutcome(mb.host.ProposeErr(ctx, ctx.Err()))
 		case err != nil:
 			return false, nil // d passed: propose again
 		}
@@ -101,32 +102,32 @@ func (mb *membership) waitTable(ctx context.Context, d time.Duration, done func(
 
 // waitConfApplied waits (briefly) until no conf change is between the applied index and the end of the
 // leader's log, so that raft does not drop the next one, and refuses the change if one stays pending.
-func (mb *membership) waitConfApplied(ctx context.Context) error {
-	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout())
+func (mb *Members) waitConfApplied(ctx context.Context) error {
+	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout)
 	for {
 		pending, err := mb.confChangePending()
 		if err != nil || !pending {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: a membership change is still being applied; retry", ErrMembershipRefused)
+			return fmt.Errorf("%w: a membership change is still being applied; retry", errs.ErrMembershipRefused)
 		}
-		wctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
-		err = mb.host.waitApplied(wctx, mb.host.appliedIndex()+1)
+		wctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout)
+		err = mb.host.WaitApplied(wctx, mb.host.AppliedIndex()+1)
 		cancel()
-		if ctx.Err() != nil || errors.Is(err, ErrStopped) {
+		if ctx.Err() != nil || errors.Is(err, errs.ErrStopped) {
 			return errors.Join(ctx.Err(), err)
 		}
 	}
 }
 
 // confChangePending reports whether the log holds a conf change not applied yet.
-func (mb *membership) confChangePending() (bool, error) {
+func (mb *Members) confChangePending() (bool, error) {
 	st, ok := mb.logIndex.(raft.Storage)
 	if !ok {
 		return false, nil
 	}
-	applied := mb.host.appliedIndex()
+	applied := mb.host.AppliedIndex()
 	last, err := st.LastIndex()
 	if err != nil || last <= applied {
 		return false, err
@@ -146,20 +147,20 @@ func (mb *membership) confChangePending() (bool, error) {
 	return false, nil
 }
 
-// addMember adds a learner named name at peerAddr (and clientAddr, which may be empty).
-func (mb *membership) addMember(ctx context.Context, name, peerAddr, clientAddr string) (*leasepb.Member, error) {
+// Add adds a learner named name at peerAddr (and clientAddr, which may be empty).
+func (mb *Members) Add(ctx context.Context, name, peerAddr, clientAddr string) (*leasepb.Member, error) {
 	if err := validMemberAddrs(name, peerAddr, clientAddr); err != nil {
 		return nil, err
 	}
-	if !mb.host.isLeader() {
-		return nil, mb.host.notLeaderErr()
+	if !mb.host.IsLeader() {
+		return nil, mb.host.NotLeaderErr()
 	}
 	m := &leasepb.Member{Name: name, PeerAddr: peerAddr, ClientAddr: clientAddr, IsLearner: true}
-	mb.host.readFSM(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, mb.clusterID, name) })
+	mb.host.ReadFSM(func(sm *fsm.FSM) { m.Id, _ = nextIncarnation(sm, mb.clusterID, name) })
 	check := func() (refusal error) {
-		mb.host.readFSM(func(sm *fsm.FSM) {
+		mb.host.ReadFSM(func(sm *fsm.FSM) {
 			if id, err := nextIncarnation(sm, mb.clusterID, name); err != nil || id != m.Id {
-				refusal = cmp.Or(err, fmt.Errorf("%w: %q was added or removed meanwhile; retry", ErrMembershipRefused, name))
+				refusal = cmp.Or(err, fmt.Errorf("%w: %q was added or removed meanwhile; retry", errs.ErrMembershipRefused, name))
 				return
 			}
 			refusal = checkNewMember(sm, m)
@@ -177,11 +178,11 @@ func validMemberAddrs(name, peerAddr, clientAddr string) error {
 	if err := validName("name", name, maxMemberName); err != nil {
 		return err
 	}
-	if !validAdvertise(peerAddr) {
-		return invalid("peer_addr", "%q is not a host:port other nodes can dial (not 0.0.0.0, [::] or port 0)", peerAddr)
+	if !ValidAdvertise(peerAddr) {
+		return errs.Invalid("peer_addr", "%q is not a host:port other nodes can dial (not 0.0.0.0, [::] or port 0)", peerAddr)
 	}
-	if clientAddr != "" && !validAdvertise(clientAddr) {
-		return invalid("client_addr", "%q is not a host:port clients can dial (not 0.0.0.0, [::] or port 0)", clientAddr)
+	if clientAddr != "" && !ValidAdvertise(clientAddr) {
+		return errs.Invalid("client_addr", "%q is not a host:port clients can dial (not 0.0.0.0, [::] or port 0)", clientAddr)
 	}
 	return nil
 }
@@ -197,7 +198,7 @@ func nextIncarnation(sm *fsm.FSM, cluster uint64, name string) (uint64, error) {
 			return id, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q was removed %d times, the limit of raft ids one name can have", ErrMembershipRefused, name, ids.MaxIncarnations)
+	return 0, fmt.Errorf("%w: %q was removed %d times, the limit of raft ids one name can have", errs.ErrMembershipRefused, name, ids.MaxIncarnations)
 }
 
 // nameRemoved reports whether a member called name was ever removed (its founding id is retired first).
@@ -208,16 +209,16 @@ func nameRemoved(sm *fsm.FSM, cluster uint64, name string) bool {
 // checkNewMember refuses a member whose name, id or addresses the cluster already has.
 func checkNewMember(sm *fsm.FSM, m *leasepb.Member) error {
 	if sm.WasRemoved(m.Id) {
-		return fmt.Errorf("%w: raft id %s was retired", ErrMembershipRefused, leasepb.FormatID(m.Id))
+		return fmt.Errorf("%w: raft id %s was retired", errs.ErrMembershipRefused, leasepb.FormatID(m.Id))
 	}
 	for _, o := range sm.Members() {
 		switch {
 		case o.GetName() == m.Name || o.GetId() == m.Id:
-			return fmt.Errorf("%w: %q (id %s) is already a member", ErrMemberExists, m.Name, leasepb.FormatID(o.GetId()))
+			return fmt.Errorf("%w: %q (id %s) is already a member", errs.ErrMemberExists, m.Name, leasepb.FormatID(o.GetId()))
 		case sameAddr(o.GetPeerAddr(), m.PeerAddr):
-			return fmt.Errorf("%w: member %q already has peer address %s", ErrMemberExists, o.GetName(), m.PeerAddr)
+			return fmt.Errorf("%w: member %q already has peer address %s", errs.ErrMemberExists, o.GetName(), m.PeerAddr)
 		case m.ClientAddr != "" && sameAddr(o.GetClientAddr(), m.ClientAddr):
-			return fmt.Errorf("%w: member %q already has client address %s", ErrMemberExists, o.GetName(), m.ClientAddr)
+			return fmt.Errorf("%w: member %q already has client address %s", errs.ErrMemberExists, o.GetName(), m.ClientAddr)
 		}
 	}
 	return nil
@@ -235,26 +236,26 @@ func sameAddr(a, b string) bool {
 	return ap == bp && (ah == bh || (net.ParseIP(ah) != nil && net.ParseIP(ah).Equal(net.ParseIP(bh))))
 }
 
-// promoteMember makes learner id a voter, if it has caught up with the leader's log.
-func (mb *membership) promoteMember(ctx context.Context, id uint64) error {
-	if !mb.host.isLeader() {
-		return mb.host.notLeaderErr()
+// Promote makes learner id a voter, if it has caught up with the leader's log.
+func (mb *Members) Promote(ctx context.Context, id uint64) error {
+	if !mb.host.IsLeader() {
+		return mb.host.NotLeaderErr()
 	}
-	m := mb.member(id)
+	m := mb.Member(id)
 	if m == nil {
-		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		return fmt.Errorf("%w: %s", errs.ErrMemberNotFound, leasepb.FormatID(id))
 	}
 	check := func() error {
-		m := mb.member(id)
+		m := mb.Member(id)
 		switch {
 		case m == nil:
-			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+			return fmt.Errorf("%w: %s", errs.ErrMemberNotFound, leasepb.FormatID(id))
 		case !m.GetIsLearner():
-			return fmt.Errorf("%w: %s (%s) is already a voter", ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
+			return fmt.Errorf("%w: %s (%s) is already a voter", errs.ErrMembershipRefused, m.GetName(), leasepb.FormatID(id))
 		}
 		if match, last, ok := mb.learnerProgress(id); !ok || !caughtUp(match, last) {
 			return fmt.Errorf("%w: learner %s has not caught up (its log is at %d, the leader's at %d; within %d to promote)",
-				ErrMembershipRefused, m.GetName(), match, last, promoteLag)
+				errs.ErrMembershipRefused, m.GetName(), match, last, promoteLag)
 		}
 		return nil
 	}
@@ -270,8 +271,8 @@ func (mb *membership) promoteMember(ctx context.Context, id uint64) error {
 func caughtUp(match, last uint64) bool { return match > 0 && match+promoteLag >= last }
 
 // learnerProgress is how far the leader knows member id's log to reach, and the leader's last index.
-func (mb *membership) learnerProgress(id uint64) (match, last uint64, ok bool) {
-	st := mb.host.raftStatus()
+func (mb *Members) learnerProgress(id uint64) (match, last uint64, ok bool) {
+	st := mb.host.RaftStatus()
 	pr, ok := st.Progress[id]
 	self, selfOK := st.Progress[mb.id]
 	if !ok || !selfOK || st.RaftState != raft.StateLeader {
@@ -280,16 +281,16 @@ func (mb *membership) learnerProgress(id uint64) (match, last uint64, ok bool) {
 	return pr.Match, self.Match, true
 }
 
-// removeMember takes member id out of the configuration. Removing the leader (this node) first hands
+// Remove takes member id out of the configuration. Removing the leader (this node) first hands
 // leadership to the most caught-up voter and answers Unavailable with the new leader's hint: the client
 // retries there, and the new leader removes this node.
-func (mb *membership) removeMember(ctx context.Context, id uint64) error {
-	if !mb.host.isLeader() {
-		return mb.host.notLeaderErr()
+func (mb *Members) Remove(ctx context.Context, id uint64) error {
+	if !mb.host.IsLeader() {
+		return mb.host.NotLeaderErr()
 	}
-	m := mb.member(id)
+	m := mb.Member(id)
 	if m == nil {
-		return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		return fmt.Errorf("%w: %s", errs.ErrMemberNotFound, leasepb.FormatID(id))
 	}
 	if err := mb.checkRemoval(ctx, m); err != nil {
 		return err
@@ -298,8 +299,8 @@ func (mb *membership) removeMember(ctx context.Context, id uint64) error {
 		return mb.handOver(ctx)
 	}
 	check := func() error {
-		if m := mb.member(id); m == nil {
-			return fmt.Errorf("%w: %s", ErrMemberNotFound, leasepb.FormatID(id))
+		if m := mb.Member(id); m == nil {
+			return fmt.Errorf("%w: %s", errs.ErrMemberNotFound, leasepb.FormatID(id))
 		}
 		return mb.checkRemoval(ctx, m)
 	}
@@ -309,23 +310,23 @@ func (mb *membership) removeMember(ctx context.Context, id uint64) error {
 // checkRemoval refuses to remove the last voter, or a voter whose removal leaves too few active voters
 // for a quorum of the new configuration. A leader learns who is active only from their answers (its
 // progress starts inactive at its election), so a shortfall is re-checked for two election timeouts.
-func (mb *membership) checkRemoval(ctx context.Context, m *leasepb.Member) error {
+func (mb *Members) checkRemoval(ctx context.Context, m *leasepb.Member) error {
 	if m.GetIsLearner() {
 		return nil
 	}
-	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout())
+	deadline := time.Now().Add(2 * mb.cfg.ElectionTimeout)
 	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
 	for {
 		voters, active := mb.votersAfterRemoval(m.GetId())
 		switch {
 		case voters == 0:
-			return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", ErrMembershipRefused, m.GetName())
+			return fmt.Errorf("%w: %s is the last voter; a cluster cannot remove its last voter", errs.ErrMembershipRefused, m.GetName())
 		case active >= voters/2+1:
 			return nil
 		case time.Now().After(deadline):
 			return fmt.Errorf("%w: removing %s leaves %d voters of which only %d are active, short of a quorum",
-				ErrMembershipRefused, m.GetName(), voters, active)
+				errs.ErrMembershipRefused, m.GetName(), voters, active)
 		}
 		select {
 		case <-ctx.Done():
@@ -336,8 +337,8 @@ func (mb *membership) checkRemoval(ctx context.Context, m *leasepb.Member) error
 }
 
 // votersAfterRemoval counts the voters other than id, and those of them the leader heard from recently.
-func (mb *membership) votersAfterRemoval(id uint64) (voters, active int) {
-	for vid, pr := range mb.host.raftStatus().Progress {
+func (mb *Members) votersAfterRemoval(id uint64) (voters, active int) {
+	for vid, pr := range mb.host.RaftStatus().Progress {
 		if pr.IsLearner || vid == id {
 			continue
 		}
@@ -351,37 +352,37 @@ func (mb *membership) votersAfterRemoval(id uint64) (voters, active int) {
 
 // handOver transfers leadership to the most caught-up voter and waits for a new leader, asking again
 // when raft gives up on a transfer (after an election timeout), within the proposal timeout.
-func (mb *membership) handOver(ctx context.Context) error {
+func (mb *Members) handOver(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
 	defer cancel()
 	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
 	var asked time.Time
-	for mb.host.isLeader() || mb.host.leaderID() == raft.None {
-		if mb.host.isLeader() && time.Since(asked) > 2*mb.cfg.ElectionTimeout() {
+	for mb.host.IsLeader() || mb.host.LeaderID() == raft.None {
+		if mb.host.IsLeader() && time.Since(asked) > 2*mb.cfg.ElectionTimeout {
 			target := mb.transferTarget()
 			if target == 0 {
-				return fmt.Errorf("%w: no other voter to hand leadership to", ErrMembershipRefused)
+				return fmt.Errorf("%w: no other voter to hand leadership to", errs.ErrMembershipRefused)
 			}
 			mb.log.Info("transferring leadership before this node's removal", "to", leasepb.FormatID(target))
-			mb.host.transferLeadership(ctx, target)
+			mb.host.TransferLeadership(ctx, target)
 			asked = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("leadership transfer before removal did not finish in time: %w", ErrTimeout)
-		case <-mb.host.halted():
-			return mb.host.stoppedErr()
+			return fmt.Errorf("leadership transfer before removal did not finish in time: %w", errs.ErrTimeout)
+		case <-mb.host.Halted():
+			return mb.host.StoppedErr()
 		case <-tick.C:
 		}
 	}
-	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(mb.host.leaderID()), ErrNotLeader)
+	return fmt.Errorf("leadership handed to %s before removing this node; retry there: %w", leasepb.FormatID(mb.host.LeaderID()), errs.ErrNotLeader)
 }
 
 // transferTarget is the most caught-up voter other than this node (0: none).
-func (mb *membership) transferTarget() uint64 {
+func (mb *Members) transferTarget() uint64 {
 	var target, best uint64
-	for id, pr := range mb.host.raftStatus().Progress {
+	for id, pr := range mb.host.RaftStatus().Progress {
 		if id != mb.id && !pr.IsLearner && pr.Match >= best {
 			target, best = id, pr.Match
 		}
@@ -390,7 +391,7 @@ func (mb *membership) transferTarget() uint64 {
 }
 
 // updateClientAddr records member m's new client address in the table.
-func (mb *membership) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
+func (mb *Members) updateClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
 	u := proto.Clone(m).(*leasepb.Member)
 	u.ClientAddr = addr
 	return mb.changeMembers(ctx, raftpb.ConfChangeType_ConfChangeUpdateNode, u, nil,
@@ -399,26 +400,9 @@ func (mb *membership) updateClientAddr(ctx context.Context, m *leasepb.Member, a
 		})
 }
 
-// validName checks a member name: 1 to max bytes of [A-Za-z0-9_.-].
-func validName(field, name string, maxBytes int) error {
-	switch {
-	case name == "":
-		return invalid(field, "must not be empty")
-	case len(name) > maxBytes:
-		return invalid(field, "is %d bytes, the limit is %d", len(name), maxBytes)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return invalid(field, "%q has a character outside [A-Za-z0-9_.-] at byte %d", name, i)
-		}
-	}
-	return nil
-}
-
-// autoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
-// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when stop
-// closes.
+// AutoPromote runs on every node and acts while it leads: every raft tick it samples each learner's
+// progress, and it promotes one that has been caught up and active for promoteAfter. It returns when ctx
+// ends.
 //
 // It samples every tick, not every election timeout, because raft clears a follower's RecentActive at each
 // of the leader's quorum checks (one per election timeout) and sets it again only when the next answer
@@ -426,25 +410,23 @@ func validName(field, name string, maxBytes int) error {
 // same phase, so an idle learner could be seen inactive at every sample for as long as the phase held
 // (51 s in one soak). Sampled every tick, a live learner is seen active in most samples of every election
 // timeout.
-func (mb *membership) autoPromote(stop <-chan struct{}) {
-	ctx, cancel := stopContext(stop)
-	defer cancel()
+func (mb *Members) AutoPromote(ctx context.Context) {
 	tick := time.NewTicker(mb.cfg.TickInterval)
 	defer tick.Stop()
-	learners := learnerTracker{activeWithin: mb.cfg.ElectionTimeout(), promoteAfter: mb.cfg.promoteAfter(), slow: mb.logSlowLearner}
+	learners := learnerTracker{activeWithin: mb.cfg.ElectionTimeout, promoteAfter: mb.cfg.promoteAfter(), slow: mb.logSlowLearner}
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if !mb.host.isLeader() {
+		if !mb.host.IsLeader() {
 			learners.reset()
 			continue
 		}
-		st, now := mb.host.raftStatus(), time.Now()
+		st, now := mb.host.RaftStatus(), time.Now()
 		if id, ok := learners.observe(mb.id, st, now); ok {
-			if err := mb.promoteMember(ctx, id); err != nil {
+			if err := mb.Promote(ctx, id); err != nil {
 				mb.log.Info("automatic promotion did not happen", "member", leasepb.FormatID(id), "err", err)
 			} else {
 				mb.log.Info("promoted a caught-up learner", "member", leasepb.FormatID(id))
@@ -455,7 +437,7 @@ func (mb *membership) autoPromote(stop <-chan struct{}) {
 }
 
 // logSlowLearner logs a learner left unpromoted (learnerTracker.slow).
-func (mb *membership) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
+func (mb *Members) logSlowLearner(id uint64, pr tracker.Progress, last uint64, unpromotedFor time.Duration) {
 	mb.log.Warn("learner not promoted yet", "member", leasepb.FormatID(id), "for", unpromotedFor.Round(time.Second),
 		"match", pr.Match, "leader_last", last, "recent_active", pr.RecentActive, "state", pr.State.String(),
 		"caught_up", caughtUp(pr.Match, last))

@@ -1,4 +1,4 @@
-package server
+package membership
 
 import (
 	"context"
@@ -14,27 +14,28 @@ import (
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/transport"
 )
 
 // The peer port's Join RPC, answered by the leader (a follower relays it once). A member asks it about
 // itself by name in three situations:
 //   - a new member's first start (--initial-cluster-state existing): it learns the cluster id, its raft id
-//     and the current members' peer addresses (New, discover.go);
+//     and the current members' peer addresses (server/discover.go);
 //   - a running member whose advertised client address is not the one in the member table (every founding
 //     member, at first: --initial-cluster carries only peer addresses; a new member, once added) announces
-//     it to the leader directly (announceLoop), which records it only if the asker proves it is that
+//     it to the leader directly (AnnounceLoop), which records it only if the asker proves it is that
 //     member (mayAnnounce);
-//   - a member that has seen no leader for a while asks whether it was removed (removalLoop): a removed
+//   - a member that has seen no leader for a while asks whether it was removed (RemovalLoop): a removed
 //     node rarely applies its own removal, since the leader stops sending to it once it applies it.
 
-// serveJoin answers a member asking about itself.
-func (mb *membership) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+// ServeJoin answers a member asking about itself.
+func (mb *Members) ServeJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if err := validName("name", req.GetName(), maxMemberName); err != nil {
-		return nil, mb.host.status(err)
+		return nil, mb.host.Status(err)
 	}
-	if req.GetClientAddr() != "" && !validAdvertise(req.GetClientAddr()) {
-		return nil, mb.host.status(invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
+	if req.GetClientAddr() != "" && !ValidAdvertise(req.GetClientAddr()) {
+		return nil, mb.host.Status(errs.Invalid("client_addr", "%q is not a host:port clients can dial", req.GetClientAddr()))
 	}
 	switch {
 	case req.GetProbe():
@@ -42,17 +43,17 @@ func (mb *membership) serveJoin(ctx context.Context, req *wirepb.JoinRequest) (*
 	case req.GetConfirm():
 		return mb.confirmSelf(req)
 	}
-	if !mb.host.isLeader() {
+	if !mb.host.IsLeader() {
 		return mb.relayJoin(ctx, req)
 	}
 	return mb.answerJoin(ctx, req, false)
 }
 
 // answerJoin is the leader's answer to a Join; local says this node asks about itself (no proof needed).
-func (mb *membership) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
+func (mb *Members) answerJoin(ctx context.Context, req *wirepb.JoinRequest, local bool) (*wirepb.JoinResponse, error) {
 	var m *leasepb.Member
 	var removed bool
-	mb.host.readFSM(func(sm *fsm.FSM) {
+	mb.host.ReadFSM(func(sm *fsm.FSM) {
 		m = sm.MemberByName(req.GetName())
 		if id := req.GetId(); id != 0 {
 			removed = sm.WasRemoved(id)
@@ -66,8 +67,8 @@ func (mb *membership) answerJoin(ctx context.Context, req *wirepb.JoinRequest, l
 	case req.GetRejoin() && (m != nil || removed):
 		return mb.serveRejoin(ctx, req, m)
 	case m == nil:
-		return nil, mb.host.status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
-			"`leasectl member add %s --peer-addr HOST:PORT`", ErrMemberNotFound, req.GetName(), leasepb.FormatID(mb.clusterID), req.GetName()))
+		return nil, mb.host.Status(fmt.Errorf("%w: no member named %q in cluster %s: add it first with "+
+			"`leasectl member add %s --peer-addr HOST:PORT`", errs.ErrMemberNotFound, req.GetName(), leasepb.FormatID(mb.clusterID), req.GetName()))
 	}
 	started := mb.memberStarted(m)
 	if a := req.GetClientAddr(); a != "" && a != m.GetClientAddr() {
@@ -77,66 +78,64 @@ func (mb *membership) answerJoin(ctx context.Context, req *wirepb.JoinRequest, l
 			}
 		}
 		if err := mb.updateClientAddr(ctx, m, a); err != nil {
-			return nil, mb.host.status(err)
+			return nil, mb.host.Status(err)
 		}
-		m = mb.member(m.GetId())
+		m = mb.Member(m.GetId())
 	}
-	return &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: m, Members: mb.memberTable(), Started: started}, nil
+	return &wirepb.JoinResponse{ClusterId: mb.clusterID, Member: m, Members: mb.Table(), Started: started}, nil
 }
 
 // relayJoin hands a Join to the leader, once.
-func (mb *membership) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
-	leader := mb.host.leaderID()
+func (mb *Members) relayJoin(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+	leader := mb.host.LeaderID()
 	if req.GetRelayed() || leader == raft.None {
-		return nil, mb.host.status(mb.host.notLeaderErr())
+		return nil, mb.host.Status(mb.host.NotLeaderErr())
 	}
-	client, ok := mb.host.peerClient(leader)
+	client, ok := mb.host.PeerClient(leader)
 	if !ok {
-		return nil, mb.host.status(ErrNoLeader)
+		return nil, mb.host.Status(errs.ErrNoLeader)
 	}
 	// A relay cannot vouch for the asker's client address, so it relays the request without one (the member
-	// announces its address to the leader itself: announceLoop); a rejoin or a removal check goes on as asked.
+	// announces its address to the leader itself: AnnounceLoop); a rejoin or a removal check goes on as asked.
 	relayed := proto.CloneOf(req)
 	relayed.Relayed, relayed.ClientAddr = true, ""
 	return client.Join(ctx, relayed)
 }
 
 // askLeader sends this node's own Join to the leader (or answers it here when this node leads).
-func (mb *membership) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
-	req := &wirepb.JoinRequest{Name: mb.cfg.Name, ClientAddr: mb.clientAddr, ClusterId: mb.clusterID, Id: mb.id}
-	leader := mb.host.leaderID()
+func (mb *Members) askLeader(ctx context.Context) (*wirepb.JoinResponse, error) {
+	req := &wirepb.JoinRequest{Name: mb.cfg.Name, ClientAddr: mb.cfg.ClientAddr, ClusterId: mb.clusterID, Id: mb.id}
+	leader := mb.host.LeaderID()
 	switch {
 	case leader == raft.None:
-		return nil, ErrNoLeader
+		return nil, errs.ErrNoLeader
 	case leader == mb.id:
 		return mb.answerJoin(ctx, req, true)
 	}
-	client, ok := mb.host.peerClient(leader)
+	client, ok := mb.host.PeerClient(leader)
 	if !ok {
-		return nil, ErrNoLeader
+		return nil, errs.ErrNoLeader
 	}
 	req.Relayed = true
 	return client.Join(ctx, req)
 }
 
-// announceLoop puts this node's advertised client address into the member table, once it is a member
+// AnnounceLoop puts this node's advertised client address into the member table, once it is a member
 // there with another address (or none), so that every node can hint clients to it. It returns when the
-// table has the address, or when stop closes.
-func (mb *membership) announceLoop(stop <-chan struct{}) {
-	ctx, cancel := stopContext(stop)
-	defer cancel()
-	tick := time.NewTicker(mb.cfg.ElectionTimeout())
+// table has the address, or when ctx ends.
+func (mb *Members) AnnounceLoop(ctx context.Context) {
+	tick := time.NewTicker(mb.cfg.ElectionTimeout)
 	defer tick.Stop()
 	for {
-		if m := mb.member(mb.id); m != nil && m.GetClientAddr() == mb.clientAddr {
+		if m := mb.Member(mb.id); m != nil && m.GetClientAddr() == mb.cfg.ClientAddr {
 			return
 		}
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if mb.member(mb.id) == nil || mb.host.leaderID() == raft.None {
+		if mb.Member(mb.id) == nil || mb.host.LeaderID() == raft.None {
 			continue // not applied its own membership yet, or no one to ask
 		}
 		actx, acancel := context.WithTimeout(ctx, mb.cfg.ProposalTimeout)
@@ -148,24 +147,22 @@ func (mb *membership) announceLoop(stop <-chan struct{}) {
 	}
 }
 
-// removalLoop asks, whenever this node has seen no leader for removalCheckAfter, whether it was removed
-// from the cluster; if the leader says so, the node records it and stops. It returns when stop closes.
-func (mb *membership) removalLoop(stop <-chan struct{}) {
-	ctx, cancel := stopContext(stop)
-	defer cancel()
-	every := 3 * mb.cfg.ElectionTimeout()
+// RemovalLoop asks, whenever this node has seen no leader for removalCheckAfter, whether it was removed
+// from the cluster; if the leader says so, the node records it and stops. It returns when ctx ends.
+func (mb *Members) RemovalLoop(ctx context.Context) {
+	every := 3 * mb.cfg.ElectionTimeout
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastLeader := time.Now()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
-		case <-mb.host.halted():
+		case <-mb.host.Halted():
 			return
 		case <-tick.C:
 		}
-		if mb.host.leaderID() != raft.None {
+		if mb.host.LeaderID() != raft.None {
 			lastLeader = time.Now()
 			continue
 		}
@@ -173,8 +170,8 @@ func (mb *membership) removalLoop(stop <-chan struct{}) {
 			continue
 		}
 		if mb.askPeersRemoved(ctx) {
-			mb.host.fail(mb.removed(mb.host.appliedIndex()))
-			mb.host.halt()
+			mb.host.Fail(mb.Removed(mb.host.AppliedIndex()))
+			mb.host.Halt()
 			return
 		}
 	}
@@ -182,17 +179,17 @@ func (mb *membership) removalLoop(stop <-chan struct{}) {
 
 // askPeersRemoved asks every peer in the member table (each relays to its leader) whether this node was
 // removed, and reports whether one answered that it was.
-func (mb *membership) askPeersRemoved(ctx context.Context) bool {
+func (mb *Members) askPeersRemoved(ctx context.Context) bool {
 	req := &wirepb.JoinRequest{Name: mb.cfg.Name, ClusterId: mb.clusterID, Id: mb.id}
-	for _, m := range mb.memberTable() {
+	for _, m := range mb.Table() {
 		if m.GetId() == mb.id {
 			continue
 		}
-		client, ok := mb.host.peerClient(m.GetId())
+		client, ok := mb.host.PeerClient(m.GetId())
 		if !ok {
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
+		actx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout)
 		resp, err := client.Join(actx, req)
 		cancel()
 		if err == nil && resp.GetRemoved() && resp.GetClusterId() == mb.clusterID {
@@ -206,8 +203,8 @@ func (mb *membership) askPeersRemoved(ctx context.Context) bool {
 }
 
 // mayAnnounce checks that the asker of a Join may change member m's client address to addr: it is m.
-func (mb *membership) mayAnnounce(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member, addr string) error {
-	if mb.cfg.PeerTLS != nil {
+func (mb *Members) mayAnnounce(ctx context.Context, req *wirepb.JoinRequest, m *leasepb.Member, addr string) error {
+	if mb.cfg.PeerTLS {
 		if caller := transport.Caller(ctx); caller != m.GetId() {
 			return status.Errorf(codes.PermissionDenied, "a Join may change only the caller's own member entry: "+
 				"the caller's certificate names member %s, not %s (%s)", leasepb.FormatID(caller), leasepb.FormatID(m.GetId()), m.GetName())
@@ -223,12 +220,12 @@ func (mb *membership) mayAnnounce(ctx context.Context, req *wirepb.JoinRequest, 
 
 // confirmClientAddr asks member m, at its peer address in the member table, whether addr is the client
 // address it advertises: on a plaintext peer port, who reaches that address is the member.
-func (mb *membership) confirmClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
-	client, ok := mb.host.peerClient(m.GetId())
+func (mb *Members) confirmClientAddr(ctx context.Context, m *leasepb.Member, addr string) error {
+	client, ok := mb.host.PeerClient(m.GetId())
 	if !ok {
 		return status.Errorf(codes.Unavailable, "cannot reach member %s to confirm its client address", m.GetName())
 	}
-	cctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout())
+	cctx, cancel := context.WithTimeout(ctx, mb.cfg.ElectionTimeout)
 	defer cancel()
 	resp, err := client.Join(cctx, &wirepb.JoinRequest{Name: m.GetName(), ClusterId: mb.clusterID, Confirm: true})
 	if err != nil {
@@ -243,34 +240,34 @@ func (mb *membership) confirmClientAddr(ctx context.Context, m *leasepb.Member, 
 
 // confirmSelf answers the leader's confirm Join (confirmClientAddr) about this node: its own record, with
 // the client address it advertises. It changes nothing.
-func (mb *membership) confirmSelf(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
+func (mb *Members) confirmSelf(req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
 	if req.GetName() != mb.cfg.Name || req.GetClusterId() != mb.clusterID {
 		return nil, status.Errorf(codes.FailedPrecondition, "this node is %s in cluster %s, not %s in cluster %s",
 			mb.cfg.Name, leasepb.FormatID(mb.clusterID), req.GetName(), leasepb.FormatID(req.GetClusterId()))
 	}
 	return &wirepb.JoinResponse{ClusterId: mb.clusterID,
-		Member: &leasepb.Member{Id: mb.id, Name: mb.cfg.Name, ClientAddr: mb.clientAddr}}, nil
+		Member: &leasepb.Member{Id: mb.id, Name: mb.cfg.Name, ClientAddr: mb.cfg.ClientAddr}}, nil
 }
 
-// gossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
-// it knows no other member, joins Config.Join. It returns when stop closes.
-func (mb *membership) gossipLoop(stop <-chan struct{}) {
+// GossipLoop keeps this node's gossiped metadata current (its ids, whether it knows a leader) and, while
+// it knows no other member, joins Config.Join. It returns when ctx ends.
+func (mb *Members) GossipLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		m := localMeta(mb.cfg)
-		m.Id, m.ClusterId, m.ClientAddr, m.PeerAddr = mb.id, mb.clusterID, mb.clientAddr, mb.peerAddr
-		m.HasLeader = mb.host.leaderID() != 0
+		m := mb.cfg.localMeta()
+		m.Id, m.ClusterId = mb.id, mb.clusterID
+		m.HasLeader = mb.host.LeaderID() != 0
 		if mb.gossip.setMeta(m) {
 			mb.gossip.update()
 		}
-		if len(mb.cfg.Join) > 0 && mb.gossip.ml.NumMembers() < 2 {
-			if err := mb.gossip.join(mb.cfg.Join); err != nil {
+		if len(mb.cfg.Join) > 0 && mb.gossip.Alone() {
+			if err := mb.gossip.Join(mb.cfg.Join); err != nil {
 				mb.log.Debug("gossip join", "err", err)
 			}
 		}
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
