@@ -214,3 +214,38 @@ func (s *timerSlab) rehash(tab *slotTable, n int) {
 		}
 	}
 }
+
+// timerHeap orders the leader's leases by when to look at them next (container/heap). A renewal only
+// moves a lease's deadline later and leaves the heap alone: a lease is queued at its deadline as it was
+// when queued, never later than its deadline now, and expireDue requeues one whose deadline moved on
+// when that time comes. So a renewal costs no heap work (it was a sift-down through pointers at every
+// renewal, the leader's largest cost under batched renewals), and a lease is requeued at most once
+// per TTL. The key sits in the slice beside the pointer, so comparisons touch no lease.
+type timerHeap []queuedTimer
+
+// queuedTimer is a lease in the heap and the time it is queued at: at <= t.deadline, unless the lease is
+// expiring (queued at the proposal's retry).
+type queuedTimer struct {
+	at mono
+	t  *leaseTimer
+}
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].t.heapIdx, h[j].t.heapIdx = int32(i), int32(j)
+}
+func (h *timerHeap) Push(x any) {
+	q := x.(queuedTimer)
+	q.t.heapIdx = int32(len(*h))
+	*h = append(*h, q)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = queuedTimer{}
+	q.t.heapIdx = -1
+	*h = old[:len(old)-1]
+	return q
+}
