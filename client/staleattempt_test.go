@@ -16,7 +16,7 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// Stale attempts (the chaos soak's I6 finding, docs/testing.md): an Acquire attempt held up on a stalled
+// Stale attempts (I6): an Acquire attempt held up on a stalled
 // link reaches the leader only after a later attempt of the same request id was answered. It must change
 // nothing.
 

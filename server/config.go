@@ -323,7 +323,7 @@ func (c Config) ElectionTimeout() time.Duration {
 // randomizes it) plus the new leader's first commit and the holder's discovery and ReadIndex, about
 // 2.5 × in all; floorElections = 8 makes TTL/2 = 4 × the election timeout, leaving 1.5 × of slack for
 // scheduling delay and clock drift (with 5 ×, the earlier floor, a 30-minute soak lost 0.3 % of the
-// leases at the floor: docs/testing.md). 8 s with the defaults, where Consul's minimum session TTL is 10 s.
+// leases at the floor). 8 s with the defaults, where Consul's minimum session TTL is 10 s.
 func (c Config) TTLFloor() time.Duration {
 	return floorElections * c.ElectionTimeout()
 }

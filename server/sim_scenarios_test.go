@@ -236,7 +236,7 @@ func (c *simCluster) moveLeadership(isolate bool) int {
 // two nodes left by an isolation) takes another round; such a move's measured gap replaces the bound's.
 // Before the lessor marked leases idle within one interval of their last renewal, seeds where the first
 // move fell just before the leader's second checkpoint took TTL + ~2 intervals + election gaps (e.g.
-// 13978620333226912874; docs/testing.md).
+// seed 13978620333226912874).
 //
 // It is a real check: with startDeadlines planted to give every lease a full TTL at every takeover (as
 // etcd's lessor does), the dead lease outlives every leader and the test fails with "never expired".

@@ -548,8 +548,8 @@ func (r *run) watch(ctx context.Context, cl *client.Client) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if e.Index < last || (e.Index == last && atLast[key]) {
-				// Re-delivered below the index asked for: a Watch API defect (see docs/testing.md,
-				// "Bugs the harnesses found"), not a state-machine one. Counted, and kept out of the I1/I2 stream.
+				// Re-delivered below the index asked for: a Watch API defect, not a
+				// state-machine one. Counted, and kept out of the I1/I2 stream.
 				r.watchRedelivered++
 				return nil
 			}
