@@ -152,11 +152,26 @@ func TestMemberAddJoinPromoteRemove(t *testing.T) {
 		}
 	}
 	lis := listeners(t)
-	cc := leasepb.NewClusterClient(c.Conn(leader))
-	add, err := cc.MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: lis.Peer.Addr().String()})
-	if err != nil {
-		t.Fatalf("member add: %v", err)
-	}
+	// A leader change on a loaded machine refuses the add before proposing it (outcome known): ask the
+	// next leader.
+	var cc leasepb.ClusterClient
+	var add *leasepb.MemberAddResponse
+	eventually(t, 20*time.Second, "n4 added", func() bool {
+		leader = c.WaitLeader()
+		cc = leasepb.NewClusterClient(c.Conn(leader))
+		add, err = cc.MemberAdd(ctx, &leasepb.MemberAddRequest{Name: "n4", PeerAddr: lis.Peer.Addr().String()})
+		if status.Code(err) == codes.Unavailable {
+			for _, d := range status.Convert(err).Details() {
+				if h, ok := d.(*leasepb.LeaderHint); ok && !h.GetOutcomeUnknown() {
+					return false
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("member add: %v", err)
+		}
+		return true
+	})
 	if !add.GetMember().GetIsLearner() || len(add.GetMembers()) != 4 {
 		t.Fatalf("member add answered %v", add)
 	}
