@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -145,4 +146,27 @@ func (c *cluster) metric(i int, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// runLeased runs leased with args, its output to logPath, until the test ends; the channel is closed
+// when it exits.
+func runLeased(t *testing.T, logPath string, args []string) <-chan struct{} {
+	t.Helper()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(leasedBin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return exited
 }

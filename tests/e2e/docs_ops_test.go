@@ -88,7 +88,7 @@ func startDocNodes(t *testing.T, block string) []*proc.Node {
 			LogPath: filepath.Join(dir, fmt.Sprintf("n%d.log", k)), ClientAddr: addrs[0], PeerAddr: addrs[1], AdminAddr: addrs[2]})
 	}
 	subst := strings.NewReplacer(pairs...)
-	exited := make([]chan struct{}, len(nodes))
+	exited := make([]<-chan struct{}, len(nodes))
 	for k, n := range nodes {
 		args := make([]string, len(words)-1)
 		for i, a := range words[1:] {
@@ -105,7 +105,7 @@ func startDocNodes(t *testing.T, block string) []*proc.Node {
 				t.Fatalf("docs/operations.md, Running a node: %s is not an address or path the test knows", a)
 			}
 		}
-		exited[k] = startDocNode(t, n.LogPath, args)
+		exited[k] = runLeased(t, n.LogPath, args)
 	}
 	client := &http.Client{Timeout: time.Second}
 	for k, n := range nodes {
@@ -127,29 +127,6 @@ func startDocNodes(t *testing.T, block string) []*proc.Node {
 		}
 	}
 	return nodes
-}
-
-// startDocNode runs leased with args, its output to logPath, until the test ends; the channel is closed
-// when it exits.
-func startDocNode(t *testing.T, logPath string, args []string) chan struct{} {
-	t.Helper()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(leasedBin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	return exited
 }
 
 // restoreDocExample runs "Back up and restore": the save command against the cluster (/backup/ is a

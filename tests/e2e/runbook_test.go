@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,26 +107,10 @@ func TestReplaceRunbook(t *testing.T) {
 // startRunbookNode runs leased with args (and the tests' fast timing) until the test ends.
 func startRunbookNode(t *testing.T, logPath string, args []string) {
 	t.Helper()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
 	args = append(args, "--election-timeout="+proc.ElectionTimeout.String(), "--admin-addr=")
-	cmd := exec.Command(leasedBin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
 	select {
-	case <-exited:
-		t.Fatalf("leased %s exited at once (%v):\n%s", strings.Join(args, " "), cmd.ProcessState, tail(logPath, 10))
+	case <-runLeased(t, logPath, args):
+		t.Fatalf("leased %s exited at once:\n%s", strings.Join(args, " "), tail(logPath, 10))
 	case <-time.After(2 * time.Second):
 	}
 }
