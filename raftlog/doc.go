@@ -8,7 +8,7 @@ does, and adds the write side a Ready loop needs.
 # Basics
 
 Open a data directory with the node's identity; the first Open creates
-<dir>/raft.db and <dir>/wal/, later ones check that they belong to the same
+<dir>/raft.db, <dir>/acked and <dir>/wal/, later ones check that they belong to the same
 cluster and node:
 
 	s, err := raftlog.Open(dir, raftlog.Identity{ClusterID: cid, NodeID: nid})
@@ -65,22 +65,18 @@ it opens it.
     preallocated zeros after it and a part of it missing (the file ends
     inside it, or a 512-byte sector of it is all zeros: a sector the crash
     kept from the disk). That write never returned, so it is cut off.
-  - The amnesia guard: raft.db keeps an acked mark, a position of the log
-    (index and term) the WAL held durably and the term and vote of the
-    HardState then, written after the WAL write it describes with every
-    Save that changes the term or the vote (or, while a snapshot is being
-    written, by that snapshot once its commit is done, so that an election
-    never waits on it), every snapshot and Close. Open
-    refuses (ErrShortLog, with ErrCorrupt) a WAL whose replay never held
-    that position (a suffix raft overwrote later still counts as held) or
-    whose HardState has an older term or another vote in that term. So a
-    node never comes back to vote with a log shorter than it had at its
-    last election or vote, snapshot or clean stop, nor votes twice in a
-    term. Records written after the latest mark are beyond it: a disk that
-    loses acknowledged writes in the crash that stops the node (a write
-    cache that ignores flushes) can still shorten the log unseen, since
-    raft.db, on the same disk, then holds an older mark. Plain appends do
-    not move the mark, which would cost a second fsync each.
+  - The amnesia guard: the ack file keeps an acked mark, a position of
+    the log (index and term) the WAL held durably and the term and vote
+    of the HardState then, written after the WAL write it describes and
+    before Save returns, with every Save that appends entries, installs a
+    snapshot or changes the term or the vote. Open refuses (ErrShortLog,
+    with ErrCorrupt) a WAL whose replay never held that position (a
+    suffix raft overwrote later still counts as held) or whose HardState
+    has an older term or another vote in that term. So a node never comes
+    back with less than it had acknowledged or voted on: not after a disk
+    lost writes, nor when its last record was damaged so that it reads as
+    a torn write, nor with a stale copy of wal/. The mark costs a second
+    fdatasync on those Saves.
   - A second Open of the same directory, from this or another process, fails
     with ErrLocked after about a second instead of blocking.
   - A format newer than this code knows is ErrCorrupt saying so.
@@ -111,10 +107,10 @@ A torn write is told from damage by its shape (above). Damage the rule
 cannot tell from one is cut off like a torn write: sectors zeroed at the
 end of the last record (exactly what a crash leaves), or damage inside
 the last record that also holds a whole sector of its own zeros. The
-acked mark then refuses the log if that record is older than the mark,
-which after a clean stop it always is. A crash
-that wrote the last record's later sectors but not its first is refused
-as damage: its header reads as the end of the records with data after it.
+acked mark then refuses the log if that record's Save had returned. A
+crash that wrote the last record's later sectors but not its first is
+refused as damage: its header reads as the end of the records with data
+after it.
 bbolt's two meta pages must both be valid: bbolt would fall back to the
 other one, one transaction back, without a word; a meta page lies inside
 one sector, so no crash tears it.
@@ -145,18 +141,25 @@ meta pages; every value below is therefore stored behind a 4-byte
 big-endian CRC-32C of the rest, written as "sealed"). Buckets:
 
 	meta
-	    "format"     uint32 big-endian, the layout version (2)
+	    "format"     uint32 big-endian, the layout version (3)
 	    "identity"   sealed 16 bytes: ClusterID, NodeID, big-endian
 	    "snapmeta"   sealed raftpb.SnapshotMetadata (index, term, ConfState)
 	    "walfrom"    sealed segment seq, offset, index, term (uint64 each):
 	                 the batch whose reset starts the log
-	    "acked"      sealed index, term, HardState term, vote (uint64 each):
-	                 the amnesia guard's mark; absent in older files
+	    "acked"      format 2 only: the acked mark, sealed (below); Open
+	                 moves it to the ack file and writes format 3
 	snapshot
 	    "data"       sealed snapshot payload; absent when the snapshot has none
 
 Any other key in these buckets is ErrCorrupt: a damaged key must not read
-as a missing "acked".
+as a missing one.
+
+<dir>/acked is the ack file: two 512-byte slots, each a sealed sequence
+number and mark (index, term, HardState term, vote; uint64 each,
+big-endian), zeros after. A write goes to the slot not holding the
+newest, so a torn one leaves the mark before it; the intact slot with the
+higher sequence is the mark. A missing file, or one with no intact slot,
+is ErrCorrupt.
 
 Replay starts at the batch walfrom points at, or, once compaction deleted
 that segment, at the base record of the first segment left, and applies
@@ -170,8 +173,8 @@ holding nothing above the new offset; segments before walfrom's are
 superseded and deleted too.
 
 raft.db is created under a temporary name and linked into place after the
-WAL it points at, so raft.db is never seen half-initialised; a wal/
-directory without raft.db is what an interrupted creation (or restore)
+WAL it points at and the ack file, so raft.db is never seen
+half-initialised; a wal/ directory without raft.db is what an interrupted creation (or restore)
 leaves, and Open replaces it. bbolt's freelist is not persisted (it is
 rebuilt on open). Before bbolt reads an existing file, Open checks its page
 structure independently (see pagecheck.go), because bbolt trusts its pages

@@ -37,6 +37,9 @@ func FuzzReopenCorrupted(f *testing.F) {
 			t.Fatal(err)
 		}
 		writeSegments(t, dir, wal)
+		if err := os.WriteFile(filepath.Join(dir, ackFileName), template.ack, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		s, err := Open(dir, testID)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIdentityMismatch) {
@@ -153,6 +156,7 @@ var template struct {
 	once sync.Once
 	img  []byte
 	wal  [][]byte // segment contents up to their last record, from seq 1
+	ack  []byte   // the ack file
 	err  error
 }
 
@@ -191,6 +195,9 @@ func buildTemplateDir() ([]byte, [][]byte, error) {
 	}
 	img, err := os.ReadFile(filepath.Join(dir, fileName))
 	if err != nil {
+		return nil, nil, err
+	}
+	if template.ack, err = os.ReadFile(filepath.Join(dir, ackFileName)); err != nil {
 		return nil, nil, err
 	}
 	seqs, err := listSegments(filepath.Join(dir, walDirName))

@@ -4,46 +4,39 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
-
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// ackMark is raft.db's record of how far this node's log had got, for the
-// amnesia guard: a log position (index and term) the WAL held durably, and
-// the HardState's term and vote at that time. raft counts this node's
+// ackMark is the ack file's record of how far this node's log had got, for
+// the amnesia guard: a log position (index and term) the WAL held durably,
+// and the HardState's term and vote at that time. raft counts this node's
 // acknowledgements and votes toward quorums; a node that comes back with
-// less than it had (a WAL that lost records a disk acknowledged, a stale
-// copy of wal/) could vote for a candidate missing entries it helped
-// commit, or vote twice in a term. Open refuses such a log (ErrShortLog).
+// less than it had (a WAL that lost records a disk acknowledged, a last
+// record damaged so that it reads as torn, a stale copy of wal/) could vote
+// for a candidate missing entries it helped commit, or vote twice in a
+// term. Open refuses such a log (ErrShortLog).
 //
-// The mark is written in a bbolt transaction after the WAL write it
-// describes has returned, so it never claims more than the WAL holds: with
-// every Save that changes the term or the vote (raft's elections, rare),
-// with every snapshot (CreateSnapshot, an installation), and at Close. It
-// is not written for plain appends, which would cost a second fsync each.
+// Every Save that appends entries, installs a snapshot or changes the term
+// or the vote records the mark (ackfile.go) after its WAL write has
+// returned and before Save returns: so it never claims more than the WAL
+// holds (a crash cannot leave it ahead of a torn write nobody
+// acknowledged), and raft, which acknowledges or votes only after Save,
+// never acknowledges what the mark does not cover. It costs a second
+// fdatasync on those Saves.
 type ackMark struct {
 	at         point  // an entry the log held (or compacted past)
 	term, vote uint64 // the HardState's term and vote
 }
 
-// encode seals m for raft.db: index, term, hard state term, vote, big-endian.
-func (m ackMark) encode() []byte {
+// raw is m's encoding: index, term, hard state term, vote, big-endian.
+func (m ackMark) raw() []byte {
 	b := appendPoint(nil, m.at)
 	b = binary.BigEndian.AppendUint64(b, m.term)
-	return seal(binary.BigEndian.AppendUint64(b, m.vote))
+	return binary.BigEndian.AppendUint64(b, m.vote)
 }
 
-// decodeAckMark decodes the mark; a file without one (written before
-// there was a mark) has the zero mark, which every log satisfies.
-func decodeAckMark(v []byte) (ackMark, error) {
-	if v == nil {
-		return ackMark{}, nil
-	}
-	b, err := unseal(v)
-	if err != nil {
-		return ackMark{}, fmt.Errorf("acked: %w", err)
-	}
+// decodeRawAckMark decodes raw's encoding.
+func decodeRawAckMark(b []byte) (ackMark, error) {
 	if len(b) != 32 {
 		return ackMark{}, fmt.Errorf("acked of %d bytes, want 32", len(b))
 	}
@@ -51,24 +44,22 @@ func decodeAckMark(v []byte) (ackMark, error) {
 	return ackMark{at: p, term: binary.BigEndian.Uint64(rest), vote: binary.BigEndian.Uint64(rest[8:])}, nil
 }
 
+// decodeLegacyAckMark decodes the sealed mark a format 2 raft.db kept under
+// "acked"; a file without one has the zero mark, which every log satisfies.
+func decodeLegacyAckMark(v []byte) (ackMark, error) {
+	if v == nil {
+		return ackMark{}, nil
+	}
+	b, err := unseal(v)
+	if err != nil {
+		return ackMark{}, fmt.Errorf("acked: %w", err)
+	}
+	return decodeRawAckMark(b)
+}
+
 // markOf is the mark for a state whose every record is durable.
 func markOf(st *state) ackMark {
 	return ackMark{at: st.point(st.last), term: st.hs.GetTerm(), vote: st.hs.GetVote()}
-}
-
-func putAckMark(tx *bolt.Tx, m ackMark) error {
-	return tx.Bucket(bucketMeta).Put(keyAcked, m.encode())
-}
-
-// putAckMarkIfNewer records m unless raft.db holds a mark of a later term:
-// CreateSnapshot reads its mark before its commit, which a Save that
-// changed the term may overtake.
-func putAckMarkIfNewer(tx *bolt.Tx, m ackMark) error {
-	cur, err := decodeAckMark(tx.Bucket(bucketMeta).Get(keyAcked))
-	if err == nil && cur.term > m.term {
-		return nil
-	}
-	return putAckMark(tx, m)
 }
 
 // termOrVoteChanged reports whether a Save moves the HardState to another
@@ -101,24 +92,24 @@ func (t *markTracker) observe(st *state) {
 	}
 }
 
-// check returns ErrShortLog, naming raft.db and the last segment, if the
-// replayed log lacks the mark's position or has an older term or another
-// vote than it.
-func (t *markTracker) check(st *state, dbPath, lastSeg string) error {
+// check returns ErrShortLog, naming the mark's file and the last segment,
+// if the replayed log lacks the mark's position or has an older term or
+// another vote than it.
+func (t *markTracker) check(st *state, markPath, lastSeg string) error {
 	m := t.mark
 	hs := st.hs
 	var why string
 	switch {
 	case !t.reached:
-		why = fmt.Sprintf("raft.db records that the log held entry %d (term %d), but the WAL ends at %d (term %d) and never held it",
+		why = fmt.Sprintf("it records that the log held entry %d (term %d), but the WAL ends at %d (term %d) and never held it",
 			m.at.index, m.at.term, st.last, st.terms.term(st.last))
 	case hs.GetTerm() < m.term:
-		why = fmt.Sprintf("raft.db records term %d, but the WAL's hard state is at term %d", m.term, hs.GetTerm())
+		why = fmt.Sprintf("it records term %d, but the WAL's hard state is at term %d", m.term, hs.GetTerm())
 	case hs.GetTerm() == m.term && m.vote != 0 && hs.GetVote() != m.vote:
-		why = fmt.Sprintf("raft.db records a vote for %x in term %d, but the WAL's hard state has %x", m.vote, m.term, hs.GetVote())
+		why = fmt.Sprintf("it records a vote for %x in term %d, but the WAL's hard state has %x", m.vote, m.term, hs.GetVote())
 	default:
 		return nil
 	}
 	return fmt.Errorf("raftlog: %s: %w (%w): %s: the WAL, whose last segment is %s, lost records this node acknowledged",
-		dbPath, ErrCorrupt, ErrShortLog, why, lastSeg)
+		markPath, ErrCorrupt, ErrShortLog, why, lastSeg)
 }

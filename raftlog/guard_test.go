@@ -39,19 +39,19 @@ func expectShortLog(t *testing.T, dir, what string) {
 		_ = s.Close()
 		t.Fatalf("%s: Open succeeded with a log ending at %d; want ErrShortLog", what, last)
 	}
-	if !errors.Is(err, ErrShortLog) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, fileName)) {
-		t.Fatalf("%s: Open: %v; want ErrShortLog and ErrCorrupt naming raft.db", what, err)
+	if !errors.Is(err, ErrShortLog) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, ackFileName)) {
+		t.Fatalf("%s: Open: %v; want ErrShortLog and ErrCorrupt naming the ack file", what, err)
 	}
 	if after := readLogFiles(t, dir); !equalFiles(before, after) {
 		t.Fatalf("%s: Open changed the files it refused", what)
 	}
 }
 
-// TestLostWritesAreRefused: a WAL that ends earlier than raft.db's acked
+// TestLostWritesAreRefused: a WAL that ends earlier than the ack file's
 // mark (its last records lost, cleanly, at a record boundary, so the WAL
-// alone looks whole) must be refused, naming raft.db, and left as it was:
-// after a clean stop (Close records the mark), and after a crash once the
-// records lost include a change of term or vote.
+// alone looks whole) must be refused, naming the ack file, and left as it
+// was: after a clean stop, and after a crash, whatever the records lost
+// held (entries, a term change, a vote).
 func TestLostWritesAreRefused(t *testing.T) {
 	t.Run("after a clean stop", func(t *testing.T) {
 		dir := t.TempDir()
@@ -96,11 +96,10 @@ func TestLostWritesAreRefused(t *testing.T) {
 		lose(t, crashed, 3) // the term change's entries and everything after
 		expectShortLog(t, crashed, "entries before the last term change lost")
 
-		// Records lost after the last mark are beyond the guard: a crash
-		// records none, so that log opens (what doc.go says it cannot see).
+		// Only the last Save lost: every Save that appends records the mark.
 		crashed = copyLog(t, dir)
 		lose(t, crashed, 4)
-		checkLog(t, mustOpen(t, crashed), 1, 20, hardState(2, 0, 10))
+		expectShortLog(t, crashed, "the last Save's entries lost")
 	})
 }
 
@@ -130,8 +129,7 @@ func TestLegitimateShorterLogsOpen(t *testing.T) {
 // TestTermChangeDoesNotWaitForASnapshotWrite: while CreateSnapshot writes
 // raft.db (held here), a Save that changes the term and vote must return
 // without waiting for it (an election must not wait seconds on a large
-// snapshot), and the snapshot records the mark once its commit is done:
-// losing that vote is then refused.
+// snapshot), having recorded its mark: losing that vote is refused.
 func TestTermChangeDoesNotWaitForASnapshotWrite(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
@@ -171,5 +169,5 @@ func TestTermChangeDoesNotWaitForASnapshotWrite(t *testing.T) {
 	}
 	crashed := copyLog(t, dir)
 	lose(t, crashed, 3) // the vote's batch
-	expectShortLog(t, crashed, "a vote lost after a snapshot recorded it")
+	expectShortLog(t, crashed, "a vote lost while a snapshot was written")
 }

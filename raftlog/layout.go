@@ -21,8 +21,13 @@ const (
 
 	// formatVersion is written when a file is created. Bump it only together
 	// with code that migrates or rejects older files. Format 2 keeps entries
-	// and the HardState in the WAL; no released build wrote another.
-	formatVersion uint32 = 2
+	// and the HardState in the WAL; format 3 moves the acked mark from
+	// raft.db into the ack file (ackfile.go), and Open migrates a format 2
+	// directory to it. No released build wrote another.
+	formatVersion uint32 = 3
+
+	// formatLegacyMark is format 2, whose raft.db holds the acked mark.
+	formatLegacyMark uint32 = 2
 )
 
 var (
@@ -34,7 +39,7 @@ var (
 	keySnapMeta = []byte("snapmeta") // sealed raftpb.SnapshotMetadata
 	keySnapData = []byte("data")     // sealed snapshot payload, in bucketSnapshot
 	keyWALFrom  = []byte("walfrom")  // sealed walFrom: where WAL replay starts
-	keyAcked    = []byte("acked")    // sealed ackMark: how far the log had got (guard.go)
+	keyAcked    = []byte("acked")    // format 2: sealed ackMark, now in the ack file (guard.go)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -18,8 +18,8 @@ type dbState struct {
 	id     Identity
 	format uint32
 	snap   *raftpb.SnapshotMetadata
-	from   walFrom // format 2 only
-	mark   ackMark // zero if never written
+	from   walFrom
+	mark   ackMark // format 2 only (later formats keep it in the ack file); zero if never written
 }
 
 // initLayout writes a fresh file's buckets, format version, identity, an
@@ -95,7 +95,7 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 	switch ds.format = binary.BigEndian.Uint32(v); {
 	case ds.format > formatVersion:
 		return ds, fmt.Errorf("format version %d is newer than this build knows (%d): use a newer leased", ds.format, formatVersion)
-	case ds.format != formatVersion:
+	case ds.format != formatVersion && ds.format != formatLegacyMark:
 		return ds, fmt.Errorf("unknown format version %d, want %d", ds.format, formatVersion)
 	}
 	if ds.id, err = decodeIdentity(meta.Get(keyIdentity)); err != nil {
@@ -110,13 +110,17 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 			return ds, fmt.Errorf("snapshot data: %w", err)
 		}
 	}
-	if err := onlyKnownKeys(meta, keyFormat, keyIdentity, keySnapMeta, keyWALFrom, keyAcked); err != nil {
+	known := [][]byte{keyFormat, keyIdentity, keySnapMeta, keyWALFrom}
+	if ds.format == formatLegacyMark {
+		known = append(known, keyAcked)
+	}
+	if err := onlyKnownKeys(meta, known...); err != nil {
 		return ds, err
 	}
 	if err := onlyKnownKeys(snapB, keySnapData); err != nil {
 		return ds, err
 	}
-	if ds.mark, err = decodeAckMark(meta.Get(keyAcked)); err != nil {
+	if ds.mark, err = decodeLegacyAckMark(meta.Get(keyAcked)); err != nil {
 		return ds, err
 	}
 	ds.from, err = decodeWALFrom(meta.Get(keyWALFrom))
@@ -124,9 +128,8 @@ func readDB(tx *bolt.Tx) (ds dbState, err error) {
 }
 
 // onlyKnownKeys fails on any key of b not in known. A damaged key would
-// otherwise read as a missing one, and the acked mark may be missing
-// legitimately (a file written before it existed): damage must not
-// switch the amnesia guard off.
+// otherwise read as a missing one, and a format 2 file's acked mark may be
+// missing legitimately: damage must not switch the amnesia guard off.
 func onlyKnownKeys(b *bolt.Bucket, known ...[]byte) error {
 	return b.ForEach(func(k, _ []byte) error {
 		for _, want := range known {

@@ -58,12 +58,54 @@ func openLocked(dir, path string, db *bolt.DB, id Identity) (*Storage, error) {
 	if !id.IsZero() && id != ds.id {
 		return nil, fmt.Errorf("raftlog: open %s: %w: file has %v, caller is %v", path, ErrIdentityMismatch, ds.id, id)
 	}
-	st, w, err := replayWAL(filepath.Join(dir, walDirName), ds.from, ds.mark, path)
+	mark, markPath, ack := ds.mark, path, (*ackFile)(nil)
+	if ds.format != formatLegacyMark {
+		if ack, mark, err = openAckFile(dir); err != nil {
+			return nil, err
+		}
+		markPath = ack.path
+	}
+	st, w, err := replayWAL(filepath.Join(dir, walDirName), ds.from, mark, markPath)
 	if err != nil {
+		if ack != nil {
+			_ = ack.close()
+		}
 		return nil, err
 	}
+	if ack == nil {
+		if ack, err = migrateMark(dir, db, path, &st); err != nil {
+			_ = w.close()
+			return nil, err
+		}
+	}
 	st.snap = ds.snap
-	return &Storage{path: path, db: db, st: st, wal: w}, nil
+	return &Storage{path: path, db: db, st: st, wal: w, ack: ack}, nil
+}
+
+// migrateMark moves a format 2 directory, whose raft.db holds the acked
+// mark, to the current format: the ack file is written first, holding the
+// log as it was checked, then raft.db drops its mark and records the new
+// format in one transaction. A crash between the two leaves a format 2
+// file, migrated again at the next Open.
+func migrateMark(dir string, db *bolt.DB, path string, st *state) (*ackFile, error) {
+	ack, err := createAckFile(dir, markOf(st))
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: upgrade %s: %w", path, err)
+	}
+	err = guard(path, func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if err := meta.Delete(keyAcked); err != nil {
+				return err
+			}
+			return putFormat(meta, formatVersion)
+		})
+	})
+	if err != nil {
+		_ = ack.close()
+		return nil, fmt.Errorf("raftlog: upgrade %s: %w", path, err)
+	}
+	return ack, nil
 }
 
 // boltOptions are the bbolt settings for the raft log. The freelist is not
@@ -152,6 +194,13 @@ func createIfMissing(dir, path string, id Identity) error {
 	from, err := createWAL(filepath.Join(dir, walDirName))
 	if err != nil {
 		return fmt.Errorf("raftlog: create WAL: %w", err)
+	}
+	ack, err := createAckFile(dir, ackMark{})
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	if err := ack.close(); err != nil {
+		return fmt.Errorf("raftlog: create %s: %w", ack.path, err)
 	}
 	tmp, err := os.CreateTemp(dir, fileName+".init-*")
 	if err != nil {

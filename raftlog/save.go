@@ -82,16 +82,13 @@ func (s *Storage) Compact(compactIndex uint64) error {
 func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
-	md, mark, db, err := s.snapshotAt(i, cs)
+	md, db, err := s.snapshotAt(i, cs)
 	if err != nil {
 		return nil, err
 	}
 	err = guard(s.path, func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			if err := commitHook("snapshot writing"); err != nil {
-				return err
-			}
-			if err := putAckMarkIfNewer(tx, mark); err != nil {
 				return err
 			}
 			return putSnapshot(tx, md, data)
@@ -102,42 +99,31 @@ func (s *Storage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*
 	}
 	s.mu.Lock()
 	s.st.snap = md // st's fields are replaced, never changed in place: readers' copies keep the old one
-	behind, mark := s.markBehind, markOf(&s.st)
-	s.markBehind = false
 	s.mu.Unlock()
-	if behind {
-		err := guard(s.path, func() error {
-			return db.Update(func(tx *bolt.Tx) error { return putAckMark(tx, mark) })
-		})
-		if err != nil {
-			return nil, fmt.Errorf("raftlog: create snapshot: record the acked mark: %w", err)
-		}
-	}
 	return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: proto.Clone(md).(*raftpb.SnapshotMetadata), Data: data}), nil
 }
 
 // snapshotAt checks that a snapshot at i may be created and returns its
-// metadata, the acked mark of the log as it stands (the snapshot's bbolt
-// commit records it at no extra cost) and the open raft.db to write to.
-func (s *Storage) snapshotAt(i uint64, cs *raftpb.ConfState) (*raftpb.SnapshotMetadata, ackMark, *bolt.DB, error) {
+// metadata and the open raft.db to write to.
+func (s *Storage) snapshotAt(i uint64, cs *raftpb.ConfState) (*raftpb.SnapshotMetadata, *bolt.DB, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	switch {
 	case s.db == nil:
-		return nil, ackMark{}, nil, s.closedErr("create snapshot")
+		return nil, nil, s.closedErr("create snapshot")
 	case i <= s.st.snap.GetIndex():
-		return nil, ackMark{}, nil, raft.ErrSnapOutOfDate
+		return nil, nil, raft.ErrSnapOutOfDate
 	case i > s.st.last:
-		return nil, ackMark{}, nil, fmt.Errorf("raftlog: create snapshot: snapshot %d beyond last index %d: %w", i, s.st.last, ErrOutOfRange)
+		return nil, nil, fmt.Errorf("raftlog: create snapshot: snapshot %d beyond last index %d: %w", i, s.st.last, ErrOutOfRange)
 	case i < s.st.offset():
-		return nil, ackMark{}, nil, raft.ErrCompacted
+		return nil, nil, raft.ErrCompacted
 	}
 	md := proto.Clone(s.st.snap).(*raftpb.SnapshotMetadata)
 	md.Index, md.Term = new(i), new(s.st.terms.term(i))
 	if cs != nil {
 		md.ConfState = proto.Clone(cs).(*raftpb.ConfState)
 	}
-	return md, markOf(&s.st), s.db, nil
+	return md, s.db, nil
 }
 
 // update runs fn over a copy of the state, then makes its changes durable
@@ -192,10 +178,12 @@ func (s *Storage) commit(w *writer) error {
 			return err
 		}
 	}
-	if err := s.commitDBIfNeeded(w, seq, off); err != nil {
-		if !w.empty() {
+	if w.snap != nil { // the caller holds snapMu
+		if err := s.commitDB(w, seq, off); err != nil {
 			return s.wal.undo(off, err)
 		}
+	}
+	if err := s.recordMark(w); err != nil {
 		return err
 	}
 	if !w.empty() {
@@ -212,41 +200,31 @@ func (s *Storage) commit(w *writer) error {
 	return nil
 }
 
-// commitDBIfNeeded commits w's snapshot, or the acked mark when w changes
-// the term or the vote. A snapshot being written (CreateSnapshot holds
-// snapMu and bbolt's write lock for as long as its data takes) does not
-// hold up an election's HardState: the mark is then left to that
-// snapshot, which records it once its own commit is done (markBehind).
-func (s *Storage) commitDBIfNeeded(w *writer, seq uint64, off int64) error {
-	switch {
-	case w.snap != nil: // the caller holds snapMu
-		return s.commitDB(w, seq, off)
-	case !termOrVoteChanged(s.st.hs, w.st.hs):
-		return nil
-	case !s.snapMu.TryLock():
-		s.markBehind = true
+// recordMark moves the ack file's mark to the state w leaves, whose WAL
+// records are durable by now, if w appends entries, installs a snapshot or
+// changes the term or the vote: what raft may acknowledge or vote on once
+// Save returns. A failed write leaves the WAL as it is (the batch is
+// durable; the mark, in either slot, claims no more than it) and marks it
+// broken, so the log must be reopened.
+func (s *Storage) recordMark(w *writer) error {
+	if len(w.pending) == 0 && w.snap == nil && !termOrVoteChanged(s.st.hs, w.st.hs) {
 		return nil
 	}
-	defer s.snapMu.Unlock()
-	return s.commitDB(w, seq, off)
+	if err := s.ack.record(markOf(w.st)); err != nil {
+		s.wal.broken = fmt.Errorf("raftlog: %w (reopen the log)", err)
+		return s.wal.broken
+	}
+	return nil
 }
 
 // commitDB stores w's snapshot, if any, in raft.db and, for an
 // installation, points walfrom at the batch just written at (seq, off).
-// In the same transaction it moves the acked mark to the state w leaves:
-// its WAL records are durable by now.
 func (s *Storage) commitDB(w *writer, seq uint64, off int64) error {
 	if err := commitHook("wal written"); err != nil {
 		return err
 	}
 	err := guard(s.path, func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
-			if err := putAckMark(tx, markOf(w.st)); err != nil {
-				return err
-			}
-			if w.snap == nil {
-				return nil
-			}
 			if err := putSnapshot(tx, w.snap, w.snapData); err != nil {
 				return err
 			}

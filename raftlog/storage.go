@@ -32,10 +32,7 @@ type Storage struct {
 	db     *bolt.DB     // nil once closed
 	wal    *wal
 	st     state
-	// markBehind is set when a Save changed the term or the vote while a
-	// snapshot was being written; that snapshot records the acked mark
-	// once its commit is done (commitDBIfNeeded).
-	markBehind bool
+	ack    *ackFile // the amnesia guard's mark (guard.go)
 }
 
 var _ raft.Storage = (*Storage)(nil)
@@ -247,7 +244,7 @@ func (s *Storage) Close() error {
 	}
 	db := s.db
 	s.db = nil
-	merr := s.recordMark(db)
+	aerr := s.ack.close()
 	werr := s.wal.close()
 	if err := closeBolt(db, s.path); err != nil {
 		return err
@@ -255,21 +252,8 @@ func (s *Storage) Close() error {
 	if werr != nil {
 		return fmt.Errorf("raftlog: close %s: %w", s.wal.dir, werr)
 	}
-	return merr
-}
-
-// recordMark moves raft.db's acked mark up to the log as it stands, so a
-// stopped node's log that later loses records is refused by Open. It
-// records nothing if the WAL's tail is unknown after a failed write.
-func (s *Storage) recordMark(db *bolt.DB) error {
-	if s.wal.broken != nil {
-		return nil
-	}
-	err := guard(s.path, func() error {
-		return db.Update(func(tx *bolt.Tx) error { return putAckMark(tx, markOf(&s.st)) })
-	})
-	if err != nil {
-		return fmt.Errorf("raftlog: close: record the acked mark: %w", err)
+	if aerr != nil {
+		return fmt.Errorf("raftlog: close %s: %w", s.ack.path, aerr)
 	}
 	return nil
 }

@@ -40,12 +40,12 @@ type replayer struct {
 // is ErrCorrupt, naming the segment and offset, unless it is a write cut
 // short by a crash (see tornWrite): the last record of the last segment,
 // with only zeros after it. The replayed log must then satisfy raft.db's
-// acked mark (guard.go; dbPath names raft.db in the error). Only once all
+// acked mark (guard.go; markPath names its file in the error). Only once all
 // of that has passed is the last segment truncated after its last good
 // record, durably, before anything is appended to it: whatever a crash
 // left after that record can never be read as records, and a log that is
 // refused is left exactly as it was.
-func replayWAL(dir string, from walFrom, mark ackMark, dbPath string) (st state, w *wal, err error) {
+func replayWAL(dir string, from walFrom, mark ackMark, markPath string) (st state, w *wal, err error) {
 	seqs, err := listSegments(dir)
 	if err != nil {
 		return st, nil, err
@@ -80,7 +80,7 @@ func replayWAL(dir string, from walFrom, mark ackMark, dbPath string) (st state,
 	if r.provisional {
 		return st, w, corruptf(w.segs[0].path, "the segments before it are missing")
 	}
-	if err := r.mark.check(&r.st, dbPath, w.last().path); err != nil {
+	if err := r.mark.check(&r.st, markPath, w.last().path); err != nil {
 		return st, w, err
 	}
 	last := w.last()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,18 +19,16 @@ import (
 // and each sector of it, or every sector from one on, left unwritten (the
 // preallocated zeros). Open must return the log as it was before that
 // write, entries and HardState alike: never the write's entries without
-// its HardState. raft.db is as it was before that write, as after a crash
-// (the write never returned, so nothing recorded it).
+// its HardState. raft.db and the ack file are as they were before that
+// write, as after a crash (the write never returned, so nothing recorded
+// it).
 func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 	src := t.TempDir()
 	s := mustOpen(t, src)
 	if err := s.Save(hardState(1, 1, 5), entries(1, 6, 1), nil); err != nil {
 		t.Fatal(err)
 	}
-	dbBefore, err := os.ReadFile(filepath.Join(src, fileName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := readLogFiles(t, src)
 	if err := s.Save(hardState(2, 1, 60), entries(6, 61, 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +77,7 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 		torn[fmt.Sprintf("sector at %d unwritten", sec)] = one
 	}
 	for name, img := range torn {
-		dir := withSegment(t, src, dbBefore, segPath, img)
+		dir := withSegment(t, src, before, segPath, img)
 		s, err := Open(dir, testID)
 		if err != nil {
 			t.Fatalf("%s: Open: %v", name, err)
@@ -103,18 +102,20 @@ func TestTornTailAtEveryByteReopensToThePreviousPrefix(t *testing.T) {
 	}
 	// A write whose first sector never reached the disk but whose later ones
 	// did cannot be told from a damaged length: refused, never shortened.
-	dir := withSegment(t, src, dbBefore, segPath, headerLost)
+	dir := withSegment(t, src, before, segPath, headerLost)
 	expectCorrupt(t, dir, filepath.Join(dir, walDirName, filepath.Base(segPath)), "header sector unwritten")
 	checkLog(t, mustOpen(t, src), 1, 60, hardState(2, 1, 60))
 }
 
-// withSegment copies the log in src, with raft.db's bytes db and the
-// segment at segPath replaced by img, into a new directory.
-func withSegment(t *testing.T, src string, db []byte, segPath string, img []byte) string {
+// withSegment copies the log in src, with raft.db and the ack file as in
+// before and the segment at segPath replaced by img, into a new directory.
+func withSegment(t *testing.T, src string, before map[string][]byte, segPath string, img []byte) string {
 	t.Helper()
 	dir := copyLog(t, src)
-	if err := os.WriteFile(filepath.Join(dir, fileName), db, 0o600); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{fileName, ackFileName} {
+		if err := os.WriteFile(filepath.Join(dir, name), before[name], 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, walDirName, filepath.Base(segPath)), img, 0o600); err != nil {
 		t.Fatal(err)
@@ -348,7 +349,7 @@ func recordOffsets(b []byte) []int {
 	}
 }
 
-// copyLog copies a data dir (raft.db and wal/) into a new temp dir.
+// copyLog copies a data dir (raft.db, acked and wal/) into a new temp dir.
 func copyLog(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
@@ -364,13 +365,17 @@ func copyLog(t *testing.T, src string) string {
 	return dst
 }
 
-// readLogFiles returns raft.db and the segments, by path relative to dir.
+// readLogFiles returns raft.db, the ack file and the segments, by path
+// relative to dir.
 func readLogFiles(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	names, _ := filepath.Glob(filepath.Join(dir, walDirName, "*"))
-	for _, name := range append(names, filepath.Join(dir, fileName)) {
+	for _, name := range append(names, filepath.Join(dir, fileName), filepath.Join(dir, ackFileName)) {
 		b, err := os.ReadFile(name)
+		if errors.Is(err, fs.ErrNotExist) && filepath.Base(name) == ackFileName {
+			continue // a format 2 directory
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

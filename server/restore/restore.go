@@ -227,7 +227,7 @@ func checkEmptyDir(dir string) error {
 }
 
 // writeDataDir creates the raft log of a restored member in a temporary directory inside dir and moves
-// the finished log into place: the WAL directory first, raft.db last, so dir holds either no raft.db or a
+// the finished log into place: the WAL directory and the ack file first, raft.db last, so dir holds either no raft.db or a
 // complete log (raftlog discards a WAL directory without raft.db beside it as an interrupted creation).
 // Building it inside dir (not beside it) keeps the renames on one file system when dir is a mount point
 // or a volume.
@@ -255,7 +255,7 @@ func writeDataDir(dir string, id raftlog.Identity, hs *raftpb.HardState, snap *r
 	if err != nil {
 		return fmt.Errorf("restore: write raft log: %w", err)
 	}
-	for _, name := range []string{raftlog.WALDirName, raftlog.FileName} {
+	for _, name := range []string{raftlog.WALDirName, raftlog.AckFileName, raftlog.FileName} {
 		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("restore: move into place: %w", err)
 		}

@@ -77,7 +77,7 @@ func damages(t *testing.T, dir string, rng *rand.Rand, zeroSample int) []blockDa
 	t.Helper()
 	var out []blockDamage
 	files, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
-	files = append(files, filepath.Join(dir, raftlog.FileName))
+	files = append(files, filepath.Join(dir, raftlog.FileName), filepath.Join(dir, raftlog.AckFileName))
 	for _, path := range files {
 		b, err := os.ReadFile(path)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,36 +118,46 @@ func TestCorruptedDataFileRefused(t *testing.T) {
 	})
 }
 
-// TestLostWritesRefused cuts a cleanly stopped node's newest WAL segment short by half, as a disk that lost
-// writes it had acknowledged leaves it: the node must refuse to start (exit 1) naming raft.db (whose acked
-// mark the log falls short of) and the runbook, instead of starting with a shorter log that could vote.
+// TestLostWritesRefused cuts a node's newest WAL segment short, as a disk that lost writes it had
+// acknowledged leaves it: the node must refuse to start (exit 1) naming the ack file (whose mark the log
+// falls short of) and the runbook, instead of starting with a shorter log that could vote. Cut by half
+// after a clean stop and after a SIGKILL: every append the node acknowledged is covered, not only those
+// before its last vote or clean stop.
 func TestLostWritesRefused(t *testing.T) {
-	c := newCluster(t, 1)
-	r := newRetrier(c, 0)
-	for i := range 20 {
-		if _, _, err := r.acquire(fmt.Sprintf("lost/r%d", i), "holder", fmt.Sprintf("req-%d", i), time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if code := c.stop(0); code != 0 {
-		t.Fatalf("clean stop exited %d", code)
-	}
-	p := c.Nodes[0]
-	segs, err := filepath.Glob(filepath.Join(p.DataDir, "wal", "*.wal"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no WAL segments in %s (%v)", p.DataDir, err)
-	}
-	seg := segs[len(segs)-1]
-	data, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(seg, int64(len(bytes.TrimRight(data, "\x00"))/2)); err != nil {
-		t.Fatal(err)
-	}
-	out := expectRefused(t, p, filepath.Join(p.DataDir, "raft.db"))
-	if !strings.Contains(out, "shorter than this node acknowledged") {
-		t.Errorf("the message does not say the log is shorter than acknowledged:\n%s", out)
+	for _, tc := range []struct {
+		name string
+		stop func(c *cluster) int
+	}{
+		{"clean stop", func(c *cluster) int { return c.stop(0) }},
+		{"SIGKILL", func(c *cluster) int { return c.Stop(0, syscall.SIGKILL, 15*time.Second) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1)
+			r := newRetrier(c, 0)
+			for i := range 20 {
+				if _, _, err := r.acquire(fmt.Sprintf("lost/r%d", i), "holder", fmt.Sprintf("req-%d", i), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.stop(c)
+			p := c.Nodes[0]
+			segs, err := filepath.Glob(filepath.Join(p.DataDir, "wal", "*.wal"))
+			if err != nil || len(segs) == 0 {
+				t.Fatalf("no WAL segments in %s (%v)", p.DataDir, err)
+			}
+			seg := segs[len(segs)-1]
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(seg, int64(len(bytes.TrimRight(data, "\x00"))/2)); err != nil {
+				t.Fatal(err)
+			}
+			out := expectRefused(t, p, filepath.Join(p.DataDir, "acked"))
+			if !strings.Contains(out, "shorter than this node acknowledged") {
+				t.Errorf("the message does not say the log is shorter than acknowledged:\n%s", out)
+			}
+		})
 	}
 }
 

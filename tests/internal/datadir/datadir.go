@@ -24,7 +24,7 @@ type Log struct {
 }
 
 // Read opens the raft log in dir with raftlog.Open, as the node would, and reads all of it. Open may
-// write to the files (it truncates a torn tail, records the acked mark on Close): pass a copy.
+// write to the files (it truncates a torn tail, records the acked mark): pass a copy.
 func Read(dir string) (Log, error) {
 	s, err := raftlog.Open(dir, raftlog.Identity{})
 	if err != nil {
