@@ -18,8 +18,8 @@ import (
 )
 
 // The disk-damage nemesis (runConfig.DiskDamage, LEASED_CHAOS_DISK=1, make chaos DISK=1): stop a node
-// (SIGTERM or SIGKILL), flip one byte of its newest WAL segment (inside its records) or of its raft.db
-// while it is down, and start it again. A copy of the damaged data dir, opened as the node opens it, must
+// (SIGTERM or SIGKILL), flip one byte of its newest WAL segment (inside its records), its raft.db or its
+// ack file while it is down, and start it again. A copy of the damaged data dir, opened as the node opens it, must
 // be refused naming the damaged file or hold everything the undamaged one held; and the node must refuse
 // to start, exit 1 naming the damaged file, or start and serve. Anything else (a log that opens shorter, a
 // node that does neither within refuseBound, a refusal that names no file) is a "disk" finding. A refused node is then mended as an operator's replacement would leave it, with the log it had
@@ -127,11 +127,14 @@ func (r *run) refusedOrServing(i int) (refused bool, err error) {
 	return refused, nil
 }
 
-// flipByte XORs a random byte into dir's newest WAL segment, inside its records, or into its raft.db
-// (half the time each), and returns the file, the offset and the byte that was there.
+// flipByte XORs a random byte into dir's newest WAL segment, inside its records (two times in five), its
+// raft.db (two in five) or its ack file, and returns the file, the offset and the byte that was there.
 func flipByte(dir string, rng *rand.Rand) (path string, off int64, orig byte, err error) {
-	path = filepath.Join(dir, "raft.db")
-	if rng.IntN(2) == 0 {
+	path = filepath.Join(dir, raftlog.FileName)
+	switch rng.IntN(5) {
+	case 4:
+		path = filepath.Join(dir, raftlog.AckFileName)
+	case 0, 1:
 		segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
 		if err != nil || len(segs) == 0 {
 			return "", 0, 0, fmt.Errorf("no WAL segment in %s (%v)", dir, err)

@@ -68,7 +68,7 @@ type runConfig struct {
 	Flood bool
 	// PeerForge adds the peer-forge nemesis (forged raft messages to a peer port): LEASED_CHAOS_PEERFORGE=1.
 	PeerForge bool
-	// DiskDamage adds the disk-damage nemesis (a byte flipped in a stopped node's WAL or raft.db) and its
+	// DiskDamage adds the disk-damage nemesis (a byte flipped in a stopped node's WAL, raft.db or ack file) and its
 	// "disk" findings: LEASED_CHAOS_DISK=1 (diskdamage_test.go).
 	DiskDamage bool
 	DiskErr    bool // the stalled-follower-disk and full-disk nemeses: LEASED_CHAOS_DISKERR=1 (diskerr_test.go)
