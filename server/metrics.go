@@ -12,11 +12,11 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// metrics are the node's Prometheus metrics, exactly the node series of the metrics contract (issue #15;
-// docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
-// resource name is ever a label value, and every label value is set up front, so each series exists, at 0,
-// from the start. They are registered on Config.Registerer (nowhere when it is nil), never in init(); a
-// Registerer serves one Server.
+// metrics are the node's Prometheus metrics: with the request path's (rpc.Metrics, registered by
+// internal/rpc) exactly the node series of the metrics contract (docs/operations.md, "Metrics", lists
+// them). Names follow leased_<name>_<unit>; no lease, holder or resource name is ever a label value, and
+// every label value is set up front, so each series exists, at 0, from the start. They are registered
+// on Config.Registerer (nowhere when it is nil), never in init(); a Registerer serves one Server.
 type metrics struct {
 	events        *prometheus.CounterVec // by event type
 	proposals     *prometheus.CounterVec // by outcome

@@ -260,7 +260,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	leases := rpc.NewLeasesService(s.node.ops)
 	leasepb.RegisterLeasesServer(s.clientSrv, leases)
 	leasepb.RegisterClusterServer(s.clientSrv, rpc.NewClusterService(s.node.ops))
-	s.health = newHealth()
+	s.health = rpc.NewHealth()
 	healthpb.RegisterHealthServer(s.clientSrv, s.health)
 	reflection.Register(s.clientSrv)          // grpcurl and friends list and call the services without the protos
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
@@ -464,7 +464,7 @@ func (s *Server) Start() {
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
-		s.spawn(func() { s.watchHealth(s.stop) })
+		s.spawn(func() { rpc.FollowHealth(s.health, s.Ready, s.cfg.TickInterval, s.node.done, s.stop) })
 	}
 	if s.gateway != nil {
 		s.spawn(s.gateway.Serve)

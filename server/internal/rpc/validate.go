@@ -239,7 +239,8 @@ func (l Limits) watch(r *leasepb.WatchRequest) error {
 }
 
 // Validate checks a client request against l as the edge does: an Acquire, KeepAlive, List or Watch, or
-// a write in the form it is forwarded in. The server checks its configuration's limits with it.
+// a write in the form it is forwarded in. The services call the checks themselves; Validate is for
+// checking a configuration's limits from outside the package (the server's tests of its Config).
 func Validate(l Limits, req any) error {
 	switch r := req.(type) {
 	case *leasepb.AcquireRequest:
