@@ -34,8 +34,8 @@ type Limits struct {
 	MaxHolderBytes    int
 	MaxValueBytes     int
 	MaxRequestIDBytes int
-	// MinTTL and MaxTTL bound the TTL an Acquire may ask for. MinTTL 0 means the server Config.TTLFloor; a MinTTL
-	// below the floor is a configuration error.
+	// MinTTL and MaxTTL bound the TTL an Acquire may ask for. MinTTL 0 means the server's
+	// Config.TTLFloor; a MinTTL below the floor is a configuration error.
 	MinTTL, MaxTTL     time.Duration
 	MaxLockDelay       time.Duration
 	MaxLeasesPerHolder int // with client authentication, per holder label within one identity
