@@ -28,6 +28,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		},
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
+			n.ops.DeliverCarried(proposalID, res) // a blocking acquire a release's entry carried
 		},
 		ConfChange: func(e *raftpb.Entry) error { return n.members.ApplyConfChange(e) },
 	})

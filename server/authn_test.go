@@ -18,6 +18,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server/internal/auth"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 func tlsPeer(verified ...*x509.Certificate) context.Context {
@@ -58,7 +59,7 @@ func TestIdentityIsTheVerifiedCertificatesCNOrFirstURISAN(t *testing.T) {
 			if !errors.Is(err, ErrUnauthenticated) {
 				t.Fatalf("identity = %q, %v; want ErrUnauthenticated", id, err)
 			}
-			st := status.Convert(toStatus(err, leaderHint{}))
+			st := status.Convert(rpc.ToStatus(err, rpc.Hint{}))
 			if st.Code() != codes.Unauthenticated || len(st.Details()) != 1 {
 				t.Fatalf("status = %v %v, want Unauthenticated with AccessDenied", st.Code(), st.Details())
 			}

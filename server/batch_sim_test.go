@@ -31,7 +31,7 @@ func TestSimBatchWriteEndsAtItsOwnTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()
-		results := c.leases(li).runBatch(ctx, start, []*leasepb.BatchWrite{acquire("t/short", 50), acquire("t/call", 0)})
+		results := c.leases(li).RunBatch(ctx, start, []*leasepb.BatchWrite{acquire("t/short", 50), acquire("t/call", 0)})
 		short, long := status.FromProto(results[0].GetError()), status.FromProto(results[1].GetError())
 		if short.Code() != codes.DeadlineExceeded {
 			t.Errorf("the write with timeout_ms 50: %v, want DeadlineExceeded", short.Err())

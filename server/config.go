@@ -16,6 +16,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/membership"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 // Config is everything a node needs. Only cmd/leased parses flags; tests build a Config directly.
@@ -160,67 +161,9 @@ type Config struct {
 // limits may not allow more.
 const maxStoredDuration = fsm.MaxDurationMs * time.Millisecond
 
-// Limits are enforced at the edge, before anything is proposed. docs/design.md ("Limits") documents the defaults.
-type Limits struct {
-	MaxResourceBytes  int
-	MaxHolderBytes    int
-	MaxValueBytes     int
-	MaxRequestIDBytes int
-	// MinTTL and MaxTTL bound the TTL an Acquire may ask for. MinTTL 0 means Config.TTLFloor; a MinTTL
-	// below the floor is a configuration error.
-	MinTTL, MaxTTL     time.Duration
-	MaxLockDelay       time.Duration
-	MaxLeasesPerHolder int // with client authentication, per holder label within one identity
-	// MaxRequestBytes is the largest gRPC message a client may send.
-	MaxRequestBytes int
-	// MaxKeepAliveLeases is the most leases one KeepAlive message may renew.
-	MaxKeepAliveLeases int
-	// MaxListLimit is the largest List page.
-	MaxListLimit int
-
-	// Bounds on what clients hold on a node (decision 14; limits.go, docs/design.md "Limits"). Each
-	// refusal is ResourceExhausted naming its flag.
-	//
-	// MaxWatchers is the most Watch streams a node serves, MaxWatchersPerConn the most one client
-	// connection holds. MaxWaiters is the most blocking acquires the leader queues, and
-	// MaxWaitersPerResource the most for one resource. MaxStreamsPerConn is the most concurrent RPCs
-	// (streams and unary calls) on one client connection.
-	MaxWatchers           int
-	MaxWatchersPerConn    int
-	MaxWaiters            int
-	MaxWaitersPerResource int
-	MaxStreamsPerConn     int
-	// MaxLeases is the most live leases in the cluster: past it, grants of free resources are refused
-	// (the per-holder limit alone is bypassed by inventing holder names).
-	MaxLeases int
-
-	// With client authentication, what one identity may hold, so that it cannot starve the others
-	// (identitylimits.go): live leases in the cluster (decided by the state machine, like the per-holder
-	// limit), Watch streams on a node, blocking acquires queued on the leader. 0 means a quarter of
-	// MaxLeases, MaxWatchers and MaxWaiters respectively. Without client authentication they do not apply.
-	MaxLeasesPerIdentity   int
-	MaxWatchersPerIdentity int
-	MaxWaitersPerIdentity  int
-	// QuotaBytesPerIdentity is the state size one identity's leases may reach (internal/leases/quota.go; checked by the
-	// leader like QuotaBytes, not by the state machine); 0 means a quarter of QuotaBytes.
-	QuotaBytesPerIdentity int64
-
-	// MaxConnections is the most connections the client and HTTP ports hold together (connlimit.go);
-	// one more is accepted and closed at once. 0 means sized to the descriptor limit
-	// (defaultMaxConnections). The admin and peer ports do not count, so health checks and raft go on
-	// at the limit.
-	MaxConnections int
-	// MaxConnectionIdle closes a client or HTTP connection that has had no call open for this long, and
-	// one that has not finished its TLS and HTTP/2 handshake within the same time (at most
-	// handshakeTimeout), so idle connections do not hold the slots of MaxConnections.
-	MaxConnectionIdle time.Duration
-	// QuotaBytes is the state size (internal/leases/quota.go: live leases and lock-delays, in bytes) at or past which
-	// grants of free resources are refused, while renewals, releases and reads go on (etcd's NOSPACE).
-	QuotaBytes int64
-
-	// minTTLWhy explains MinTTL in the InvalidArgument answer to a shorter TTL (set by Config.limits).
-	minTTLWhy string
-}
+// Limits are enforced at the edge, before anything is proposed (internal/rpc, where each field is
+// documented). docs/design.md ("Limits") documents the defaults.
+type Limits = rpc.Limits
 
 // DefaultLimits are the documented defaults.
 func DefaultLimits() Limits {
@@ -350,18 +293,17 @@ func (c Config) limits() Limits {
 		l.QuotaBytesPerIdentity = max(1, l.QuotaBytes/identityShare)
 	}
 	if l.MaxConnections == 0 {
-		l.MaxConnections = defaultMaxConnections()
+		l.MaxConnections = rpc.DefaultMaxConnections()
 	}
 	floor := c.TTLFloor()
 	switch {
 	case l.MinTTL == floor:
-		l.minTTLWhy = fmt.Sprintf("the TTL must outlast a leader failover: %d × the %v election timeout", floorElections, c.ElectionTimeout())
+		return rpc.ExplainMinTTL(l, fmt.Sprintf("the TTL must outlast a leader failover: %d × the %v election timeout", floorElections, c.ElectionTimeout()))
 	case l.MinTTL > floor:
-		l.minTTLWhy = fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %v", floor)
+		return rpc.ExplainMinTTL(l, fmt.Sprintf("the configured minimum; the floor, for a TTL to outlast a leader failover, is %v", floor))
 	default:
-		l.minTTLWhy = fmt.Sprintf("a test configuration below the failover floor %v", floor)
+		return rpc.ExplainMinTTL(l, fmt.Sprintf("a test configuration below the failover floor %v", floor))
 	}
-	return l
 }
 
 // identityShare is the share of a node or cluster limit one identity may use by default: a quarter, so

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 // Test hooks for the external test package (server_test).
@@ -150,9 +151,7 @@ func (s *Server) AcceptsPeer(id uint64) bool { return s.node.members.IsMember(id
 
 // SetSnapshotStall sets how long a Snapshot stream may take no chunk; the returned func restores it.
 func SetSnapshotStall(d time.Duration) (restore func()) {
-	old := snapshotStall
-	snapshotStall = d
-	return func() { snapshotStall = old }
+	return rpc.SetSnapshotStall(d)
 }
 
 // OnHandoffProposing makes fn run after a release claimed the head waiter of its resource and before it

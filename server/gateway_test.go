@@ -20,7 +20,7 @@ import (
 	"github.com/leased/leased/server/servertest"
 )
 
-// The HTTP/JSON API (server/gateway.go, docs/http.md), exercised as curl would: plain net/http requests
+// The HTTP/JSON API (server/internal/rpc/gateway.go, docs/http.md), exercised as curl would: plain net/http requests
 // with JSON bodies against the HTTP port of a real 3-node cluster.
 
 // httpAPI sends requests to one node's HTTP port.

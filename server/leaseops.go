@@ -2,114 +2,95 @@ package server
 
 import (
 	"context"
-	"sync/atomic"
 
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
+	"go.etcd.io/raft/v3"
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
-	"github.com/leased/leased/server/internal/auth"
-	"github.com/leased/leased/server/internal/lessor"
-	"github.com/leased/leased/server/internal/waitq"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
-// leaseOps serves the client requests: the writes (forward.go: validated here, run here if this node
-// leads, else forwarded to the leader once) and the lease operations and reads (leases.go). It knows the
-// node only through leaseHost and the parts it is handed, so the Ready loop, the state machine and the
-// membership stay out of its way, and it out of theirs.
-type leaseOps struct {
-	leaseHost
-	cfg       *Config
-	clock     Clock
-	id        uint64
-	clusterID uint64
-	// leader and term are the node's status as the Ready loop last stored it; applied its applied index.
-	leader, term *atomic.Uint64
-	applied      func() uint64
-	// leaderSwitch wakes forwarded writes when the leader changes (forwardFollowing).
-	leaderSwitch *leaderSwitch
-	// done closes when the node stops serving.
-	done      <-chan struct{}
-	proposals *proposalWaiter
-	queue     *waitq.Queue
-	lessor    *lessor.Lessor
-	authz     *auth.Authorizer
-	metrics   *metrics
-	hooks     *testHooks
-	// peerClient is the peer connection to a member, for forwarding to the leader.
-	peerClient func(id uint64) (wirepb.RaftClient, bool)
-	// view takes a view of the state machine to encode outside its lock (consistentSnapshot).
-	view func() *fsm.View
-}
+// MaxBatchWrites is the most writes one Writes request carries (leases.proto). It is part of the API
+// rather than a flag, so that a client never has to learn a node's value before it batches.
+const MaxBatchWrites = rpc.MaxBatchWrites
 
-// leaseHost is what leaseOps needs of the node: raft (proposals, leadership and linearizable reads), the
-// state machine (reads, the admission of grants) and the member table (leader hints, forwarders).
-type leaseHost interface {
-	isLeader() bool
-	notLeaderErr() error
-	stoppedErr() error
-	knownLeader() uint64
-	propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error)
-	confirmLeadership(ctx context.Context) error
-	linearizable(ctx context.Context) error
-	readFSM(fn func(sm *fsm.FSM))
-	admitGrant(resource, identity string) error
-	held(resource string) bool
-	member(id uint64) *leasepb.Member
-	clientAddrOf(id uint64) string
-}
+// MaxSnapshotStreams is how many Snapshot streams one node serves at a time; more are refused with
+// ResourceExhausted. Each stream holds one encoded copy of the state (about the snapshot's size) until it
+// ends, so this bounds the memory backups can take (decision 14).
+const MaxSnapshotStreams = rpc.MaxSnapshotStreams
 
-// opsNode adapts the node to leaseHost: the state machine through its owner, the member table through
-// membership.
+// opsNode adapts the node to rpc.LeaseHost, what the request path needs of it: raft through the node,
+// the state machine through its owner, the member table through membership.
 type opsNode struct{ *node }
 
-func (a opsNode) readFSM(fn func(sm *fsm.FSM)) { a.state.Read(fn) }
-func (a opsNode) admitGrant(resource, identity string) error {
+var _ rpc.LeaseHost = opsNode{}
+
+func (a opsNode) IsLeader() bool      { return a.isLeader() }
+func (a opsNode) NotLeaderErr() error { return a.notLeaderErr() }
+func (a opsNode) StoppedErr() error   { return a.stoppedErr() }
+func (a opsNode) KnownLeader() uint64 { return a.knownLeader() }
+func (a opsNode) Propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, uint64, error) {
+	return a.propose(ctx, cmd)
+}
+func (a opsNode) ConfirmLeadership(ctx context.Context) error { return a.confirmLeadership(ctx) }
+func (a opsNode) Linearizable(ctx context.Context) error      { return a.linearizable(ctx) }
+func (a opsNode) ReadFSM(fn func(sm *fsm.FSM))                { a.state.Read(fn) }
+func (a opsNode) AdmitGrant(resource, identity string) error {
 	return a.state.AdmitGrant(resource, identity)
 }
-func (a opsNode) held(resource string) bool        { return a.state.Held(resource) }
-func (a opsNode) member(id uint64) *leasepb.Member { return a.members.Member(id) }
-func (a opsNode) clientAddrOf(id uint64) string    { return a.members.ClientAddrOf(id) }
+func (a opsNode) Held(resource string) bool        { return a.state.Held(resource) }
+func (a opsNode) Member(id uint64) *leasepb.Member { return a.members.Member(id) }
+func (a opsNode) ClientAddrOf(id uint64) string    { return a.members.ClientAddrOf(id) }
 
-// newLeaseOps wires n's request serving. The peer transport is looked up per call: it is made after the
-// node, and delivers forwarded writes to the leaseOps built here.
-func newLeaseOps(n *node) *leaseOps {
-	return &leaseOps{
-		leaseHost: opsNode{n}, cfg: &n.cfg, clock: n.clock, id: n.id, clusterID: n.clusterID,
-		leader: &n.leader, term: &n.term, applied: n.state.Applied, leaderSwitch: &n.leaderSwitch, done: n.done,
-		proposals: n.proposals, queue: n.queue, lessor: n.lessor, authz: n.authz, metrics: n.metrics, hooks: &n.hooks,
-		peerClient: func(id uint64) (wirepb.RaftClient, bool) { return n.transport.PeerClient(id) },
-		view:       n.state.View,
+// newLeaseOps wires n's request serving (internal/rpc). The peer transport is looked up per call: it is
+// made after the node, and delivers forwarded writes to the LeaseOps built here.
+func newLeaseOps(n *node, m *rpc.Metrics) *rpc.LeaseOps {
+	return rpc.New(rpc.Config{
+		Limits: n.cfg.Limits, ClientCertAuth: n.cfg.ClientCertAuth, PeerTLS: n.cfg.PeerTLS != nil,
+		ElectionTimeout: n.cfg.ElectionTimeout(),
+	}, rpc.Parts{
+		Host: opsNode{n}, Clock: n.clock, ID: n.id, ClusterID: n.clusterID,
+		Leader: &n.leader, Term: &n.term, Commit: &n.commit, Applied: n.state.Applied,
+		LeaderChanged: n.leaderSwitch.next, Done: n.done, Draining: n.draining,
+		Queue: n.queue, Lessor: n.lessor, Authz: n.authz, Watch: n.watch, Metrics: m,
+		Members: n.members, Status: func() *leasepb.StatusResponse { return statusOf(n) }, Log: n.log, HandoffProposing: &n.hooks.handoffProposing,
+		PeerClient: func(id uint64) (wirepb.RaftClient, bool) { return n.transport.PeerClient(id) },
+		View:       n.state.View,
+	})
+}
+
+// statusOf is n's status for the Cluster service's Status (the request path adds its header and the
+// live leases).
+func statusOf(n *node) *leasepb.StatusResponse {
+	self := n.members.Member(n.id)
+	return &leasepb.StatusResponse{
+		Id:            n.id,
+		Name:          n.cfg.Name,
+		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
+		Term:          n.term.Load(),
+		LeaderId:      n.knownLeader(),
+		CommitIndex:   n.commit.Load(),
+		AppliedIndex:  n.state.Applied(),
+		DbSizeBytes:   n.disk.logBytes.Load(),
+		Version:       n.cfg.Version,
+		ClientAddr:    n.clientAddr,
+		PeerAddr:      n.peerAddr,
+		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
 	}
 }
 
-// liveLeases is how many leases the state machine holds.
-func (o *leaseOps) liveLeases() int {
-	live := 0
-	o.readFSM(func(sm *fsm.FSM) { live = sm.Len() })
-	return live
-}
-
-// watchResponses splits events into Watch messages of at most limit bytes of events each (docs/design.md,
-// "Watch"): one entry's events — an expiry batch of many leases with large values — may span several
-// messages. A single event larger than limit travels alone.
-func (o *leaseOps) watchResponses(events []fsm.Event, limit int) []*leasepb.WatchResponse {
-	var (
-		out  []*leasepb.WatchResponse
-		cur  *leasepb.WatchResponse
-		size int
-	)
-	for _, e := range events {
-		pe := e.Proto()
-		sz := protowire.SizeBytes(proto.Size(pe)) + 1 // the events field: tag, length, event
-		if cur == nil || size+sz > limit && len(cur.Events) > 0 {
-			cur, size = &leasepb.WatchResponse{Header: o.header()}, 0
-			out = append(out, cur)
-		}
-		cur.Events = append(cur.Events, pe)
-		size += sz
+func roleOf(st raft.StateType, learner bool) leasepb.Role {
+	switch {
+	case learner:
+		return leasepb.Role_ROLE_LEARNER
+	case st == raft.StateLeader:
+		return leasepb.Role_ROLE_LEADER
+	case st == raft.StateCandidate:
+		return leasepb.Role_ROLE_CANDIDATE
+	case st == raft.StatePreCandidate:
+		return leasepb.Role_ROLE_PRE_CANDIDATE
+	default:
+		return leasepb.Role_ROLE_FOLLOWER
 	}
-	return out
 }

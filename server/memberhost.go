@@ -18,7 +18,7 @@ var _ membership.Host = memberNode{}
 
 func (a memberNode) ReadFSM(fn func(sm *fsm.FSM)) { a.state.Read(fn) }
 
-func (a memberNode) Status(err error) error { return a.ops.status(err) }
+func (a memberNode) Status(err error) error { return a.ops.Status(err) }
 
 func (a memberNode) ApplyMembers(index uint64, changes []fsm.MemberChange) error {
 	return a.state.ApplyMembers(index, changes)

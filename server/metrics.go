@@ -12,15 +12,14 @@ import (
 	"github.com/leased/leased/fsm"
 )
 
-// metrics are the node's Prometheus metrics, exactly the node series of the metrics contract (issue #15;
-// docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
-// resource name is ever a label value, and every label value is set up front, so each series exists, at 0,
-// from the start. They are registered on Config.Registerer (nowhere when it is nil), never in init(); a
-// Registerer serves one Server.
+// metrics are the node's Prometheus metrics: with the request path's (rpc.Metrics, registered by
+// internal/rpc) exactly the node series of the metrics contract (docs/operations.md, "Metrics", lists
+// them). Names follow leased_<name>_<unit>; no lease, holder or resource name is ever a label value, and
+// every label value is set up front, so each series exists, at 0, from the start. They are registered
+// on Config.Registerer (nowhere when it is nil), never in init(); a Registerer serves one Server.
 type metrics struct {
 	events        *prometheus.CounterVec // by event type
 	proposals     *prometheus.CounterVec // by outcome
-	renewals      *prometheus.CounterVec // by outcome
 	leaderChanges prometheus.Counter
 	// leaderStreamLost counts the times this follower's stream from its leader broke and it campaigned.
 	leaderStreamLost prometheus.Counter
@@ -30,9 +29,6 @@ type metrics struct {
 	snapSeconds      prometheus.Histogram
 	snapBytes        prometheus.Gauge
 	logEntries       prometheus.Gauge
-	openStreams      *prometheus.GaugeVec // by kind
-	keepAliveSize    prometheus.Histogram
-	batchSize        prometheus.Histogram
 	expiryLag        prometheus.Histogram
 	peerRTT          *prometheus.HistogramVec // by peer
 	peerFailures     *prometheus.CounterVec   // by peer
@@ -42,8 +38,6 @@ type metrics struct {
 // Label values, all of them set up front.
 var (
 	proposalOutcomes = []string{outcomeApplied, outcomeFailed, outcomeTimedOut, outcomeRefused}
-	renewalOutcomes  = []string{"renewed", "gone"}
-	streamKinds      = []string{streamWatch, streamKeepAlive, streamWrites}
 )
 
 const (
@@ -51,10 +45,6 @@ const (
 	outcomeFailed   = "failed"
 	outcomeTimedOut = "timed_out"
 	outcomeRefused  = "refused"
-
-	streamWatch     = "watch"
-	streamKeepAlive = "keepalive"
-	streamWrites    = "writes"
 )
 
 // latencyBuckets span 100 µs to ~3 s: disk writes, applies, ReadIndex rounds, round trips.
@@ -70,9 +60,6 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		}, []string{"type"}),
 		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leased_proposals_total", Help: "Client commands this node proposed, by outcome (refused: rejected before proposing).",
-		}, []string{"outcome"}),
-		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_renewals_total", Help: "Lease renewals answered by this node as leader, by outcome.",
 		}, []string{"outcome"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leased_leader_changes_total", Help: "Leader changes this node saw (a new leader known; the first election counts).",
@@ -95,13 +82,6 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		logEntries: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leased_raft_log_entries", Help: "Entries in the raft log not yet compacted.",
 		}),
-		openStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leased_open_streams", Help: "Server streams open on this node, by kind.",
-		}, []string{"kind"}),
-		keepAliveSize: histogram("leased_keepalive_batch_size",
-			"Leases renewed per KeepAlive message.", prometheus.ExponentialBuckets(1, 4, 8)),
-		batchSize: histogram("leased_batch_writes",
-			"Writes per Writes stream request this node served (the SDK's coalesced quick writes).", prometheus.ExponentialBuckets(1, 2, 7)),
 		expiryLag: histogram("leased_expiry_lag_seconds",
 			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
 			prometheus.ExponentialBuckets(0.001, 2, 16)),
@@ -126,20 +106,14 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	for _, o := range proposalOutcomes {
 		m.proposals.WithLabelValues(o)
 	}
-	for _, o := range renewalOutcomes {
-		m.renewals.WithLabelValues(o)
-	}
-	for _, k := range streamKinds {
-		m.openStreams.WithLabelValues(k)
-	}
 	if reg == nil {
 		return m
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.events, m.proposals, m.renewals, m.leaderChanges, m.leaderStreamLost, m.fsyncSeconds, m.applySeconds,
-		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.openStreams, m.keepAliveSize, m.batchSize, m.expiryLag,
+	reg.MustRegister(m.events, m.proposals, m.leaderChanges, m.leaderStreamLost, m.fsyncSeconds, m.applySeconds,
+		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.expiryLag,
 		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
 		gauge("leased_has_leader", "1 while this node knows a leader (a leader whose loop has stalled for an election timeout knows none).", func() float64 { return boolFloat(n.knownLeader() != 0) }),
 		gauge("leased_ready", "1 while this node is ready (/readyz's rule): it knows a leader and its raft loop runs.", func() float64 { return boolFloat(readiness(n) == nil) }),
@@ -148,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
 		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.commit.Load()) }),
 		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.state.Applied()) }),
-		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.ops.liveLeases()) }),
+		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.ops.LiveLeases()) }),
 		gauge("leased_disk_free_bytes", "Bytes still free for leased on the data dir's filesystem (-1: unknown).", func() float64 { return float64(n.disk.freeBytes.Load()) }),
 		gauge("leased_db_size_bytes", "Bytes the raft log occupies on disk: raft.db plus the WAL segments (preallocated space included).", func() float64 { return float64(n.disk.logBytes.Load()) }),
 		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.Len()) }),
@@ -227,25 +201,6 @@ func outcomeLabel(entered bool, err error) string {
 	}
 }
 
-// refused counts a write rejected before it could be proposed (invalid; not leader and not forwardable).
-func (m *metrics) refused() { m.proposals.WithLabelValues(outcomeRefused).Inc() }
-
-func (m *metrics) renewed(results []*leasepb.KeepAliveResult) {
-	gone := 0
-	for _, r := range results {
-		if r.GetGone() {
-			gone++
-		}
-	}
-	// One label lookup per outcome, not per lease: a batch renews thousands.
-	if gone > 0 {
-		m.renewals.WithLabelValues("gone").Add(float64(gone))
-	}
-	if renewed := len(results) - gone; renewed > 0 {
-		m.renewals.WithLabelValues("renewed").Add(float64(renewed))
-	}
-}
-
 // addPeer sets up a peer's series (at 0).
 func (m *metrics) addPeer(id uint64) {
 	m.peerRTT.WithLabelValues(leasepb.FormatID(id))
@@ -272,13 +227,6 @@ func (m *metrics) peerDropped(id uint64, count int) {
 // transport's OnRejected).
 func (m *metrics) peerRejected(reason string, count int) {
 	m.peerRejects.WithLabelValues(reason).Add(float64(count))
-}
-
-// stream counts one open server stream of kind until the returned func is called.
-func (m *metrics) stream(kind string) func() {
-	g := m.openStreams.WithLabelValues(kind)
-	g.Inc()
-	return g.Dec
 }
 
 func since(start time.Time) float64 { return time.Since(start).Seconds() }

@@ -18,6 +18,7 @@ import (
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/membership"
 	"github.com/leased/leased/server/internal/raftnode"
+	"github.com/leased/leased/server/internal/rpc"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 )
@@ -78,8 +79,8 @@ type node struct {
 	queue     *waitq.Queue
 	watch     *watch.Hub
 	metrics   *metrics
-	// ops serves the client requests (leaseops.go).
-	ops *leaseOps
+	// ops serves the client requests (internal/rpc; wired in leaseops.go).
+	ops *rpc.LeaseOps
 
 	// status, updated by the Ready loop.
 	leader atomic.Uint64
@@ -384,7 +385,9 @@ func (n *node) updateSoftState(ss *raft.SoftState) {
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers
 		// now rather than at their timeout, so clients retry at once (Acquire's request id, and Release's
 		// and Renew's token, make a retry safe).
-		n.proposals.failAll(fmt.Errorf("leadership lost before the entry applied, %w: %w", ErrOutcomeUnknown, ErrNotLeader))
+		lost := fmt.Errorf("leadership lost before the entry applied, %w: %w", ErrOutcomeUnknown, ErrNotLeader)
+		n.proposals.failAll(lost)
+		n.ops.FailCarried(lost) // the blocking acquires a release's entry carried
 	}
 }
 

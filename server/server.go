@@ -30,6 +30,7 @@ import (
 	"github.com/leased/leased/server/internal/lessor"
 	"github.com/leased/leased/server/internal/membership"
 	"github.com/leased/leased/server/internal/raftnode"
+	"github.com/leased/leased/server/internal/rpc"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 	"github.com/leased/leased/server/transport"
@@ -48,7 +49,7 @@ type Server struct {
 	clientLis net.Listener
 	peerLis   net.Listener
 	health    *health.Server
-	gateway   *gateway // nil without Config.HTTPAddr
+	gateway   *rpc.Gateway // nil without Config.HTTPAddr
 	lessorOut chan lessor.Cmd
 
 	stop      chan struct{}
@@ -233,7 +234,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 	s, err := newServer(cfg, id, storage, func(n *node) (peerTransport, error) {
 		var err error
 		tr, err = transport.New(transport.Config{
-			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.serveForward, Join: n.members.ServeJoin,
+			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.ServeForward, Join: n.members.ServeJoin,
 			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.members.MemberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
@@ -250,21 +251,21 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		closeListeners(lis)
 		return nil, fmt.Errorf("node on %s: %w", storage.Path(), err)
 	}
-	gate := newConnGate(s.cfg.Limits.MaxConnections, cfg.Registerer)
-	s.transport, s.clientLis, s.peerLis = tr, gate.listener(lis.Client), lis.Peer
+	gate := rpc.NewConnGate(s.cfg.Limits.MaxConnections, cfg.Registerer)
+	s.transport, s.clientLis, s.peerLis = tr, gate.Listener(lis.Client), lis.Peer
 	s.clientSrv = grpc.NewServer(append(append(clientServerOptions(cfg),
 		grpc.ChainUnaryInterceptor(rpcMetrics.UnaryServerInterceptor(), s.node.authz.Unary),
 		grpc.ChainStreamInterceptor(rpcMetrics.StreamServerInterceptor(), s.node.authz.Stream)),
-		(&connLimiter{maxStreams: cfg.Limits.MaxStreamsPerConn}).options()...)...)
-	leases := &leasesService{n: s.node}
+		rpc.ConnLimits(cfg.Limits.MaxStreamsPerConn)...)...)
+	leases := rpc.NewLeasesService(s.node.ops)
 	leasepb.RegisterLeasesServer(s.clientSrv, leases)
-	leasepb.RegisterClusterServer(s.clientSrv, &clusterService{n: s.node})
-	s.health = newHealth()
+	leasepb.RegisterClusterServer(s.clientSrv, rpc.NewClusterService(s.node.ops))
+	s.health = rpc.NewHealth()
 	healthpb.RegisterHealthServer(s.clientSrv, s.health)
 	reflection.Register(s.clientSrv)          // grpcurl and friends list and call the services without the protos
 	rpcMetrics.InitializeMetrics(s.clientSrv) // every method's series, at 0
 	if lis.HTTP != nil {
-		if s.gateway, err = newGateway(s.node, leases, gate.listener(lis.HTTP), cfg.ClientTLS); err != nil {
+		if s.gateway, err = rpc.NewGateway(s.node.log, s.node.cfg.Limits, leases, gate.Listener(lis.HTTP), cfg.ClientTLS); err != nil {
 			closeListeners(lis)
 			return nil, err
 		}
@@ -289,7 +290,7 @@ const (
 // the waiters they hold are bounded, decision 14), and it accepts the SDK's pings down to KeepAliveMinTime,
 // with or without streams. A connection with no call open for MaxConnectionIdle is closed (a GOAWAY the
 // SDK answers by dialing again when it next calls), and so is one whose handshake takes longer than
-// handshakeTimeout (connlimit.go).
+// rpc.HandshakeTimeout (internal/rpc/connlimit.go).
 func clientServerOptions(cfg Config) []grpc.ServerOption {
 	idle := cfg.Limits.MaxConnectionIdle
 	opts := []grpc.ServerOption{
@@ -297,7 +298,7 @@ func clientServerOptions(cfg Config) []grpc.ServerOption {
 		// Fixed receive windows: see clientStreamWindow.
 		grpc.InitialWindowSize(clientStreamWindow),
 		grpc.InitialConnWindowSize(clientConnWindow),
-		grpc.ConnectionTimeout(min(handshakeTimeout, idle)),
+		grpc.ConnectionTimeout(min(rpc.HandshakeTimeout, idle)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.KeepAliveTime, Timeout: cfg.KeepAliveTimeout, MaxConnectionIdle: idle}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepAliveMinTime, PermitWithoutStream: true}),
 	}
@@ -369,7 +370,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
 	// The Authorizer's refusals take the leader hint of n.ops, built below once the metrics are.
-	n.authz = auth.New(cfg.ClientCertAuth, n.state.Read, func(err error) error { return n.ops.status(err) })
+	n.authz = auth.New(cfg.ClientCertAuth, n.state.Read, func(err error) error { return n.ops.Status(err) })
 	audit := n.log
 	if cfg.AuditLog != nil {
 		audit = cfg.AuditLog.With("node", cfg.Name)
@@ -378,7 +379,7 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.logIndex = storage
 	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)
-	n.ops = newLeaseOps(n)
+	n.ops = newLeaseOps(n, rpc.NewMetrics(cfg.Registerer, n.metrics.proposals.WithLabelValues(outcomeRefused)))
 	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
 	n.updateLogEntries()
 	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
@@ -463,10 +464,10 @@ func (s *Server) Start() {
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
-		s.spawn(func() { s.watchHealth(s.stop) })
+		s.spawn(func() { rpc.FollowHealth(s.health, s.Ready, s.cfg.TickInterval, s.node.done, s.stop) })
 	}
 	if s.gateway != nil {
-		s.spawn(s.gateway.serve)
+		s.spawn(s.gateway.Serve)
 	}
 	if s.cfg.PeerTLS == nil && !isLoopback(s.cfg.PeerAddr) {
 		s.log.Warn("peer port is plaintext on a non-loopback address (--insecure-peer): anyone who reaches it can "+
@@ -549,7 +550,7 @@ func (s *Server) shutdown() error {
 		s.health.Shutdown() // NOT_SERVING from now on: balancers move away while the node drains
 	}
 	if s.gateway != nil {
-		s.gateway.close()
+		s.gateway.Close()
 	}
 	if s.clientSrv != nil {
 		stopGRPC(s.clientSrv, 2*time.Second)

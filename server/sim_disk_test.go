@@ -60,7 +60,7 @@ func TestSimStalledDiskStopsTheNode(t *testing.T) {
 			rng := rand.New(rand.NewPCG(c.seed, 7))
 			for rctx.Err() == nil {
 				callCtx, cancel := context.WithTimeout(rctx, 200*time.Millisecond)
-				_, err := c.node(rng.IntN(c.size())).ops.write(callCtx, &wirepb.ForwardRequest{
+				_, err := c.node(rng.IntN(c.size())).ops.Write(callCtx, &wirepb.ForwardRequest{
 					Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: refs}}})
 				cancel()
 				if err == nil {

@@ -385,7 +385,7 @@ func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
 			for rctx.Err() == nil {
 				callCtx, cancel := context.WithTimeout(rctx, 200*time.Millisecond)
 				// write: the node's one path for writes, which forwards from a follower to the leader.
-				_, err := c.node(rng.IntN(c.size())).ops.write(callCtx, &wirepb.ForwardRequest{
+				_, err := c.node(rng.IntN(c.size())).ops.Write(callCtx, &wirepb.ForwardRequest{
 					Request: &wirepb.ForwardRequest_KeepAlive{KeepAlive: &leasepb.KeepAliveRequest{Leases: refs}}})
 				cancel()
 				mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/ids"
 	"github.com/leased/leased/server/internal/membership"
+	"github.com/leased/leased/server/internal/rpc"
 	"github.com/leased/leased/server/internal/sim"
 )
 
@@ -125,7 +126,7 @@ func newSimCluster(t *testing.T, seed uint64, size int, mutate func(*Config)) *s
 type simEndpoint struct{ raftAdapter }
 
 func (e simEndpoint) Forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	return e.n.ops.serveForward(ctx, req)
+	return e.n.ops.ServeForward(ctx, req)
 }
 
 func (e simEndpoint) Join(ctx context.Context, req *wirepb.JoinRequest) (*wirepb.JoinResponse, error) {
@@ -210,9 +211,9 @@ func (c *simCluster) running() map[int]*node {
 
 // leases is node i's Leases service, called directly: validation, forwarding and status mapping as a
 // gRPC client would see them; nil while node i is stopped.
-func (c *simCluster) leases(i int) *leasesService {
+func (c *simCluster) leases(i int) *rpc.LeasesService {
 	if s := c.server(i); s != nil {
-		return &leasesService{n: s.node}
+		return rpc.NewLeasesService(s.node.ops)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leased/leased/api/leasepb"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 // BenchmarkValidateKeepAlive: the edge's check of a KeepAlive of 1,000 leases, which the leader runs for
@@ -17,7 +18,7 @@ func BenchmarkValidateKeepAlive(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.keepAlive(req); err != nil {
+		if err := rpc.Validate(l, req); err != nil {
 			b.Fatal(err)
 		}
 	}

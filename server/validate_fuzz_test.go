@@ -9,6 +9,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 // FuzzValidateRequests decodes arbitrary bytes as each client request and validates it: no panic, and
@@ -30,7 +31,7 @@ func FuzzValidateRequests(f *testing.F) {
 	l := DefaultConfig().limits()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var acq leasepb.AcquireRequest
-		if proto.Unmarshal(data, &acq) == nil && l.acquire(&acq) == nil {
+		if proto.Unmarshal(data, &acq) == nil && rpc.Validate(l, &acq) == nil {
 			checkResource(t, l, acq.GetResource())
 			// In milliseconds and in float64: a Duration conversion would overflow (the bug this guards).
 			ttl, delay := float64(acq.GetTtlMs()), float64(acq.GetLockDelayMs())
@@ -44,15 +45,15 @@ func FuzzValidateRequests(f *testing.F) {
 			}
 		}
 		var list leasepb.ListRequest
-		if proto.Unmarshal(data, &list) == nil && l.list(&list) == nil && list.GetLimit() > uint32(l.MaxListLimit) {
+		if proto.Unmarshal(data, &list) == nil && rpc.Validate(l, &list) == nil && list.GetLimit() > uint32(l.MaxListLimit) {
 			t.Fatalf("accepted a list page of %d", list.GetLimit())
 		}
 		var w leasepb.WatchRequest
-		if proto.Unmarshal(data, &w) == nil && l.watch(&w) == nil && w.GetResource() != "" {
+		if proto.Unmarshal(data, &w) == nil && rpc.Validate(l, &w) == nil && w.GetResource() != "" {
 			checkResource(t, l, w.GetResource())
 		}
 		var ka leasepb.KeepAliveRequest
-		if proto.Unmarshal(data, &ka) == nil && l.keepAlive(&ka) == nil {
+		if proto.Unmarshal(data, &ka) == nil && rpc.Validate(l, &ka) == nil {
 			for _, ref := range ka.GetLeases() {
 				checkResource(t, l, ref.GetResource())
 				if ref.GetToken() == 0 {
@@ -79,12 +80,4 @@ func checkResource(t *testing.T, l Limits, r string) {
 // resourceByte's table.
 func allowedInResource(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_-.:@=+", c) >= 0
-}
-
-func TestResourceBytesAreTheDocumentedSet(t *testing.T) {
-	for c := range 256 {
-		if resourceByte(byte(c)) != allowedInResource(byte(c)) {
-			t.Errorf("byte %q: resourceByte says %v", byte(c), resourceByte(byte(c)))
-		}
-	}
 }

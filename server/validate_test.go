@@ -12,8 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/rpc"
 )
 
 // TestTTLFloor: with the default election timeout (1 s) the floor is 8 s; a 3 s lease — lost on a leader
@@ -25,15 +26,15 @@ func TestTTLFloor(t *testing.T) {
 		t.Fatalf("default TTL floor %v, want 8s", got)
 	}
 	l := cfg.limits()
-	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3000})
+	err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3000})
 	const want = "ttl_ms: 3000 is below the minimum 8000 (the TTL must outlast a leader failover: 8 × the 1s election timeout)"
 	if !errors.Is(err, ErrInvalid) || err.Error() != want {
 		t.Fatalf("acquire with a 3 s TTL: %v\nwant %s", err, want)
 	}
-	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 8000}); err != nil {
+	if err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 8000}); err != nil {
 		t.Fatalf("acquire at the floor: %v", err)
 	}
-	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}); err == nil || !strings.Contains(err.Error(), "above the maximum 3600000") {
+	if err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}); err == nil || !strings.Contains(err.Error(), "above the maximum 3600000") {
 		t.Fatalf("acquire above the maximum: %v", err)
 	}
 
@@ -54,7 +55,7 @@ func TestTTLFloor(t *testing.T) {
 	if err := above.Validate(); err != nil {
 		t.Fatalf("min TTL above the floor: %v", err)
 	}
-	if err := above.limits().acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 9000}); err == nil ||
+	if err := rpc.Validate(above.limits(), &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 9000}); err == nil ||
 		!strings.Contains(err.Error(), "below the minimum 10000 (the configured minimum; the floor, for a TTL to outlast a leader failover, is 8s)") {
 		t.Fatalf("acquire below a configured minimum above the floor: %v", err)
 	}
@@ -106,13 +107,13 @@ func TestTTLAndLockDelayDoNotOverflow(t *testing.T) {
 		{"lock-delay one past the maximum", 10_000, 60_001, "lock_delay_ms", "above the maximum 60000"},
 		{"lock-delay MinInt64 ms", 10_000, math.MinInt64, "lock_delay_ms", "below the minimum 0"},
 	} {
-		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
-		var fe *fieldError
+		err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: tc.ttl, LockDelayMs: tc.delay})
+		var fe *errs.Field
 		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.wants) {
 			t.Errorf("%s: %v, want InvalidArgument on %s (%s)", tc.name, err, tc.field, tc.wants)
 		}
 	}
-	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_000, LockDelayMs: 60_000}); err != nil {
+	if err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_000, LockDelayMs: 60_000}); err != nil {
 		t.Fatalf("the maxima themselves: %v", err)
 	}
 	if d := lessor.Millis(math.MaxInt64); d <= 0 || d < 100*365*24*time.Hour {
@@ -131,11 +132,11 @@ func TestBoundDetails(t *testing.T) {
 		req                  *leasepb.AcquireRequest
 		reason, field, limit string
 	}{
-		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}, reasonBelowMinimum, "ttl_ms", "8000"},
-		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}, reasonAboveMaximum, "ttl_ms", "3600000"},
-		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, LockDelayMs: 3_600_001}, reasonAboveMaximum, "lock_delay_ms", "60000"},
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}, rpc.ReasonBelowMinimum, "ttl_ms", "8000"},
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 3_600_001}, rpc.ReasonAboveMaximum, "ttl_ms", "3600000"},
+		{&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, LockDelayMs: 3_600_001}, rpc.ReasonAboveMaximum, "lock_delay_ms", "60000"},
 	} {
-		st := status.Convert(toStatus(l.acquire(c.req), leaderHint{}))
+		st := status.Convert(rpc.ToStatus(rpc.Validate(l, c.req), rpc.Hint{}))
 		var info *errdetails.ErrorInfo
 		var bad *errdetails.BadRequest
 		for _, d := range st.Details() {
@@ -149,12 +150,12 @@ func TestBoundDetails(t *testing.T) {
 		if st.Code() != codes.InvalidArgument || bad == nil || bad.GetFieldViolations()[0].GetField() != c.field {
 			t.Fatalf("%v: want InvalidArgument with a BadRequest naming %s, got %v", c.req, c.field, st)
 		}
-		if info == nil || info.GetReason() != c.reason || info.GetDomain() != errorInfoDomain ||
+		if info == nil || info.GetReason() != c.reason || info.GetDomain() != rpc.ErrorInfoDomain ||
 			info.GetMetadata()["field"] != c.field || info.GetMetadata()["limit"] != c.limit {
 			t.Fatalf("%v: ErrorInfo %v, want %s %s limit %s", c.req, info, c.reason, c.field, c.limit)
 		}
 	}
-	st := status.Convert(toStatus(l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}), leaderHint{}))
+	st := status.Convert(rpc.ToStatus(rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 100}), rpc.Hint{}))
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && !strings.Contains(info.GetMetadata()["why"], "leader failover") {
 			t.Errorf("the minimum TTL's ErrorInfo does not say why: %v", info)
@@ -166,30 +167,13 @@ func TestBoundDetails(t *testing.T) {
 // refusal travels as ABORTED with an ErrorInfo naming the request id and the attempts.
 func TestAttemptNeedsRequestIDAndStaleAttemptStatus(t *testing.T) {
 	l := DefaultConfig().limits()
-	err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Attempt: 2})
-	var fe *fieldError
+	err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Attempt: 2})
+	var fe *errs.Field
 	if !errors.As(err, &fe) || fe.Field != "attempt" {
 		t.Fatalf("attempt without request_id: %v, want InvalidArgument on attempt", err)
 	}
-	if err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, RequestId: "x", Attempt: 2}); err != nil {
+	if err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, RequestId: "x", Attempt: 2}); err != nil {
 		t.Fatalf("attempt with request_id: %v", err)
-	}
-	st := status.Convert(toStatus(&supersededError{stale: fsm.StaleAttempt{RequestID: "x", Attempt: 1, Answered: 2}}, leaderHint{}))
-	if st.Code() != codes.Aborted || !strings.Contains(st.Message(), `a later attempt of request id "x" was already answered`) {
-		t.Fatalf("status = %v", st)
-	}
-	var info *errdetails.ErrorInfo
-	for _, d := range st.Details() {
-		if i, ok := d.(*errdetails.ErrorInfo); ok {
-			info = i
-		}
-	}
-	if info == nil || info.GetReason() != "ATTEMPT_SUPERSEDED" || info.GetMetadata()["answered_attempt"] != "2" || info.GetMetadata()["attempt"] != "1" {
-		t.Fatalf("details = %v", st.Details())
-	}
-	ended := status.Convert(toStatus(&supersededError{stale: fsm.StaleAttempt{RequestID: "x", Attempt: 3, GrantEnded: true}}, leaderHint{}))
-	if ended.Code() != codes.Aborted || !strings.Contains(ended.Message(), `request id "x"'s grant already ended`) {
-		t.Fatalf("grant ended: %v", ended)
 	}
 }
 
@@ -204,16 +188,16 @@ func TestWaitMsIsChecked(t *testing.T) {
 	}{
 		{true, 0, ""},
 		{true, 1, ""},
-		{true, maxWait.Milliseconds(), ""},
+		{true, rpc.MaxWait.Milliseconds(), ""},
 		{false, 0, ""},
 		{false, 500, "requires wait"},
 		{true, -1, "below the minimum 0"},
 		{true, math.MinInt64, "below the minimum 0"},
-		{true, maxWait.Milliseconds() + 1, "above the maximum 31622400000"},
+		{true, rpc.MaxWait.Milliseconds() + 1, "above the maximum 31622400000"},
 		{true, math.MaxInt64, "above the maximum 31622400000"},
 	} {
-		err := l.acquire(&leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Wait: tc.wait, WaitMs: tc.waitMs})
-		var fe *fieldError
+		err := rpc.Validate(l, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000, Wait: tc.wait, WaitMs: tc.waitMs})
+		var fe *errs.Field
 		switch {
 		case tc.reason == "" && err != nil:
 			t.Errorf("wait %v, wait_ms %d: %v, want accepted", tc.wait, tc.waitMs, err)

@@ -14,7 +14,7 @@ import (
 // DNS and e-mail SANs are never used. Without ClientCertAuth there is no identity and ACLs are off.
 //
 // Identity is the one place an identity is read, for both client ports: a gRPC connection's peer carries
-// its TLS state, and the HTTP/JSON API (server/gateway.go) puts each request's TLS connection state into the
+// its TLS state, and the HTTP/JSON API (server/internal/rpc/gateway.go) puts each request's TLS connection state into the
 // context as the same kind of peer, so an HTTP request has exactly the identity its certificate names.
 //
 // Only the node a client reached reads the certificate; a write it forwards carries the identity in

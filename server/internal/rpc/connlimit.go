@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"net"
@@ -11,7 +11,7 @@ import (
 
 // The connection limit of the client and HTTP ports (--max-connections, decision 14). Every connection
 // holds a file descriptor; without a bound, enough silent clients take the node to its descriptor limit,
-// after which it can accept nothing — not a client, not a health check, not a peer. connGate counts the
+// after which it can accept nothing — not a client, not a health check, not a peer. ConnGate counts the
 // connections both ports hold, together, and closes one more the moment it is accepted: the client gets a
 // fast error (a reset) and tries another node or later, instead of waiting in the kernel's accept queue
 // as behind a listener that stops accepting (x/net/netutil.LimitListener), where it would hold a
@@ -22,9 +22,9 @@ import (
 // server's IdleTimeout, once no call is open; a connection that never completes its TLS and HTTP/2
 // handshake by the handshake timeout.
 
-// handshakeTimeout bounds the TLS and HTTP/2 (or first HTTP request's header) exchange of a new
+// HandshakeTimeout bounds the TLS and HTTP/2 (or first HTTP request's header) exchange of a new
 // connection; gRPC's own default, 120 s, lets a silent connection hold a slot for two minutes.
-const handshakeTimeout = 10 * time.Second
+const HandshakeTimeout = 10 * time.Second
 
 // Bounds of the default --max-connections: the descriptors left for everything else (peer links, the raft
 // log's and snapshots' files, the admin and gossip ports), and the most the default allows whatever the
@@ -34,10 +34,10 @@ const (
 	maxDefaultConnections = 16384
 )
 
-// defaultMaxConnections sizes --max-connections to the process's descriptor limit (RLIMIT_NOFILE, which
+// DefaultMaxConnections sizes --max-connections to the process's descriptor limit (RLIMIT_NOFILE, which
 // Go raises to the hard limit at start): three quarters of it, less reservedDescriptors, at least 64 and
 // at most maxDefaultConnections.
-func defaultMaxConnections() int {
+func DefaultMaxConnections() int {
 	return connectionsFor(descriptorLimit())
 }
 
@@ -46,16 +46,16 @@ func connectionsFor(nofile uint64) int {
 	return int(min(max(n, 64), maxDefaultConnections))
 }
 
-// connGate bounds the connections its listeners hold together.
-type connGate struct {
+// ConnGate bounds the connections its listeners hold together.
+type ConnGate struct {
 	max     int64
 	open    atomic.Int64
 	refused atomic.Uint64
 }
 
-// newConnGate makes a gate of max connections and registers its metrics on reg (nil: nowhere).
-func newConnGate(max int, reg prometheus.Registerer) *connGate {
-	g := &connGate{max: int64(max)}
+// NewConnGate makes a gate of max connections and registers its metrics on reg (nil: nowhere).
+func NewConnGate(max int, reg prometheus.Registerer) *ConnGate {
+	g := &ConnGate{max: int64(max)}
 	if reg != nil {
 		reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leased_connections",
@@ -69,8 +69,8 @@ func newConnGate(max int, reg prometheus.Registerer) *connGate {
 	return g
 }
 
-// listener wraps l so that its connections count against the gate.
-func (g *connGate) listener(l net.Listener) net.Listener {
+// Listener wraps l so that its connections count against the gate.
+func (g *ConnGate) Listener(l net.Listener) net.Listener {
 	if l == nil {
 		return nil
 	}
@@ -79,7 +79,7 @@ func (g *connGate) listener(l net.Listener) net.Listener {
 
 type gatedListener struct {
 	net.Listener
-	gate *connGate
+	gate *ConnGate
 }
 
 // Accept returns the next connection within the limit, closing at once those beyond it.
@@ -112,7 +112,7 @@ func refuse(c net.Conn) {
 // (KeepAliveTime + KeepAliveTimeout) still closes the connection of a client that vanished.
 type gatedConn struct {
 	net.Conn
-	gate *connGate
+	gate *ConnGate
 	once sync.Once
 }
 

@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"context"
@@ -18,26 +18,26 @@ import (
 )
 
 // One path for every write (Acquire, Renew, Release, KeepAlive, Proclaim). A write travels as a ForwardRequest,
-// whichever node it reached: the gRPC handlers call write, the peer-port Forward RPC calls serveForward,
+// whichever node it reached: the gRPC handlers call Write, the peer-port Forward RPC calls ServeForward,
 // and both go through serveWrite, which validates, then runs the write here if this node leads, or else
 // forwards it to the leader once (a node serving a forwarded write never forwards it again). Validation,
 // the response header and the error status are applied there and nowhere else.
 
-// write serves a client's write: here if this node leads, else on the leader (one hop).
+// Write serves a client's write: here if this node leads, else on the leader (one hop).
 // The client's identity (internal/auth) is decided here, by the node the client reached, and travels with the
 // request to the leader.
-func (o *leaseOps) write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *LeaseOps) Write(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	id, err := o.authz.Identity(ctx)
 	if err != nil {
-		return nil, o.status(err)
+		return nil, o.Status(err)
 	}
 	req.Identity = id
 	return o.serveWrite(ctx, req, true)
 }
 
-// serveForward serves a write a follower forwarded. It never forwards again: a node that is not the
+// ServeForward serves a write a follower forwarded. It never forwards again: a node that is not the
 // leader answers Unavailable with its leader hint, and the follower's client retries.
-func (o *leaseOps) serveForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *LeaseOps) ServeForward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	if err := o.forwardCaller(ctx, req); err != nil {
 		o.metrics.refused()
 		return nil, err
@@ -48,37 +48,37 @@ func (o *leaseOps) serveForward(ctx context.Context, req *wirepb.ForwardRequest)
 // serveWrite validates req (with this node's limits: a leader never trusts a follower to have checked),
 // then runs it here if this node leads, or forwards it to the leader if mayForward. Errors come back as
 // gRPC statuses with the leader hint.
-func (o *leaseOps) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
+func (o *LeaseOps) serveWrite(ctx context.Context, req *wirepb.ForwardRequest, mayForward bool) (*wirepb.ForwardResponse, error) {
 	if err := o.cfg.Limits.write(req); err != nil {
 		o.metrics.refused()
-		return nil, o.status(err)
+		return nil, o.Status(err)
 	}
 	if o.cfg.ClientCertAuth && req.GetIdentity() == "" {
 		// Forwarded by a peer that does not require client certificates: a misconfigured member.
 		o.metrics.refused()
-		return nil, o.status(auth.Unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
+		return nil, o.Status(auth.Unauthenticated("the write reached this node without a client identity (is --client-cert-auth set on every member?)"))
 	}
-	if !o.isLeader() {
+	if !o.IsLeader() {
 		if !mayForward || !o.forwardsIdentity(req.GetIdentity()) {
 			o.metrics.refused() // the client retries at the leader its hint names
-			return nil, o.status(o.notLeaderErr())
+			return nil, o.Status(o.NotLeaderErr())
 		}
 		return o.forwardFollowing(ctx, req)
 	}
 	if err := o.authz.AuthorizeWrite(req); err != nil {
 		o.metrics.refused()
-		return nil, o.status(err)
+		return nil, o.Status(err)
 	}
 	resp, err := o.runWrite(ctx, req)
 	if err != nil {
-		return nil, o.status(err)
+		return nil, o.Status(err)
 	}
 	setHeader(resp, o.header())
 	return resp, nil
 }
 
 // runWrite runs a validated write on this node, the leader (leases.go).
-func (o *leaseOps) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *LeaseOps) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	switch r := req.GetRequest().(type) {
 	case *wirepb.ForwardRequest_Acquire:
 		a, err := o.acquire(ctx, r.Acquire, req.GetIdentity())
@@ -106,19 +106,19 @@ func (o *leaseOps) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*w
 // served again, by this node if it now leads or by the new leader: renewing twice is harmless. Any other
 // write may have been run by the old leader, so its caller learns at once that the outcome is unknown,
 // with the new leader's hint, and retries there (its request id or token makes that safe).
-func (o *leaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+func (o *LeaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	for switches := 0; ; switches++ {
 		resp, err := o.forward(ctx, req)
 		if !errors.Is(err, errLeaderSwitched) {
 			return resp, err
 		}
 		if !isRenewal(req) || switches == maxLeaderSwitches {
-			return nil, o.status(errs.UnknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
+			return nil, o.Status(errs.UnknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
 		}
 		if err := o.awaitLeader(ctx); err != nil {
-			return nil, o.status(err)
+			return nil, o.Status(err)
 		}
-		if o.isLeader() {
+		if o.IsLeader() {
 			return o.serveWrite(ctx, req, false)
 		}
 	}
@@ -130,11 +130,11 @@ const maxLeaderSwitches = 3
 // awaitLeader returns once this node knows a leader (at once if it does), or ctx's error, or the
 // election timeout's: a renewal that follows a leader change waits out the election rather than bounce
 // its caller.
-func (o *leaseOps) awaitLeader(ctx context.Context) error {
-	timeout := time.NewTimer(o.cfg.ElectionTimeout())
+func (o *LeaseOps) awaitLeader(ctx context.Context) error {
+	timeout := time.NewTimer(o.cfg.ElectionTimeout)
 	defer timeout.Stop()
 	for {
-		switched := o.leaderSwitch.next()
+		switched := o.leaderChanged()
 		if o.leader.Load() != raft.None {
 			return nil
 		}
@@ -145,7 +145,7 @@ func (o *leaseOps) awaitLeader(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-o.done:
-			return o.stoppedErr()
+			return o.StoppedErr()
 		}
 	}
 }
@@ -165,15 +165,15 @@ func isRenewal(req *wirepb.ForwardRequest) bool {
 // forward sends a write to the leader over the peer connection and relays its answer (or its status). If
 // this node's view of the leader changes before the answer comes, it stops waiting and returns
 // errLeaderSwitched (bare, not a status).
-func (o *leaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	switched := o.leaderSwitch.next()
+func (o *LeaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	switched := o.leaderChanged()
 	leader := o.leader.Load()
 	if leader == raft.None || leader == o.id {
-		return nil, o.status(o.notLeaderErr())
+		return nil, o.Status(o.NotLeaderErr())
 	}
 	client, ok := o.peerClient(leader)
 	if !ok {
-		return nil, o.status(ErrNoLeader)
+		return nil, o.Status(ErrNoLeader)
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -194,7 +194,7 @@ func (o *leaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wi
 			return nil, err // the leader's own answer (it says whether the outcome is known), or a deadline
 		}
 		// The peer call failed in transit: the leader may have run the write, so its outcome is unknown.
-		return nil, o.status(errs.UnknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
+		return nil, o.Status(errs.UnknownOutcome(fmt.Errorf("forward to the leader: %v: %w", err, ErrNoLeader)))
 	}
 	return resp, nil
 }
@@ -243,25 +243,25 @@ func setHeader(resp *wirepb.ForwardResponse, h *leasepb.ResponseHeader) {
 }
 
 // header describes this node and the leader it knows of.
-func (o *leaseOps) header() *leasepb.ResponseHeader {
+func (o *LeaseOps) header() *leasepb.ResponseHeader {
 	hint := o.hint()
 	return &leasepb.ResponseHeader{
 		ClusterId:    o.clusterID,
 		MemberId:     o.id,
-		LeaderId:     hint.id,
-		LeaderAddr:   hint.addr,
+		LeaderId:     hint.ID,
+		LeaderAddr:   hint.Addr,
 		RaftTerm:     o.term.Load(),
 		AppliedIndex: o.applied(),
 	}
 }
 
-func (o *leaseOps) hint() leaderHint {
-	leader := o.knownLeader()
-	return leaderHint{id: leader, addr: o.clientAddrOf(leader)}
+func (o *LeaseOps) hint() Hint {
+	leader := o.KnownLeader()
+	return Hint{ID: leader, Addr: o.ClientAddrOf(leader)}
 }
 
-// status maps an error to a gRPC status, attaching the leader hint.
-func (o *leaseOps) status(err error) error { return toStatus(err, o.hint()) }
+// Status maps an error to a gRPC status, attaching the leader hint.
+func (o *LeaseOps) Status(err error) error { return ToStatus(err, o.hint()) }
 
 // A peer call speaks for one member only (decision 15). With peer TLS that member is the one the caller's
 // certificate names (transport.Caller); without, there is no credential, so a Join that changes an
@@ -271,13 +271,13 @@ func (o *leaseOps) status(err error) error { return toStatus(err, o.hint()) }
 // forwardCaller checks that a forwarded write comes from a member that may carry it: with peer TLS, the
 // member its certificate names (and which the request says forwarded it); without, a member of the
 // table, and no client identity, since nothing vouches for the one it would carry.
-func (o *leaseOps) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest) error {
+func (o *LeaseOps) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest) error {
 	from := req.GetFrom()
-	if o.member(from) == nil {
+	if o.Member(from) == nil {
 		return status.Errorf(codes.PermissionDenied, "forwarded write from %s, which is not a member of this cluster",
 			leasepb.FormatID(from))
 	}
-	if o.cfg.PeerTLS != nil {
+	if o.cfg.PeerTLS {
 		if caller := transport.Caller(ctx); caller != from {
 			return status.Errorf(codes.PermissionDenied, "forwarded write says it is from member %s, but the caller's certificate names %s",
 				leasepb.FormatID(from), leasepb.FormatID(caller))
@@ -293,6 +293,6 @@ func (o *leaseOps) forwardCaller(ctx context.Context, req *wirepb.ForwardRequest
 
 // forwardsIdentity reports whether this node may forward a write carrying identity to the leader: always
 // with peer TLS, and without only when there is no identity to carry.
-func (o *leaseOps) forwardsIdentity(identity string) bool {
-	return identity == "" || o.cfg.PeerTLS != nil
+func (o *LeaseOps) forwardsIdentity(identity string) bool {
+	return identity == "" || o.cfg.PeerTLS
 }

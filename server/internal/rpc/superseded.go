@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func (e *supersededError) detail() *errdetails.ErrorInfo {
 	if e.stale.GrantEnded {
 		reason = reasonGrantEnded
 	}
-	return &errdetails.ErrorInfo{Reason: reason, Domain: errorInfoDomain, Metadata: map[string]string{
+	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorInfoDomain, Metadata: map[string]string{
 		"request_id":       e.stale.RequestID,
 		"attempt":          strconv.FormatUint(uint64(e.stale.Attempt), 10),
 		"answered_attempt": strconv.FormatUint(uint64(e.stale.Answered), 10),

@@ -1,4 +1,4 @@
-package server
+package rpc
 
 // Per-identity bounds on what one client identity holds on a node (decision 14: with authentication, one
 // identity cannot starve another). Only with client authentication: without it every client is the

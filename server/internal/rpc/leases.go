@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"context"
@@ -17,27 +17,27 @@ import (
 	"github.com/leased/leased/server/internal/waitq"
 )
 
-// The lease operations. Writes run on the leader, reached through leaseOps.write or serveForward
+// The lease operations. Writes run on the leader, reached through LeaseOps.Write or ServeForward
 // (forward.go), which validate them beforehand and stamp the answer's header and status afterwards; reads
 // run on any node.
 
 // acquire proposes a grant and, with wait, queues FIFO until the resource frees. A queued acquire is
 // granted either by its own entry, proposed when the resource looks free, or by the entry of a release
 // that carried it (internal/waitq, "Handoff").
-func (o *leaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if !o.isLeader() {
-		return nil, o.notLeaderErr()
+func (o *LeaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	if !o.IsLeader() {
+		return nil, o.NotLeaderErr()
 	}
 	if !req.GetWait() {
 		return o.acquireOnce(ctx, req, identity)
 	}
-	id, outcome := o.proposals.register()
-	defer func() { o.proposals.cancel(id) }()
+	id, outcome := o.carried.register()
+	defer func() { o.carried.cancel(id) }()
 	w, err := o.queue.Enqueue(req.GetResource(), o.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
 		// refusal at once, without a log entry, so that a flood of refused waiters writes nothing.
-		if o.held(req.GetResource()) {
+		if o.Held(req.GetResource()) {
 			return nil, err
 		}
 		// Tried once, not queued: its refusal is an answer (the state machine remembers it as one).
@@ -79,12 +79,12 @@ func (o *leaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, ide
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
 			}
-			id, outcome = o.proposals.register()
+			id, outcome = o.carried.register()
 			o.queue.Rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-o.done:
-			return nil, o.stoppedErr()
+			return nil, o.StoppedErr()
 		}
 	}
 }
@@ -98,7 +98,7 @@ func withoutWait(req *leasepb.AcquireRequest) *leasepb.AcquireRequest {
 
 // tryQueued proposes a queued acquire's own entry if it heads its queue, no release carries it, and the
 // resource looks free. done reports an answer (a grant or a refusal other than held).
-func (o *leaseOps) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
+func (o *LeaseOps) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, identity string, w *waitq.Waiter) (*leasepb.AcquireResponse, error, bool) {
 	head, err := o.queue.Head(req.GetResource(), w)
 	if err != nil {
 		return nil, err, true
@@ -115,9 +115,9 @@ func (o *leaseOps) tryQueued(ctx context.Context, req *leasepb.AcquireRequest, i
 // another grant holds the resource, or all its semaphore slots (a release or expiry wakes it), so that waiters joining a held
 // resource's queue write nothing to the log. A grant made under the same request id is tried, for the
 // state machine to replay it (decision 5); the check errs towards proposing, which is always correct.
-func (o *leaseOps) worthTrying(req *leasepb.AcquireRequest) bool {
+func (o *LeaseOps) worthTrying(req *leasepb.AcquireRequest) bool {
 	worth := true
-	o.readFSM(func(sm *fsm.FSM) {
+	o.ReadFSM(func(sm *fsm.FSM) {
 		full := sm.Full(req.GetResource())
 		if !full || req.GetRequestId() == "" {
 			worth = !full
@@ -133,11 +133,11 @@ func (o *leaseOps) worthTrying(req *leasepb.AcquireRequest) bool {
 	return worth
 }
 
-func (o *leaseOps) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
-	if err := o.admitGrant(req.GetResource(), identity); err != nil {
+func (o *LeaseOps) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest, identity string) (*leasepb.AcquireResponse, error) {
+	if err := o.AdmitGrant(req.GetResource(), identity); err != nil {
 		return nil, err
 	}
-	res, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: o.acquireCmd(req, identity)}})
+	res, _, err := o.Propose(ctx, &wirepb.Command{Op: &wirepb.Command_Acquire{Acquire: o.acquireCmd(req, identity)}})
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (o *leaseOps) acquireOnce(ctx context.Context, req *leasepb.AcquireRequest,
 
 // acquireCmd is the entry's command for req. With an identity, the per-holder limit counts the holder's
 // leases of that identity only, and the identity's leases in all are bounded too (fsm/identities.go).
-func (o *leaseOps) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
+func (o *LeaseOps) acquireCmd(req *leasepb.AcquireRequest, identity string) *wirepb.AcquireCmd {
 	var identityLimit uint32
 	if identity != "" {
 		identityLimit = uint32(o.cfg.Limits.MaxLeasesPerIdentity)
@@ -171,7 +171,7 @@ func (o *leaseOps) acquireCmd(req *leasepb.AcquireRequest, identity string) *wir
 
 // acquireAnswer turns the FSM's result of an Acquire (its own entry's, or the one a release carried) into
 // the answer; held and lock-delayed wrap ErrHeld.
-func (o *leaseOps) acquireAnswer(req *leasepb.AcquireRequest, identity string, res fsm.Result) (*leasepb.AcquireResponse, error) {
+func (o *LeaseOps) acquireAnswer(req *leasepb.AcquireRequest, identity string, res fsm.Result) (*leasepb.AcquireResponse, error) {
 	now := o.clock.Now()
 	switch res.Code {
 	case fsm.OK:
@@ -213,7 +213,7 @@ func (o *leaseOps) acquireAnswer(req *leasepb.AcquireRequest, identity string, r
 }
 
 // renew renews one lease (the unary Renew).
-func (o *leaseOps) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
+func (o *LeaseOps) renew(ctx context.Context, req *leasepb.RenewRequest) (*leasepb.RenewResponse, error) {
 	results, err := o.renewAll(ctx, []*leasepb.LeaseRef{{Resource: req.GetResource(), Token: req.GetToken()}})
 	if err != nil {
 		return nil, err
@@ -225,7 +225,7 @@ func (o *leaseOps) renew(ctx context.Context, req *leasepb.RenewRequest) (*lease
 }
 
 // keepAlive renews the leases of one KeepAlive message; leases no longer current are reported gone.
-func (o *leaseOps) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error) {
+func (o *LeaseOps) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest) (*leasepb.KeepAliveResponse, error) {
 	results, err := o.renewAll(ctx, req.GetLeases())
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func (o *leaseOps) keepAlive(ctx context.Context, req *leasepb.KeepAliveRequest)
 
 // renewAll renews a batch of leases with one leadership confirmation (decision 4). The first renewal of
 // leases marked idle is made durable first, all of them in one Renew entry.
-func (o *leaseOps) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
+func (o *LeaseOps) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*leasepb.KeepAliveResult, error) {
 	results := make([]*leasepb.KeepAliveResult, len(refs))
 	pending := make([]*leasepb.KeepAliveResult, 0, len(refs))
 	for i, ref := range refs {
@@ -259,7 +259,7 @@ func (o *leaseOps) renewAll(ctx context.Context, refs []*leasepb.LeaseRef) ([]*l
 }
 
 // renewRound renews the pending leases once; it returns those a checkpoint marked idle meanwhile.
-func (o *leaseOps) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
+func (o *LeaseOps) renewRound(ctx context.Context, pending []*leasepb.KeepAliveResult) ([]*leasepb.KeepAliveResult, error) {
 	batch := make([]lessor.Renewal, len(pending))
 	for i, res := range pending {
 		batch[i] = lessor.Renewal{Resource: res.Resource, Token: res.Token}
@@ -275,11 +275,11 @@ func (o *leaseOps) renewRound(ctx context.Context, pending []*leasepb.KeepAliveR
 		}
 	}
 	if len(idle) > 0 {
-		if _, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: idle}}}); err != nil {
+		if _, _, err := o.Propose(ctx, &wirepb.Command{Op: &wirepb.Command_Renew{Renew: &wirepb.RenewCmd{Leases: idle}}}); err != nil {
 			return nil, err
 		}
 	}
-	if err := o.confirmLeadership(ctx); err != nil {
+	if err := o.ConfirmLeadership(ctx); err != nil {
 		return nil, err
 	}
 	at := o.clock.Now() // after the confirmation: never earlier than when the request arrived
@@ -300,9 +300,9 @@ func (o *leaseOps) renewRound(ctx context.Context, pending []*leasepb.KeepAliveR
 	return again, nil
 }
 
-func (o *leaseOps) release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error) {
-	if !o.isLeader() {
-		return nil, o.notLeaderErr()
+func (o *LeaseOps) release(ctx context.Context, req *leasepb.ReleaseRequest, identity string) (*leasepb.ReleaseResponse, error) {
+	if !o.IsLeader() {
+		return nil, o.NotLeaderErr()
 	}
 	rel := &wirepb.ReleaseCmd{Resource: req.GetResource(), Token: req.GetToken(), Identity: identity}
 	cmd := &wirepb.Command{Op: &wirepb.Command_Release{Release: rel}}
@@ -311,11 +311,11 @@ func (o *leaseOps) release(ctx context.Context, req *leasepb.ReleaseRequest, ide
 	if w != nil {
 		acq, id := o.queue.Carried(w)
 		cmd.Op = &wirepb.Command_ReleaseHandoff{ReleaseHandoff: &wirepb.ReleaseHandoffCmd{Release: rel, Acquire: acq, AcquireProposalId: id}}
-		if hook := o.hooks.handoffProposing.Load(); hook != nil && *hook != nil {
+		if hook := o.handoffProposing.Load(); hook != nil && *hook != nil {
 			(*hook)()
 		}
 	}
-	res, index, err := o.propose(ctx, cmd)
+	res, index, err := o.Propose(ctx, cmd)
 	if w != nil && err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 		o.queue.Unclaim(w) // never entered the log: the waiter goes on as before
 	}
@@ -335,20 +335,20 @@ func (o *leaseOps) release(ctx context.Context, req *leasepb.ReleaseRequest, ide
 }
 
 // read runs fn against a linearizable (default) or serializable view of the state machine.
-func (o *leaseOps) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)) error {
+func (o *LeaseOps) read(ctx context.Context, serializable bool, fn func(sm *fsm.FSM)) error {
 	if !serializable {
-		if err := o.linearizable(ctx); err != nil {
+		if err := o.Linearizable(ctx); err != nil {
 			return err
 		}
 	}
-	o.readFSM(fn)
+	o.ReadFSM(fn)
 	return nil
 }
 
 // get reads one lease. Its answer's header carries the applied index of the very state it read (captured
 // in the same FSM read), so a client can watch from the next index without missing or repeating an event.
 // Reads check the identity's read permission in the same FSM read as the data (internal/auth).
-func (o *leaseOps) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
+func (o *LeaseOps) get(ctx context.Context, req *leasepb.GetRequest, identity string) (*leasepb.GetResponse, error) {
 	var (
 		lease   fsm.Lease
 		slots   []fsm.Lease
@@ -385,7 +385,7 @@ func (o *leaseOps) get(ctx context.Context, req *leasepb.GetRequest, identity st
 	return resp, nil
 }
 
-func (o *leaseOps) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
+func (o *LeaseOps) list(ctx context.Context, req *leasepb.ListRequest, identity string) (*leasepb.ListResponse, error) {
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = 100
@@ -428,7 +428,7 @@ func (o *leaseOps) list(ctx context.Context, req *leasepb.ListRequest, identity 
 	return resp, nil
 }
 
-func (o *leaseOps) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest, identity string) (*leasepb.ValidateTokenResponse, error) {
+func (o *LeaseOps) validateToken(ctx context.Context, req *leasepb.ValidateTokenRequest, identity string) (*leasepb.ValidateTokenResponse, error) {
 	var (
 		cur    uint64
 		denied error
@@ -453,11 +453,11 @@ func (o *leaseOps) validateToken(ctx context.Context, req *leasepb.ValidateToken
 }
 
 // proclaim replaces the value of a live lease, keeping its token (the elector's Proclaim).
-func (o *leaseOps) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error) {
-	if !o.isLeader() {
-		return nil, o.notLeaderErr()
+func (o *LeaseOps) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, identity string) (*leasepb.ProclaimResponse, error) {
+	if !o.IsLeader() {
+		return nil, o.NotLeaderErr()
 	}
-	res, _, err := o.propose(ctx, &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{
+	res, _, err := o.Propose(ctx, &wirepb.Command{Op: &wirepb.Command_Proclaim{Proclaim: &wirepb.ProclaimCmd{
 		Resource: req.GetResource(), Token: req.GetToken(), Value: req.GetValue(), Identity: identity,
 	}}})
 	if err != nil {
@@ -476,8 +476,8 @@ func (o *leaseOps) proclaim(ctx context.Context, req *leasepb.ProclaimRequest, i
 
 // consistentSnapshot encodes the state machine after a linearizable read: it reflects every entry
 // committed before the call (and possibly later ones, never fewer). index is the state's applied index.
-func (o *leaseOps) consistentSnapshot(ctx context.Context) (data []byte, index uint64, err error) {
-	if err := o.linearizable(ctx); err != nil {
+func (o *LeaseOps) consistentSnapshot(ctx context.Context) (data []byte, index uint64, err error) {
+	if err := o.Linearizable(ctx); err != nil {
 		return nil, 0, err
 	}
 	// A view, encoded outside the lock: the apply waits a moment, not for the encoding.

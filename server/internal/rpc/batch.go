@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"context"
@@ -18,30 +18,30 @@ import (
 const MaxBatchWrites = 64
 
 // A batch is the writes of one Writes request (writes.go). Each runs as its own call would run
-// (leaseOps.write: validated, authorized, forwarded to the leader if need be, answered with its own response
+// (LeaseOps.Write: validated, authorized, forwarded to the leader if need be, answered with its own response
 // or status), all at once, answered in order. Nothing is shared between the writes but the request: the
 // point is to pay for one message instead of one gRPC call per write, on both sides, when a client has
 // several quick writes ready at the same moment.
 
 // admitBatch checks a batch against its limits and counts extra of its writes against the connection's
 // calls (--max-streams-per-conn); the returned func gives them back.
-func (s *leasesService) admitBatch(ctx context.Context, writes []*leasepb.BatchWrite, extra int) (leave func(), err error) {
+func (s *LeasesService) admitBatch(ctx context.Context, writes []*leasepb.BatchWrite, extra int) (leave func(), err error) {
 	if err := checkBatch(writes); err != nil {
-		s.n.metrics.refused()
+		s.o.metrics.refused()
 		return nil, err
 	}
-	leave, err = enterCalls(ctx, extra, s.n.cfg.Limits.MaxStreamsPerConn)
+	leave, err = enterCalls(ctx, extra, s.o.cfg.Limits.MaxStreamsPerConn)
 	if err != nil {
-		s.n.metrics.refused()
+		s.o.metrics.refused()
 		return nil, err
 	}
-	s.n.metrics.batchSize.Observe(float64(len(writes)))
+	s.o.metrics.batchSize.Observe(float64(len(writes)))
 	return leave, nil
 }
 
-// runBatch runs the writes of a batch received at received, all at once, and returns their results in
+// RunBatch runs the writes of a batch received at received, all at once, and returns their results in
 // order.
-func (s *leasesService) runBatch(ctx context.Context, received time.Time, writes []*leasepb.BatchWrite) []*leasepb.BatchResult {
+func (s *LeasesService) RunBatch(ctx context.Context, received time.Time, writes []*leasepb.BatchWrite) []*leasepb.BatchResult {
 	results := make([]*leasepb.BatchResult, len(writes))
 	var wg sync.WaitGroup
 	for i, w := range writes[1:] {
@@ -73,7 +73,7 @@ func checkBatch(writes []*leasepb.BatchWrite) error {
 }
 
 // batchWrite runs one write of a batch, bounded by its own timeout.
-func (s *leasesService) batchWrite(ctx context.Context, received time.Time, w *leasepb.BatchWrite) *leasepb.BatchResult {
+func (s *LeasesService) batchWrite(ctx context.Context, received time.Time, w *leasepb.BatchWrite) *leasepb.BatchResult {
 	if ms := w.GetTimeoutMs(); ms > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, received.Add(time.Duration(ms)*time.Millisecond))
@@ -88,7 +88,7 @@ func (s *leasesService) batchWrite(ctx context.Context, received time.Time, w *l
 	case *leasepb.BatchWrite_Release:
 		fwd = &wirepb.ForwardRequest{Request: &wirepb.ForwardRequest_Release{Release: op.Release}}
 	}
-	resp, err := s.n.ops.write(ctx, fwd)
+	resp, err := s.o.Write(ctx, fwd)
 	if err != nil {
 		return &leasepb.BatchResult{Result: &leasepb.BatchResult_Error{Error: status.Convert(err).Proto()}}
 	}

@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"errors"
@@ -17,19 +17,19 @@ import (
 // goroutine, the interceptors); a message on an open stream costs a fraction of that, and the difference
 // is about a tenth of an acquire's time at one client (docs/benchmarks.md, "Writes over one stream").
 //
-// Each request runs as a batch (admitBatch, runBatch) on a goroutine of its own, and is answered under its id when its writes are; the stream's own call counts one against
+// Each request runs as a batch (admitBatch, RunBatch) on a goroutine of its own, and is answered under its id when its writes are; the stream's own call counts one against
 // --max-streams-per-conn and each request's writes one each while they run. When the node begins to shut
 // down it tells the client (draining), which closes its side; the handler answers what it received and
 // returns, so that the graceful stop ends without cutting a request off.
-func (s *leasesService) Writes(stream grpc.BidiStreamingServer[leasepb.WritesRequest, leasepb.WritesResponse]) error {
-	defer s.n.metrics.stream(streamWrites)()
+func (s *LeasesService) Writes(stream grpc.BidiStreamingServer[leasepb.WritesRequest, leasepb.WritesResponse]) error {
+	defer s.o.metrics.stream(streamWrites)()
 	ctx := stream.Context()
 	out := &writesSender{stream: stream}
 	var running sync.WaitGroup
 	defer running.Wait() // no answer is sent after the handler returns
 	notified := make(chan struct{})
 	defer close(notified)
-	running.Go(func() { out.noticeDrain(s.n.draining, notified) })
+	running.Go(func() { out.noticeDrain(s.o.draining, notified) })
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -41,12 +41,12 @@ func (s *leasesService) Writes(stream grpc.BidiStreamingServer[leasepb.WritesReq
 		received := time.Now()
 		leave, err := s.admitBatch(ctx, req.GetWrites(), len(req.GetWrites()))
 		if err != nil {
-			out.send(&leasepb.WritesResponse{Id: req.GetId(), Error: status.Convert(s.n.ops.status(err)).Proto()})
+			out.send(&leasepb.WritesResponse{Id: req.GetId(), Error: status.Convert(s.o.Status(err)).Proto()})
 			continue
 		}
 		running.Go(func() {
 			defer leave()
-			out.send(&leasepb.WritesResponse{Id: req.GetId(), Results: s.runBatch(ctx, received, req.GetWrites())})
+			out.send(&leasepb.WritesResponse{Id: req.GetId(), Results: s.RunBatch(ctx, received, req.GetWrites())})
 		})
 	}
 }

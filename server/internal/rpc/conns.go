@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func enterCalls(ctx context.Context, n, limit int) (func(), error) {
 func (c *connLimiter) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	leave, err := c.enter(ctx)
 	if err != nil {
-		return nil, toStatus(err, leaderHint{})
+		return nil, ToStatus(err, Hint{})
 	}
 	defer leave()
 	return handler(ctx, req)
@@ -87,7 +87,7 @@ func (c *connLimiter) unary(ctx context.Context, req any, _ *grpc.UnaryServerInf
 func (c *connLimiter) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	leave, err := c.enter(ss.Context())
 	if err != nil {
-		return toStatus(err, leaderHint{})
+		return ToStatus(err, Hint{})
 	}
 	defer leave()
 	return handler(srv, ss)
@@ -103,4 +103,10 @@ func (c *connLimiter) options() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(c.unary),
 		grpc.ChainStreamInterceptor(c.stream),
 	}
+}
+
+// ConnLimits are the client port's gRPC options that bound each connection's concurrent calls at
+// maxStreams (--max-streams-per-conn) and tag its connections for the per-connection limits.
+func ConnLimits(maxStreams int) []grpc.ServerOption {
+	return (&connLimiter{maxStreams: maxStreams}).options()
 }

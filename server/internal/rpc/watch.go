@@ -1,4 +1,4 @@
-package server
+package rpc
 
 // maxClientMessage is the largest message a gRPC client accepts by default: the Watch stream's messages
 // stay below it (with headroom) whatever the node's own limits, so a client with default options can read
@@ -14,6 +14,6 @@ const watchMessageHeadroom = 64 << 10
 
 // watchMessageBytes is the most bytes of events one Watch message carries: the smaller of the client's
 // default receive limit and the node's own request limit, less headroom.
-func (c Config) watchMessageBytes() int {
-	return max(min(maxClientMessage, c.Limits.MaxRequestBytes)-watchMessageHeadroom, 1)
+func watchMessageBytes(l Limits) int {
+	return max(min(maxClientMessage, l.MaxRequestBytes)-watchMessageHeadroom, 1)
 }

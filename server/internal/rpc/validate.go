@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"strconv"
@@ -77,9 +77,9 @@ func token(field string, t uint64) error {
 	return nil
 }
 
-// maxWait bounds AcquireRequest.wait_ms: a year and a day, far beyond any wait a caller means, and far
+// MaxWait bounds AcquireRequest.wait_ms: a year and a day, far beyond any wait a caller means, and far
 // inside what a Duration holds.
-const maxWait = 366 * 24 * time.Hour
+const MaxWait = 366 * 24 * time.Hour
 
 func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	if err := l.resource("resource", r.GetResource()); err != nil {
@@ -114,8 +114,8 @@ func (l Limits) acquire(r *leasepb.AcquireRequest) error {
 	switch w := r.GetWaitMs(); {
 	case w < 0:
 		return outOfBound("wait_ms", w, 0, false, "")
-	case w > maxWait.Milliseconds():
-		return outOfBound("wait_ms", w, maxWait.Milliseconds(), true, "")
+	case w > MaxWait.Milliseconds():
+		return outOfBound("wait_ms", w, MaxWait.Milliseconds(), true, "")
 	case w > 0 && !r.GetWait():
 		return invalid("wait_ms", "ends a wait; it requires wait")
 	}
@@ -236,4 +236,23 @@ func (l Limits) watch(r *leasepb.WatchRequest) error {
 		return l.resource("resource", r.GetResource())
 	}
 	return l.prefix("prefix", r.GetPrefix())
+}
+
+// Validate checks a client request against l as the edge does: an Acquire, KeepAlive, List or Watch, or
+// a write in the form it is forwarded in. The services call the checks themselves; Validate is for
+// checking a configuration's limits from outside the package (the server's tests of its Config).
+func Validate(l Limits, req any) error {
+	switch r := req.(type) {
+	case *leasepb.AcquireRequest:
+		return l.acquire(r)
+	case *leasepb.KeepAliveRequest:
+		return l.keepAlive(r)
+	case *leasepb.ListRequest:
+		return l.list(r)
+	case *leasepb.WatchRequest:
+		return l.watch(r)
+	case *wirepb.ForwardRequest:
+		return l.write(r)
+	}
+	return invalid("request", "not a request the edge checks (%T)", req)
 }

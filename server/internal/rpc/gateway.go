@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"context"
@@ -36,8 +36,8 @@ import (
 // Acquire with wait=true never finishes by itself).
 const gatewayGrace = 2 * time.Second
 
-// gateway serves the HTTP/JSON API on Config.HTTPAddr.
-type gateway struct {
+// Gateway serves the HTTP/JSON API on Config.HTTPAddr.
+type Gateway struct {
 	lis    net.Listener
 	srv    *http.Server
 	log    *slog.Logger
@@ -48,9 +48,9 @@ type gateway struct {
 	inflight sync.WaitGroup // the requests in a handler: they call into the node
 }
 
-// newGateway prepares the HTTP/JSON API of leases on lis, over TLS when tlsCfg is set (the client
+// NewGateway prepares the HTTP/JSON API of leases on lis, over TLS when tlsCfg is set (the client
 // port's configuration: same certificates, same client certificate rule).
-func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *tls.Config) (*gateway, error) {
+func NewGateway(log *slog.Logger, limits Limits, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *tls.Config) (*Gateway, error) {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &gatewayJSON{runtime.JSONPb{
 			// Every field, zero or not, so that clients in any language see the whole message. Unknown
@@ -68,17 +68,17 @@ func newGateway(n *node, leases leasepb.LeasesServer, lis net.Listener, tlsCfg *
 		lis = tls.NewListener(lis, http1TLS(tlsCfg))
 	}
 	base, cancel := context.WithCancel(context.Background())
-	g := &gateway{lis: lis, cancel: cancel, log: n.log}
-	// The TLS handshake and a request's header within handshakeTimeout; an idle keep-alive connection is
+	g := &Gateway{lis: lis, cancel: cancel, log: log}
+	// The TLS handshake and a request's header within HandshakeTimeout; an idle keep-alive connection is
 	// closed like an idle gRPC one (--max-connection-idle, connlimit.go).
 	g.srv = &http.Server{
-		Handler:           g.handler(mux, int64(n.cfg.Limits.MaxRequestBytes)),
-		ReadHeaderTimeout: min(handshakeTimeout, n.cfg.Limits.MaxConnectionIdle),
-		IdleTimeout:       n.cfg.Limits.MaxConnectionIdle,
+		Handler:           g.handler(mux, int64(limits.MaxRequestBytes)),
+		ReadHeaderTimeout: min(HandshakeTimeout, limits.MaxConnectionIdle),
+		IdleTimeout:       limits.MaxConnectionIdle,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		// Failed handshakes and malformed requests, at Debug: anyone who reaches the port can cause them.
-		ErrorLog: slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelDebug),
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug),
 	}
 	return g, nil
 }
@@ -93,7 +93,7 @@ func http1TLS(tlsCfg *tls.Config) *tls.Config {
 // handler answers /healthz itself, refuses a method the path is not served with (405), admits a request
 // (none after close), bounds its body at the gRPC port's message limit and hands the connection's
 // identity to the service as a gRPC peer.
-func (g *gateway) handler(mux http.Handler, maxBody int64) http.Handler {
+func (g *Gateway) handler(mux http.Handler, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			serveHealthz(w, r)
@@ -135,7 +135,7 @@ type remoteAddr string
 func (a remoteAddr) Network() string { return "tcp" }
 func (a remoteAddr) String() string  { return string(a) }
 
-func (g *gateway) enter() bool {
+func (g *Gateway) enter() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -145,16 +145,16 @@ func (g *gateway) enter() bool {
 	return true
 }
 
-func (g *gateway) serve() {
+func (g *Gateway) Serve() {
 	if err := g.srv.Serve(g.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		// The listener failed; the gRPC port goes on serving.
 		g.log.Error("http gateway stopped serving", "err", err)
 	}
 }
 
-// close stops accepting, lets in-flight requests finish for gatewayGrace, then cancels the rest, and
+// Close stops accepting, lets in-flight requests finish for gatewayGrace, then cancels the rest, and
 // returns once no request is in a handler.
-func (g *gateway) close() {
+func (g *Gateway) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), gatewayGrace)
 	defer cancel()
 	if err := g.srv.Shutdown(ctx); err != nil {

@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"crypto/sha256"
@@ -57,9 +57,9 @@ func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.Server
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "snapshot streams", Description: errSnapshotStreams.Error()}}})
 	}
 	defer s.snapshots.release()
-	data, index, err := s.n.ops.consistentSnapshot(stream.Context())
+	data, index, err := s.o.consistentSnapshot(stream.Context())
 	if err != nil {
-		return s.n.ops.status(err)
+		return s.o.Status(err)
 	}
 	return sendWatched(stream, data, index, snapshotStall)
 }
@@ -68,6 +68,14 @@ func (s *clusterService) Snapshot(_ *leasepb.SnapshotRequest, stream grpc.Server
 // stream is ended (DeadlineExceeded), so a reader that stopped reading cannot hold one of the
 // MaxSnapshotStreams slots, and a copy of the state, for ever. A var for tests.
 var snapshotStall = 30 * time.Second
+
+// SetSnapshotStall sets how long a Snapshot stream may take no chunk (for tests); the returned func
+// restores it.
+func SetSnapshotStall(d time.Duration) (restore func()) {
+	old := snapshotStall
+	snapshotStall = d
+	return func() { snapshotStall = old }
+}
 
 // sendWatched is sendSnapshot under a watchdog: it ends the stream once no chunk has been taken for
 // stall. gRPC's Send has no deadline of its own and blocks while the client's flow-control window is
