@@ -231,14 +231,18 @@ func (q *Queue) wakeHead(resource string) {
 	}
 }
 
-// FailAll fails every waiter, e.g. when this node stops leading.
+// FailAll fails every waiter, e.g. when this node stops leading, and empties the queue. A claimed
+// waiter is not failed: the release carrying its Acquire may still commit under the next leader, so its
+// answer is that entry's outcome (or that the outcome is unknown), which its proposal id delivers.
 func (q *Queue) FailAll(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for r, ws := range q.queues {
 		for _, w := range ws {
-			w.err = err
-			notify(w)
+			if !w.claimed {
+				w.err = err
+				notify(w)
+			}
 		}
 		delete(q.queues, r)
 	}

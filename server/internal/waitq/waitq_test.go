@@ -96,3 +96,31 @@ func TestWithdrawWaitsForACarriedAcquire(t *testing.T) {
 		t.Fatalf("leave after withdraw changed the queue: %d waiters", q.Len())
 	}
 }
+
+// Losing leadership fails the waiters, but not one a release carries: that release's entry may still
+// commit under the next leader and grant it, so a definite "not the leader" would be a wrong answer; its
+// answer is the entry's outcome, delivered by its proposal id (or "outcome unknown").
+func TestFailAllLeavesACarriedWaiterToItsEntry(t *testing.T) {
+	q := New(10, 10, 10)
+	cmd := &wirepb.AcquireCmd{Resource: "r", Holder: "h", TtlMs: 1000}
+	carried, _ := q.Enqueue("r", cmd, 7)
+	idle, _ := q.Enqueue("s", cmd, 8)
+	if q.Claim("r") != carried {
+		t.Fatal("the idle head was not claimed")
+	}
+	q.FailAll(errors.New("not the leader"))
+	if _, err := q.Head("s", idle); err == nil {
+		t.Fatal("an unclaimed waiter was not failed")
+	}
+	select {
+	case <-carried.Wake():
+		t.Fatal("the carried waiter was woken to a failure")
+	default:
+	}
+	if head, err := q.Head("r", carried); head || err != nil {
+		t.Fatalf("the carried waiter: head %v, err %v; want neither (its entry answers it)", head, err)
+	}
+	if q.Len() != 0 {
+		t.Fatalf("queue holds %d waiters after FailAll, want 0", q.Len())
+	}
+}
