@@ -53,10 +53,10 @@ func (s *clusterService) AclSet(ctx context.Context, req *leasepb.AclSetRequest)
 		return nil, n.ops.status(invalid("rules", "the new rules take admin on the whole cluster (prefix \"\") from %q, who sets them; "+
 			"keep a rule that gives it admin, so that someone can still change the rules", id))
 	}
-	if !n.isLeader() {
-		return nil, n.ops.status(n.notLeaderErr())
+	if !n.ops.isLeader() {
+		return nil, n.ops.status(n.ops.notLeaderErr())
 	}
-	res, index, err := n.propose(ctx, &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: req.GetRules()}}})
+	res, index, err := n.ops.propose(ctx, &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: req.GetRules()}}})
 	if err != nil {
 		return nil, n.ops.status(err)
 	}
@@ -84,7 +84,7 @@ func (n *node) proposeInitialACL() {
 		return
 	}
 	cmd := &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: n.cfg.InitialACL, Initial: true}}}
-	if n.lessor.Send(lessor.Cmd{Term: n.term.Load(), Cmd: cmd}) {
+	if n.lessor.Send(lessor.Cmd{Term: n.raft.Term(), Cmd: cmd}) {
 		n.log.Info("proposing the initial ACL", "rules", len(n.cfg.InitialACL))
 	} else {
 		n.log.Warn(fmt.Sprintf("the proposer queue is full; the initial ACL waits for the next leader change (%d rules)", len(n.cfg.InitialACL)))

@@ -23,17 +23,17 @@ func (s *clusterService) Status(ctx context.Context, _ *leasepb.StatusRequest) (
 		Header:        n.ops.header(),
 		Id:            n.id,
 		Name:          n.cfg.Name,
-		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
-		Term:          n.term.Load(),
-		LeaderId:      n.knownLeader(),
-		CommitIndex:   n.commit.Load(),
+		Role:          roleOf(n.raft.Role(), self.GetIsLearner()),
+		Term:          n.raft.Term(),
+		LeaderId:      n.ops.knownLeader(),
+		CommitIndex:   n.raft.Commit(),
 		AppliedIndex:  n.state.Applied(),
 		DbSizeBytes:   n.disk.logBytes.Load(),
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
 		PeerAddr:      n.peerAddr,
 		LiveLeases:    uint64(n.ops.liveLeases()),
-		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
+		LoopStalledMs: uint64(n.raft.LoopStalled().Milliseconds()),
 	}, nil
 }
 
@@ -56,7 +56,7 @@ func roleOf(st raft.StateType, learner bool) leasepb.Role {
 func (s *clusterService) MemberList(ctx context.Context, req *leasepb.MemberListRequest) (*leasepb.MemberListResponse, error) {
 	n := s.n
 	if !req.GetSerializable() {
-		if err := n.linearizable(ctx); err != nil {
+		if err := n.ops.linearizable(ctx); err != nil {
 			return nil, n.ops.status(err)
 		}
 	}

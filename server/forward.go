@@ -134,8 +134,8 @@ func (o *leaseOps) awaitLeader(ctx context.Context) error {
 	timeout := time.NewTimer(o.cfg.ElectionTimeout())
 	defer timeout.Stop()
 	for {
-		switched := o.leaderSwitch.next()
-		if o.leader.Load() != raft.None {
+		switched := o.leaderChanged()
+		if o.leader() != raft.None {
 			return nil
 		}
 		select {
@@ -166,8 +166,8 @@ func isRenewal(req *wirepb.ForwardRequest) bool {
 // this node's view of the leader changes before the answer comes, it stops waiting and returns
 // errLeaderSwitched (bare, not a status).
 func (o *leaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
-	switched := o.leaderSwitch.next()
-	leader := o.leader.Load()
+	switched := o.leaderChanged()
+	leader := o.leader()
 	if leader == raft.None || leader == o.id {
 		return nil, o.status(o.notLeaderErr())
 	}
@@ -250,7 +250,7 @@ func (o *leaseOps) header() *leasepb.ResponseHeader {
 		MemberId:     o.id,
 		LeaderId:     hint.id,
 		LeaderAddr:   hint.addr,
-		RaftTerm:     o.term.Load(),
+		RaftTerm:     o.term(),
 		AppliedIndex: o.applied(),
 	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -12,6 +11,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 )
 
@@ -26,13 +26,13 @@ type leaseOps struct {
 	id        uint64
 	clusterID uint64
 	// leader and term are the node's status as the Ready loop last stored it; applied its applied index.
-	leader, term *atomic.Uint64
+	leader, term func() uint64
 	applied      func() uint64
-	// leaderSwitch wakes forwarded writes when the leader changes (forwardFollowing).
-	leaderSwitch *leaderSwitch
+	// leaderChanged wakes forwarded writes when the leader changes (forwardFollowing).
+	leaderChanged func() <-chan struct{}
 	// done closes when the node stops serving.
 	done      <-chan struct{}
-	proposals *proposalWaiter
+	proposals *raftnode.Waiter[fsm.Result]
 	queue     *waitq.Queue
 	lessor    *lessor.Lessor
 	authz     *auth.Authorizer
@@ -78,7 +78,7 @@ func (a opsNode) clientAddrOf(id uint64) string    { return a.members.ClientAddr
 func newLeaseOps(n *node) *leaseOps {
 	return &leaseOps{
 		leaseHost: opsNode{n}, cfg: &n.cfg, clock: n.clock, id: n.id, clusterID: n.clusterID,
-		leader: &n.leader, term: &n.term, applied: n.state.Applied, leaderSwitch: &n.leaderSwitch, done: n.done,
+		leader: n.raft.Leader, term: n.raft.Term, applied: n.state.Applied, leaderChanged: n.raft.LeaderChanged, done: n.raft.Done(),
 		proposals: n.proposals, queue: n.queue, lessor: n.lessor, authz: n.authz, metrics: n.metrics, hooks: &n.hooks,
 		peerClient: func(id uint64) (wirepb.RaftClient, bool) { return n.transport.PeerClient(id) },
 		view:       n.state.View,

@@ -27,7 +27,7 @@ const (
 	dropType           = "type"                         // a message type that never travels between nodes
 	dropTerm           = "term"                         // a term far ahead of this node's, or a term or index too large to be real
 	dropCommit         = "commit"                       // a heartbeat committing past the end of this node's log
-	dropMalformed      = "malformed"                    // entries, acknowledgements or a snapshot that cannot be right
+	dropMalformed      = raftnode.DropMalformed         // entries, acknowledgements or a snapshot that cannot be right
 )
 
 var peerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
@@ -170,18 +170,10 @@ type peerGate struct {
 func newPeerGate(n *node) *peerGate {
 	return &peerGate{
 		view: peerView{
-			self:     n.id,
-			isMember: n.members.IsMember,
-			lastIndex: func() uint64 {
-				// The append in flight first: once it is 0, its write returned and the log has its entries.
-				appending := n.local.Appending()
-				last, err := n.logIndex.LastIndex()
-				if err != nil {
-					return 0 // a closed log: drop what depends on it
-				}
-				return max(last, appending)
-			},
-			acceptTerm: func(term uint64) bool { return n.terms.AcceptTerm(term) },
+			self:       n.id,
+			isMember:   n.members.IsMember,
+			lastIndex:  func() uint64 { return n.raft.LogEnd() },
+			acceptTerm: func(term uint64) bool { return n.raft.AcceptTerm(term) },
 		},
 		dropped: func(reason string, count int) { n.metrics.peerRejected(reason, count) },
 		raft:    func(ctx context.Context, m *raftpb.Message) error { return n.raft.Step(ctx, m) },

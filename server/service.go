@@ -149,7 +149,7 @@ func (s *leasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		}
 		defer s.n.watch.Identities.Put(id)
 	}
-	w, err := s.n.watch.Subscribe(req.GetFromIndex(), s.n.commit.Load()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
+	w, err := s.n.watch.Subscribe(req.GetFromIndex(), s.n.raft.Commit()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.n.ops.status(err)
 	}
@@ -183,8 +183,8 @@ func (s *leasesService) sleep(ctx context.Context, w *watch.Watcher) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.n.done: // stopped serving (a stalled disk): the watcher resumes on another node
-		return s.n.ops.status(s.n.stoppedErr())
+	case <-s.n.raft.Done(): // stopped serving (a stalled disk): the watcher resumes on another node
+		return s.n.ops.status(s.n.ops.stoppedErr())
 	case <-wake:
 		return nil
 	}
