@@ -72,7 +72,8 @@ func (h *raftHost) Propose(ctx context.Context, p Proposal) error {
 	return enqueue(ctx, h.stopped, h.proposals, p)
 }
 
-// Step queues a peer's message, checked (Node.CheckedStep) or not.
+// Step queues a peer's message for raft; the checks that need raft's own view are made as the loop
+// steps it (stepMessage).
 func (h *raftHost) Step(ctx context.Context, m *raftpb.Message) error {
 	return enqueue(ctx, h.stopped, h.messages, m)
 }

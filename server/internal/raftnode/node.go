@@ -137,12 +137,9 @@ type Node struct {
 	leaderLoss *LeaderLoss
 	reads      *readIndexer
 
-	// lastTick is when the loop last ticked, as an offset on the node's clock from tickBase plus one (0:
-	// the loop has not started), for any goroutine: a long gap is a stall, which the layer above makes
-	// up for (Handler.Tick) and during which a leader does not claim to lead (LoopStalled). An offset
-	// between two readings of the clock, so a step of the wall clock is no stall.
-	tickBase time.Time
-	lastTick atomic.Int64
+	// lastTick is when the loop last ticked, for any goroutine: a long gap is a stall, which the layer
+	// above makes up for (Handler.Tick) and during which a leader does not claim to lead (LoopStalled).
+	lastTick lastTick
 	ticks    atomic.Uint64 // for tests that wait for the loop to have run
 	restores atomic.Uint64 // snapshots received from a leader and restored
 	// stopped closes when the node is told to stop (Stop); done when it stops serving: its loop ended
@@ -157,14 +154,22 @@ type Node struct {
 // New makes the node's loop, not yet its raft (StartRaft): the peer transport, made next, delivers to it.
 func New(cfg Config) *Node {
 	n := &Node{
-		cfg: cfg, log: cfg.Log, metrics: NewMetrics(cfg.Registerer), tickBase: cfg.Clock.Now(),
+		cfg: cfg, log: cfg.Log, metrics: NewMetrics(cfg.Registerer), lastTick: lastTick{base: cfg.Clock.Now()},
 		confState: cfg.Snapshot.GetMetadata().GetConfState(), notices: NewCommitNotices(),
 		stopped: make(chan struct{}), done: make(chan struct{}),
 	}
 	n.watchdog = NewWatchdog(WatchdogConfig{Path: cfg.DiskPath, BeforeWrite: cfg.BeforeWrite, Stop: n.stopped, Fatal: n.Err})
-	n.snapshots = n.newSnapshotter()
+	n.snapshots = newSnapshotter(n)
 	n.local = NewLocalStorage(LocalStorageConfig[Restore]{
-		Persist: n.persist, Decode: cfg.Applier.Decode, Restore: n.restore, Apply: n.apply,
+		Persist: n.persist, Decode: cfg.Applier.Decode, Restore: n.restore,
+		Apply: func(ents []*raftpb.Entry) error {
+			start := time.Now()
+			if err := cfg.Applier.Apply(ents); err != nil {
+				return err
+			}
+			n.metrics.applySeconds.Observe(since(start))
+			return nil
+		},
 		Deliver: func(resps []*raftpb.Message) { n.deliver(resps) },
 	})
 	n.leaderLoss = NewLeaderLoss(LeaderLossConfig{
@@ -189,8 +194,8 @@ func (n *Node) StartRaft(peers []raft.Peer) error {
 	return nil
 }
 
-// newSnapshotter returns the node's snapshotter, whose log's snapshot is cfg.Snapshot.
-func (n *Node) newSnapshotter() *Snapshotter {
+// newSnapshotter returns n's snapshotter, whose log's snapshot is cfg.Snapshot.
+func newSnapshotter(n *Node) *Snapshotter {
 	return NewSnapshotter(SnapshotterConfig{
 		Self: n.cfg.ID, Entries: n.cfg.SnapshotEntries, CatchUp: n.cfg.SnapshotCatchUp,
 		Index: n.cfg.Snapshot.GetMetadata().GetIndex(), Storage: n.cfg.Writer, Watchdog: n.watchdog,
@@ -264,22 +269,20 @@ func (n *Node) Run(stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Go(func() { n.reads.run(stop) })
-	wg.Go(func() { n.watchDisk(stop) })
+	wg.Go(func() {
+		// On a stalled write the node stops serving with the watchdog's error, while the loop may
+		// still be blocked in that write.
+		n.watchdog.Watch(stop, n.done, n.cfg.DiskStallTimeout, func(err error) {
+			n.Fail(err)
+			n.Halt()
+		})
+	})
 	wg.Go(func() { n.snapshots.Run(stop) })
 	wg.Go(func() { n.leaderLoss.Run(ctx) })
 	n.loop(stop)
 	<-stop
 	cancel()
 	wg.Wait()
-}
-
-// watchDisk runs the disk watchdog until stop closes or the node stops. On a stalled write it stops the
-// node serving with the watchdog's error, while the loop may still be blocked in that write.
-func (n *Node) watchDisk(stop <-chan struct{}) {
-	n.watchdog.Watch(stop, n.done, n.cfg.DiskStallTimeout, func(err error) {
-		n.Fail(err)
-		n.Halt()
-	})
 }
 
 // loop is the Ready loop: it takes in what is queued for raft (ticks, peer messages, proposals, calls;
@@ -292,7 +295,7 @@ func (n *Node) loop(stop <-chan struct{}) {
 	}
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
-	n.ticked(n.cfg.Clock.Now())
+	n.lastTick.ticked(n.cfg.Clock.Now())
 	h := n.raftHost
 	for {
 		// Proposals wait in their queue while raft knows no leader: it would drop them.
@@ -302,7 +305,10 @@ func (n *Node) loop(stop <-chan struct{}) {
 		}
 		select {
 		case <-stop:
-			n.flushOnStop()
+			// The HardState persist held back, written as the loop ends.
+			if err := n.flushHardState(); err != nil {
+				n.log.Warn("could not persist the last commit index", "err", err)
+			}
 			return
 		case <-ticker.C:
 			n.tick()
@@ -344,11 +350,11 @@ func (n *Node) handleReadys() error {
 // extends every deadline by it, so clients are not punished for the server's stall).
 func (n *Node) tick() {
 	now := n.cfg.Clock.Now()
-	stalled := n.sinceTick(now) - n.cfg.TickInterval
+	stalled := n.lastTick.since(now) - n.cfg.TickInterval
 	if stalled <= stallThreshold(n.cfg.TickInterval) {
 		stalled = 0
 	}
-	n.ticked(now)
+	n.lastTick.ticked(now)
 	n.ticks.Add(1)
 	n.rn.Tick()
 	if n.cfg.Handler.Tick != nil {
@@ -356,16 +362,24 @@ func (n *Node) tick() {
 	}
 }
 
-// ticked records that the loop ticked at now.
-func (n *Node) ticked(now time.Time) { n.lastTick.Store(int64(now.Sub(n.tickBase)) + 1) }
+// lastTick is when the loop last ticked, as an offset on the node's clock from base plus one (0: the
+// loop has not started). An offset between two readings of the clock, so a step of the wall clock is
+// no stall.
+type lastTick struct {
+	base time.Time
+	at   atomic.Int64
+}
 
-// sinceTick is the time from the loop's last tick to now (0 before the loop started).
-func (n *Node) sinceTick(now time.Time) time.Duration {
-	last := n.lastTick.Load()
+// ticked records that the loop ticked at now.
+func (t *lastTick) ticked(now time.Time) { t.at.Store(int64(now.Sub(t.base)) + 1) }
+
+// since is the time from the loop's last tick to now (0 before the loop started).
+func (t *lastTick) since(now time.Time) time.Duration {
+	last := t.at.Load()
 	if last == 0 {
 		return 0
 	}
-	return now.Sub(n.tickBase) - time.Duration(last-1)
+	return now.Sub(t.base) - time.Duration(last-1)
 }
 
 func stallThreshold(tick time.Duration) time.Duration {
@@ -414,16 +428,6 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	return n.snapshots.Maybe()
 }
 
-// apply hands committed entries to the layer above.
-func (n *Node) apply(ents []*raftpb.Entry) error {
-	start := time.Now()
-	if err := n.cfg.Applier.Apply(ents); err != nil {
-		return err
-	}
-	n.metrics.applySeconds.Observe(since(start))
-	return nil
-}
-
 // persist makes a log append durable before anything acts on it (decision 8): one bbolt transaction.
 // An append that raft says needs no sync (mustSync false: no entries, and only the commit index moved)
 // is not written at all: a stale commit index on disk is safe, since committed entries are learned again
@@ -459,13 +463,6 @@ func (n *Node) updateLogEntries() {
 	last, err2 := n.cfg.Storage.LastIndex()
 	if err1 == nil && err2 == nil && last+1 >= first {
 		n.metrics.logEntries.Set(float64(last + 1 - first))
-	}
-}
-
-// flushOnStop writes, as the loop ends, the HardState that persist held back.
-func (n *Node) flushOnStop() {
-	if err := n.flushHardState(); err != nil {
-		n.log.Warn("could not persist the last commit index", "err", err)
 	}
 }
 

@@ -40,7 +40,7 @@ func (n *Node) LeaderChanged() <-chan struct{} { return n.leaderSwitch.next() }
 // LoopStalled is how long the Ready loop has not ticked, once that is longer than an election timeout;
 // 0 while it ticks.
 func (n *Node) LoopStalled() time.Duration {
-	if gap := n.sinceTick(n.cfg.Clock.Now()); gap > n.cfg.ElectionTimeout() {
+	if gap := n.lastTick.since(n.cfg.Clock.Now()); gap > n.cfg.ElectionTimeout() {
 		return gap
 	}
 	return 0
