@@ -10,6 +10,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // metrics are the node's Prometheus metrics, with the Ready loop's (raftnode.Metrics) exactly the node
@@ -87,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 			Help: "Raft messages received from peers and dropped before raft saw them, by reason (docs/security.md, \"Hostile peer input\").",
 		}, []string{"reason"}),
 	}
-	for _, r := range peerDropReasons {
+	for _, r := range raftnode.PeerDropReasons {
 		m.peerRejects.WithLabelValues(r)
 	}
 	for _, t := range eventTypeLabel {

@@ -71,9 +71,6 @@ type node struct {
 	// ops serves the client requests (leaseops.go).
 	ops *leaseOps
 
-	// peerIn checks the messages peers send before raft sees them (peerinput.go).
-	peerIn *peerGate
-
 	// clientAddr and peerAddr are this node's advertised addresses.
 	clientAddr, peerAddr string
 	// members keeps the member table, raft's configuration and the transport's peers in step, and

@@ -13,18 +13,14 @@ import (
 //
 //   - its data is what the node would restore (checkSnapshotData, on the transport's goroutine: a decode
 //     into a new state machine, the node's own untouched), and
-//   - it comes from the leader this node follows in the message's term (fitsRaftState, on the Ready
-//     loop, against raft's own view at the moment it would step it).
+//   - it comes from the leader this node follows in the message's term (internal/raftnode's
+//     fitsRaftState, on the Ready loop, against raft's own view at the moment it would step it).
 //
-// A snapshot from a higher term than the node's is refused too, though raft would take it and learn the
-// new leader from it: a new leader's first message to a follower is an append (raft probes before it
-// sends a snapshot), which teaches the follower the term and the leader; the snapshot the leader sends
-// after the follower's answer is then from the leader it follows. One refused in a race is sent again at
-// the leader's next probe. Refusing it closes the gap a forged higher term would open: any member could
-// otherwise name itself the leader of a term nobody has reached and replace a follower's state.
+// Why one from a higher term than the node's is refused too is told beside fitsRaftState
+// (internal/raftnode).
 
-// checkSnapshotData decodes a snapshot's data as restoreSnapshot would and checks the metadata raft acts
-// on against it: the applied index is the snapshot's index, the configuration is the member table's
+// checkSnapshotData (raftnode.Config.CheckSnapshot) decodes a snapshot's data as restoreSnapshot would
+// and checks the metadata raft acts on against it: the applied index is the snapshot's index, the configuration is the member table's
 // (voters and learners, no joint configuration: membership changes one node at a time), the sender is a
 // voter, and this node a member that was not removed.
 func checkSnapshotData(s *raftpb.Snapshot, self, from uint64) error {

@@ -32,13 +32,15 @@ func newRaft(n *node, storage raft.Storage, snap *raftpb.Snapshot, logPath strin
 			}
 			return walPath()
 		},
-		BeforeWrite: n.faults.beforeWrite,
-		Applier:     applier{n},
-		Handler:     raftHandler(n),
-		Proposers:   n.proposals,
-		Send:        func(msgs []*raftpb.Message) { n.transport.Send(msgs) },
-		Dropped:     func(reason string, count int) { n.metrics.peerRejected(reason, count) },
-		Registerer:  cfg.Registerer,
+		BeforeWrite:   n.faults.beforeWrite,
+		Applier:       applier{n},
+		Handler:       raftHandler(n),
+		Proposers:     n.proposals,
+		Send:          func(msgs []*raftpb.Message) { n.transport.Send(msgs) },
+		IsMember:      n.members.IsMember,
+		CheckSnapshot: checkSnapshotData,
+		Dropped:       func(reason string, count int) { n.metrics.peerRejected(reason, count) },
+		Registerer:    cfg.Registerer,
 	})
 }
 

@@ -356,7 +356,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		mcfg.MarkRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.members = membership.New(mcfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
-	n.peerIn = newPeerGate(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
@@ -628,7 +627,7 @@ func (s *Server) AppliedIndex() uint64 { return s.node.state.Applied() }
 type raftAdapter struct{ n *node }
 
 func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
-	return a.n.peerIn.step(ctx, m)
+	return a.n.raft.StepPeer(ctx, m)
 }
 func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {

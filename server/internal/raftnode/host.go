@@ -188,7 +188,7 @@ func (h *raftHost) intake(acceptProposals bool) {
 func (h *raftHost) stepMessage(m *raftpb.Message) {
 	if needsRaftState(m.GetType()) && !fitsRaftState(h.rn.BasicStatus(), m) {
 		if h.dropped != nil {
-			h.dropped(DropMalformed, 1)
+			h.dropped(dropMalformed, 1)
 		}
 		return
 	}

@@ -90,7 +90,12 @@ type Config struct {
 	Proposers Proposers
 	// Send hands messages to the peer transport.
 	Send func(msgs []*raftpb.Message)
-	// Dropped counts a peer message refused on the loop (DropMalformed); may be nil.
+	// IsMember tells the members from whom peer messages are taken, and CheckSnapshot whether a
+	// snapshot's data agrees with the metadata raft acts on (the layer above decodes it): an error
+	// drops the MsgSnap (PeerView).
+	IsMember      func(id uint64) bool
+	CheckSnapshot func(s *raftpb.Snapshot, self, from uint64) error
+	// Dropped counts a peer message refused (PeerDropReasons); may be nil.
 	Dropped func(reason string, count int)
 	// Registerer gets the loop's metrics (NewMetrics); nil: not registered.
 	Registerer prometheus.Registerer
@@ -136,6 +141,8 @@ type Node struct {
 	watchdog   *Watchdog
 	leaderLoss *LeaderLoss
 	reads      *readIndexer
+	// peers is what the checks of peer messages read of the node (StepPeer).
+	peers PeerView
 
 	// lastTick is when the loop last ticked, for any goroutine: a long gap is a stall, which the layer
 	// above makes up for (Handler.Tick) and during which a leader does not claim to lead (LoopStalled).
@@ -176,6 +183,7 @@ func New(cfg Config) *Node {
 		Self: cfg.ID, Election: cfg.ElectionTimeout(), Raft: n, Leader: n.leader.Load, IsLeader: n.IsLeader,
 		Log: n.log, Forgot: n.metrics.leaderStreamLost.Inc,
 	})
+	n.peers = n.peerView()
 	n.metrics.snapBytes.Set(float64(len(cfg.Snapshot.GetData())))
 	n.updateLogEntries()
 	return n

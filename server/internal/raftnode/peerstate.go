@@ -5,10 +5,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// DropMalformed is the reason (a label value of leased_peer_messages_dropped_total) for a peer message
-// that cannot be right: here, one raft's own view refuses (fitsRaftState).
-const DropMalformed = "malformed"
-
 // A MsgSnap replaces a follower's whole state, and raft persists it as soon as it accepts it: besides
 // the checks of its data before it reaches the loop, it must come from the leader this node follows in
 // the message's term. One from a higher term is refused too, though raft would take it: a new leader's
