@@ -238,7 +238,7 @@ func (m *metrics) peerDropped(id uint64, count int) {
 	m.peerFailures.WithLabelValues(leasepb.FormatID(id)).Add(float64(count))
 }
 
-// peerRejected counts inbound peer messages dropped for reason (the checks of peerinput.go, and the
+// peerRejected counts inbound peer messages dropped for reason (raftnode's peer checks, and the
 // transport's OnRejected).
 func (m *metrics) peerRejected(reason string, count int) {
 	m.peerRejects.WithLabelValues(reason).Add(float64(count))
