@@ -59,7 +59,7 @@ func raftHandler(n *node) raftnode.Handler {
 			n.lessor.Promote(n.clock.Now(), term)
 			n.proposeInitialACL()
 		},
-		LostLeadership: func(uint64) {
+		LostLeadership: func() {
 			n.lessor.Demote()
 			n.queue.FailAll(ErrNotLeader)
 		},

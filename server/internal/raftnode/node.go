@@ -42,10 +42,10 @@ type Handler struct {
 	// Tick runs at every tick. stalled is how much longer than the tick the loop could not run (a
 	// blocked disk, a paused process), once that is well past the tick; else 0.
 	Tick func(now time.Time, stalled time.Duration)
-	// BecameLeader runs when this node wins an election in term; LostLeadership when it stops leading
-	// (to leader, 0 if none is known). Proposers still waiting are failed right after LostLeadership.
+	// BecameLeader runs when this node wins an election in term; LostLeadership when it stops leading.
+	// Proposers still waiting are failed right after LostLeadership.
 	BecameLeader   func(term uint64)
-	LostLeadership func(leader uint64)
+	LostLeadership func()
 	// Stopped runs as the loop ends: nothing is applied from then on.
 	Stopped func()
 }
@@ -111,6 +111,8 @@ func (c *Config) ElectionTimeout() time.Duration {
 // (Run) owns the loop and raft itself; the others reach raft through the raft host's calls, which queue
 // work for it (host.go).
 type Node struct {
+	// raftHost holds the RawNode (from StartRaft on); its calls (Propose, Step, Campaign, Status, ...)
+	// are the Node's.
 	*raftHost
 	cfg     Config
 	log     *slog.Logger
@@ -183,7 +185,10 @@ func New(cfg Config) *Node {
 		Self: cfg.ID, Election: cfg.ElectionTimeout(), Raft: n, Leader: n.leader.Load, IsLeader: n.IsLeader,
 		Log: n.log, Forgot: n.metrics.leaderStreamLost.Inc,
 	})
-	n.peers = n.peerView()
+	n.peers = PeerView{
+		Self: cfg.ID, IsMember: cfg.IsMember, LastIndex: n.LogEnd, AcceptTerm: n.AcceptTerm,
+		CheckSnapshot: cfg.CheckSnapshot,
+	}
 	n.metrics.snapBytes.Set(float64(len(cfg.Snapshot.GetData())))
 	n.updateLogEntries()
 	return n
@@ -511,7 +516,7 @@ func (n *Node) updateSoftState(ss *raft.SoftState) {
 	case !isLeader && wasLeader:
 		n.log.Info("lost leadership", "leader", leasepb.FormatID(ss.Lead))
 		if h.LostLeadership != nil {
-			h.LostLeadership(ss.Lead)
+			h.LostLeadership()
 		}
 		n.notices.Forget() // the followers learn the commit index from the next leader
 		// Entries this node proposed may be lost or may commit under the next leader: tell their callers

@@ -158,14 +158,6 @@ func validSnapshot(m *raftpb.Message, v PeerView) bool {
 // errPeerMessageDropped: a peer message failed CheckPeerMessage.
 var errPeerMessageDropped = errors.New("peer message dropped")
 
-// peerView is the node's PeerView.
-func (n *Node) peerView() PeerView {
-	return PeerView{
-		Self: n.cfg.ID, IsMember: n.cfg.IsMember, LastIndex: n.LogEnd, AcceptTerm: n.AcceptTerm,
-		CheckSnapshot: n.cfg.CheckSnapshot,
-	}
-}
-
 // StepPeer checks a message from a peer (CheckPeerMessage) and queues it for raft, or drops it and
 // counts it (Config.Dropped).
 func (n *Node) StepPeer(ctx context.Context, m *raftpb.Message) error {
