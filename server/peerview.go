@@ -19,10 +19,10 @@ import (
 // Why one from a higher term than the node's is refused too is told beside fitsRaftState
 // (internal/raftnode).
 
-// checkSnapshotData (raftnode.Config.CheckSnapshot) decodes a snapshot's data as restoreSnapshot would
-// and checks the metadata raft acts on against it: the applied index is the snapshot's index, the configuration is the member table's
-// (voters and learners, no joint configuration: membership changes one node at a time), the sender is a
-// voter, and this node a member that was not removed.
+// checkSnapshotData (raftnode.Config.CheckSnapshot) decodes a snapshot's data as a restore would and
+// checks the metadata raft acts on against it: the applied index is the snapshot's index, the
+// configuration is the member table's (voters and learners, no joint configuration: membership changes
+// one node at a time), the sender is a voter, and this node a member that was not removed.
 func checkSnapshotData(s *raftpb.Snapshot, self, from uint64) error {
 	sm, err := fsm.Restore(s.GetData())
 	if err != nil {

@@ -83,7 +83,7 @@ func (a applier) Decode(data []byte) (raftnode.Restore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(snap *raftpb.Snapshot) error { return a.n.restoreSnapshot(snap, sm) }, nil
+	return func(snap *raftpb.Snapshot) error { return a.restore(snap, sm) }, nil
 }
 
 func (a applier) Applied() uint64 { return a.n.state.Applied() }
@@ -97,8 +97,9 @@ func (a applier) Freeze() raftnode.SnapshotView {
 	return a.n.state.View()
 }
 
-// restoreSnapshot replaces the state machine with sm, decoded from a snapshot received from the leader.
-func (n *node) restoreSnapshot(snap *raftpb.Snapshot, sm *fsm.FSM) error {
+// restore replaces the state machine with sm, decoded from a snapshot received from the leader.
+func (a applier) restore(snap *raftpb.Snapshot, sm *fsm.FSM) error {
+	n := a.n
 	sm.SetClusterID(n.clusterID)
 	n.state.Replace(sm)
 	n.members.SyncPeers() // the member table came with the snapshot
