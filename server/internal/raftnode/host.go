@@ -10,7 +10,7 @@ import (
 )
 
 // The Ready loop drives raft's RawNode itself (raftHost below) rather than through raft.Node, which runs
-// raft in a goroutine of its own: there every Proposal, every peer message, every Ready and every
+// raft in a goroutine of its own: there every proposal, every peer message, every Ready and every
 // storage response stepped back crossed between two goroutines, a wake-up each. Here the loop steps
 // what arrives, takes the Ready, writes, applies and steps the responses back in one goroutine, and the
 // proposals that queued while it wrote enter raft as one batch. Goroutines other than the loop reach raft
@@ -67,7 +67,7 @@ func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused f
 	}
 }
 
-// Propose queues a proposal; a refusal reaches its proposer through Config.Refused (ID != 0).
+// Propose queues a proposal; a refusal reaches its proposer through Config.Proposers (ID != 0).
 func (h *raftHost) Propose(ctx context.Context, p Proposal) error {
 	return enqueue(ctx, h.stopped, h.proposals, p)
 }
