@@ -7,6 +7,7 @@ import (
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/leases"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // newLeaseState makes the owner of the node's state machine sm, whose entries up to applied are in it.
@@ -24,10 +25,10 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Queue:   n.queue,
 		Metrics: func(res fsm.Result) { n.metrics.applied(res) },
 		Audit: func(index uint64, res fsm.Result) {
-			n.audit.Record(index, roleName(raft.StateType(n.role.Load())), res)
+			n.audit.Record(index, roleName(n.raft.Role()), res)
 		},
 		Answer: func(proposalID, index uint64, res fsm.Result) {
-			n.proposals.deliver(proposalID, proposalOutcome{index: index, result: res})
+			n.proposals.Deliver(proposalID, raftnode.Outcome[fsm.Result]{Index: index, Result: res})
 			n.ops.DeliverCarried(proposalID, res) // a blocking acquire a release's entry carried
 		},
 		ConfChange: func(e *raftpb.Entry) error { return n.members.ApplyConfChange(e) },

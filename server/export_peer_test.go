@@ -12,4 +12,4 @@ func (s *Server) HasLease(resource string) (ok bool) {
 }
 
 // Term is the node's raft term as its peer checks see it.
-func (s *Server) Term() uint64 { return s.node.term.Load() }
+func (s *Server) Term() uint64 { return s.node.raft.Term() }

@@ -17,10 +17,10 @@ import (
 func (s *Server) QueueLen(resource string) int { return s.node.queue.Waiting(resource) }
 
 // Ticks is how many times the node's Ready loop has ticked.
-func (s *Server) Ticks() uint64 { return s.node.ticks.Load() }
+func (s *Server) Ticks() uint64 { return s.node.raft.Ticks() }
 
 // SnapshotsRestored is how many snapshots this node received from a leader and restored.
-func (s *Server) SnapshotsRestored() uint64 { return s.node.restores.Load() }
+func (s *Server) SnapshotsRestored() uint64 { return s.node.raft.Restores() }
 
 // LiveViews is how many views of this node's state machine are taken and not yet released.
 func (s *Server) LiveViews() (n int) {

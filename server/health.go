@@ -25,21 +25,21 @@ func (s *Server) Ready() error { return readiness(s.node) }
 // readiness is Ready's rule, for the server and its metrics.
 func readiness(n *node) error {
 	select {
-	case <-n.done:
-		if p := n.fatalErr.Load(); p != nil {
-			return fmt.Errorf("%w: %v", ErrStopped, *p)
+	case <-n.raft.Done():
+		if err := n.raft.Err(); err != nil {
+			return fmt.Errorf("%w: %v", ErrStopped, err)
 		}
 		return ErrStopped
 	default:
 	}
-	if stalled := n.loopStalled(); stalled > 0 {
-		if op, age, ok := n.watchdog.InFlight(); ok {
+	if stalled := n.raft.LoopStalled(); stalled > 0 {
+		if op, age, ok := n.raft.Watchdog().InFlight(); ok {
 			return fmt.Errorf("%w for %v: raft log %s in flight for %v", ErrLoopStalled,
 				stalled.Round(time.Millisecond), op, age.Round(time.Millisecond))
 		}
 		return fmt.Errorf("%w for %v", ErrLoopStalled, stalled.Round(time.Millisecond))
 	}
-	if n.knownLeader() == 0 {
+	if n.raft.KnownLeader() == 0 {
 		return ErrNoLeader
 	}
 	return nil

@@ -26,7 +26,7 @@ func (n *node) proposeInitialACL() {
 		return
 	}
 	cmd := &wirepb.Command{Op: &wirepb.Command_SetAcl{SetAcl: &wirepb.SetAclCmd{Rules: n.cfg.InitialACL, Initial: true}}}
-	if n.lessor.Send(lessor.Cmd{Term: n.term.Load(), Cmd: cmd}) {
+	if n.lessor.Send(lessor.Cmd{Term: n.raft.Term(), Cmd: cmd}) {
 		n.log.Info("proposing the initial ACL", "rules", len(n.cfg.InitialACL))
 	} else {
 		n.log.Warn(fmt.Sprintf("the proposer queue is full; the initial ACL waits for the next leader change (%d rules)", len(n.cfg.InitialACL)))

@@ -51,8 +51,8 @@ func newLeaseOps(n *node, m *rpc.Metrics) *rpc.LeaseOps {
 		ElectionTimeout: n.cfg.ElectionTimeout(),
 	}, rpc.Parts{
 		Host: opsNode{n}, Clock: n.clock, ID: n.id, ClusterID: n.clusterID,
-		Leader: &n.leader, Term: &n.term, Commit: &n.commit, Applied: n.state.Applied,
-		LeaderChanged: n.leaderSwitch.next, Done: n.done, Draining: n.draining,
+		Leader: n.raft.Leader, Term: n.raft.Term, Commit: n.raft.Commit, Applied: n.state.Applied,
+		LeaderChanged: n.raft.LeaderChanged, Done: n.raft.Done(), Draining: n.draining,
 		Queue: n.queue, Lessor: n.lessor, Authz: n.authz, Watch: n.watch, Metrics: m,
 		Members: n.members, Status: func() *leasepb.StatusResponse { return statusOf(n) }, Log: n.log, HandoffProposing: &n.hooks.handoffProposing,
 		PeerClient: func(id uint64) (wirepb.RaftClient, bool) { return n.transport.PeerClient(id) },
@@ -67,16 +67,16 @@ func statusOf(n *node) *leasepb.StatusResponse {
 	return &leasepb.StatusResponse{
 		Id:            n.id,
 		Name:          n.cfg.Name,
-		Role:          roleOf(raft.StateType(n.role.Load()), self.GetIsLearner()),
-		Term:          n.term.Load(),
-		LeaderId:      n.knownLeader(),
-		CommitIndex:   n.commit.Load(),
+		Role:          roleOf(n.raft.Role(), self.GetIsLearner()),
+		Term:          n.raft.Term(),
+		LeaderId:      n.raft.KnownLeader(),
+		CommitIndex:   n.raft.Commit(),
 		AppliedIndex:  n.state.Applied(),
 		DbSizeBytes:   n.disk.logBytes.Load(),
 		Version:       n.cfg.Version,
 		ClientAddr:    n.clientAddr,
 		PeerAddr:      n.peerAddr,
-		LoopStalledMs: uint64(n.loopStalled().Milliseconds()),
+		LoopStalledMs: uint64(n.raft.LoopStalled().Milliseconds()),
 	}
 }
 

@@ -25,10 +25,7 @@ func (a memberNode) ApplyMembers(index uint64, changes []fsm.MemberChange) error
 }
 
 func (a memberNode) ApplyConfChange(cc raftpb.ConfChangeI, reconfigures bool) {
-	a.confState = a.host.rn.ApplyConfChange(cc)
-	if reconfigures {
-		a.snapshots.ConfChanged()
-	}
+	a.raft.ApplyConfChange(cc, reconfigures)
 }
 
 func (a memberNode) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
@@ -41,14 +38,14 @@ func (a memberNode) TransferLeadership(ctx context.Context, to uint64) {
 	a.raft.TransferLeadership(ctx, a.id, to)
 }
 
-func (a memberNode) LeaderID() uint64     { return a.leader.Load() }
+func (a memberNode) LeaderID() uint64     { return a.raft.Leader() }
 func (a memberNode) AppliedIndex() uint64 { return a.state.Applied() }
 
 func (a memberNode) WaitApplied(ctx context.Context, index uint64) error {
-	return a.state.WaitApplied(ctx, index, a.done)
+	return a.state.WaitApplied(ctx, index, a.raft.Done())
 }
 
-func (a memberNode) Halted() <-chan struct{} { return a.done }
+func (a memberNode) Halted() <-chan struct{} { return a.raft.Done() }
 
 func (a memberNode) AddPeer(id uint64, addr string) {
 	a.transport.AddPeer(id, addr)
@@ -64,11 +61,13 @@ func (a memberNode) PeerClient(id uint64) (wirepb.RaftClient, bool) {
 	return a.transport.PeerClient(id)
 }
 
-func (a memberNode) IsLeader() bool      { return a.isLeader() }
-func (a memberNode) KnownLeader() uint64 { return a.knownLeader() }
-func (a memberNode) Fail(err error)      { a.fail(err) }
-func (a memberNode) Halt()               { a.halt() }
-func (a memberNode) NotLeaderErr() error { return a.notLeaderErr() }
-func (a memberNode) StoppedErr() error   { return a.stoppedErr() }
+func (a memberNode) IsLeader() bool      { return a.raft.IsLeader() }
+func (a memberNode) KnownLeader() uint64 { return a.raft.KnownLeader() }
+func (a memberNode) Fail(err error)      { a.raft.Fail(err) }
+func (a memberNode) Halt()               { a.raft.Halt() }
+func (a memberNode) NotLeaderErr() error { return a.raft.NotLeaderErr() }
+func (a memberNode) StoppedErr() error   { return a.raft.StoppedErr() }
 
-func (a memberNode) ProposeErr(ctx context.Context, err error) error { return a.proposeErr(ctx, err) }
+func (a memberNode) ProposeErr(ctx context.Context, err error) error {
+	return a.raft.ProposeErr(ctx, err)
+}

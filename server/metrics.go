@@ -10,29 +10,22 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
-// metrics are the node's Prometheus metrics: with the request path's (rpc.Metrics, registered by
-// internal/rpc) exactly the node series of the metrics contract (docs/operations.md, "Metrics", lists
-// them). Names follow leased_<name>_<unit>; no lease, holder or resource name is ever a label value, and
-// every label value is set up front, so each series exists, at 0, from the start. They are registered
-// on Config.Registerer (nowhere when it is nil), never in init(); a Registerer serves one Server.
+// metrics are the node's Prometheus metrics: with the Ready loop's (raftnode.Metrics) and the request
+// path's (rpc.Metrics, registered by internal/rpc), exactly the node series of the metrics contract
+// (docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
+// resource name is ever a label value, and every label value is set up front, so each series exists, at
+// 0, from the start. They are registered on Config.Registerer (nowhere when it is nil), never in init();
+// a Registerer serves one Server.
 type metrics struct {
-	events        *prometheus.CounterVec // by event type
-	proposals     *prometheus.CounterVec // by outcome
-	leaderChanges prometheus.Counter
-	// leaderStreamLost counts the times this follower's stream from its leader broke and it campaigned.
-	leaderStreamLost prometheus.Counter
-	fsyncSeconds     prometheus.Histogram
-	applySeconds     prometheus.Histogram
-	readSeconds      prometheus.Histogram
-	snapSeconds      prometheus.Histogram
-	snapBytes        prometheus.Gauge
-	logEntries       prometheus.Gauge
-	expiryLag        prometheus.Histogram
-	peerRTT          *prometheus.HistogramVec // by peer
-	peerFailures     *prometheus.CounterVec   // by peer
-	peerRejects      *prometheus.CounterVec   // by reason
+	events       *prometheus.CounterVec // by event type
+	proposals    *prometheus.CounterVec // by outcome
+	expiryLag    prometheus.Histogram
+	peerRTT      *prometheus.HistogramVec // by peer
+	peerFailures *prometheus.CounterVec   // by peer
+	peerRejects  *prometheus.CounterVec   // by reason
 }
 
 // Label values, all of them set up front.
@@ -47,7 +40,7 @@ const (
 	outcomeRefused  = "refused"
 )
 
-// latencyBuckets span 100 µs to ~3 s: disk writes, applies, ReadIndex rounds, round trips.
+// latencyBuckets span 100 µs to ~3 s: round trips (as raftnode's do its disk writes and rounds).
 var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 
 func newMetrics(reg prometheus.Registerer, n *node) *metrics {
@@ -61,27 +54,6 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leased_proposals_total", Help: "Client commands this node proposed, by outcome (refused: rejected before proposing).",
 		}, []string{"outcome"}),
-		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leased_leader_changes_total", Help: "Leader changes this node saw (a new leader known; the first election counts).",
-		}),
-		leaderStreamLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leased_leader_stream_lost_total",
-			Help: "Times this follower's raft stream from its leader broke (the leader's process or connection died) and it campaigned at once.",
-		}),
-		fsyncSeconds: histogram("leased_disk_fsync_duration_seconds",
-			"Time of one durable raft log write (a Save: one bbolt transaction with its fsyncs).", latencyBuckets),
-		applySeconds: histogram("leased_apply_duration_seconds",
-			"Time to apply one Ready's committed entries to the state machine and its listeners.", latencyBuckets),
-		readSeconds: histogram("leased_read_index_duration_seconds",
-			"Time of one ReadIndex round (linearizable reads, renewals).", latencyBuckets),
-		snapSeconds: histogram("leased_snapshot_duration_seconds",
-			"Time to take a state machine snapshot and compact the raft log.", prometheus.ExponentialBuckets(0.001, 2, 16)),
-		snapBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "leased_snapshot_size_bytes", Help: "Size of the last state machine snapshot.",
-		}),
-		logEntries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "leased_raft_log_entries", Help: "Entries in the raft log not yet compacted.",
-		}),
 		expiryLag: histogram("leased_expiry_lag_seconds",
 			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
 			prometheus.ExponentialBuckets(0.001, 2, 16)),
@@ -97,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 			Help: "Raft messages received from peers and dropped before raft saw them, by reason (docs/security.md, \"Hostile peer input\").",
 		}, []string{"reason"}),
 	}
-	for _, r := range peerDropReasons {
+	for _, r := range raftnode.PeerDropReasons {
 		m.peerRejects.WithLabelValues(r)
 	}
 	for _, t := range eventTypeLabel {
@@ -112,15 +84,14 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.events, m.proposals, m.leaderChanges, m.leaderStreamLost, m.fsyncSeconds, m.applySeconds,
-		m.readSeconds, m.snapSeconds, m.snapBytes, m.logEntries, m.expiryLag,
+	reg.MustRegister(m.events, m.proposals, m.expiryLag,
 		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
-		gauge("leased_has_leader", "1 while this node knows a leader (a leader whose loop has stalled for an election timeout knows none).", func() float64 { return boolFloat(n.knownLeader() != 0) }),
+		gauge("leased_has_leader", "1 while this node knows a leader (a leader whose loop has stalled for an election timeout knows none).", func() float64 { return boolFloat(n.raft.KnownLeader() != 0) }),
 		gauge("leased_ready", "1 while this node is ready (/readyz's rule): it knows a leader and its raft loop runs.", func() float64 { return boolFloat(readiness(n) == nil) }),
-		gauge("leased_loop_stalled_seconds", "How long the raft loop has not run, once longer than an election timeout; 0 while it runs.", func() float64 { return n.loopStalled().Seconds() }),
-		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.isLeader()) }),
-		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.term.Load()) }),
-		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.commit.Load()) }),
+		gauge("leased_loop_stalled_seconds", "How long the raft loop has not run, once longer than an election timeout; 0 while it runs.", func() float64 { return n.raft.LoopStalled().Seconds() }),
+		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.raft.IsLeader()) }),
+		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.raft.Term()) }),
+		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.raft.Commit()) }),
 		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.state.Applied()) }),
 		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.ops.LiveLeases()) }),
 		gauge("leased_disk_free_bytes", "Bytes still free for leased on the data dir's filesystem (-1: unknown).", func() float64 { return float64(n.disk.freeBytes.Load()) }),
@@ -223,7 +194,7 @@ func (m *metrics) peerDropped(id uint64, count int) {
 	m.peerFailures.WithLabelValues(leasepb.FormatID(id)).Add(float64(count))
 }
 
-// peerRejected counts inbound peer messages dropped for reason (the checks of peerinput.go, and the
+// peerRejected counts inbound peer messages dropped for reason (raftnode's peer checks, and the
 // transport's OnRejected).
 func (m *metrics) peerRejected(reason string, count int) {
 	m.peerRejects.WithLabelValues(reason).Add(float64(count))

@@ -15,7 +15,7 @@ import (
 )
 
 // FuzzPeerMessage hands authenticated-but-garbage messages — every field of a raftpb.Message chosen by
-// the fuzzer, sent by a real member — to a real raft node, follower or leader, through checkPeerMessage:
+// the fuzzer, sent by a real member — to a real raft node, follower or leader, through raftnode.CheckPeerMessage:
 // whatever the checks let through, raft must take without panicking. This is how the checks were found
 // (a heartbeat past the log, a term of 0, entries out of order, a snapshot raft cannot restore).
 func FuzzPeerMessage(f *testing.F) {
@@ -58,16 +58,17 @@ func FuzzPeerMessage(f *testing.F) {
 			m.Snapshot = &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: &snapIndex, Term: &snapTerm, ConfState: cs},
 				Data: fuzzSnapshotData(t, snapIndex, cs)}
 		}
-		view := peerView{
-			self:       1,
-			acceptTerm: raftnode.NewTermGuard(NewManualClock(), rn.Status().GetTerm()).AcceptTerm,
-			isMember:   func(id uint64) bool { return id >= 1 && id <= 3 },
-			lastIndex: func() uint64 {
+		view := raftnode.PeerView{
+			Self:       1,
+			AcceptTerm: raftnode.NewTermGuard(NewManualClock(), rn.Status().GetTerm()).AcceptTerm,
+			IsMember:   func(id uint64) bool { return id >= 1 && id <= 3 },
+			LastIndex: func() uint64 {
 				last, _ := storage.LastIndex()
 				return last
 			},
+			CheckSnapshot: checkSnapshotData,
 		}
-		if checkPeerMessage(m, view) != "" {
+		if raftnode.CheckPeerMessage(m, view) != "" {
 			return
 		}
 		defer func() {
@@ -80,7 +81,7 @@ func FuzzPeerMessage(f *testing.F) {
 	})
 }
 
-// fuzzNode is raft node 1 of voters {1, 2, 3}, configured as startRaft does, with entries 1..5 of term 1
+// fuzzNode is raft node 1 of voters {1, 2, 3}, configured as raftnode.Node does, with entries 1..5 of term 1
 // (3 committed) at term 2: a follower, or the leader of term 3.
 func fuzzNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage) {
 	t.Helper()

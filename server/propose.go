@@ -2,72 +2,55 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"log/slog"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
-	"github.com/leased/leased/server/internal/errs"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
-// How requests reach raft: writes are proposed and answered once applied; reads and renewals wait for a
-// ReadIndex round.
+// How requests reach raft (internal/raftnode): writes are proposed and answered once applied; reads and
+// renewals wait for a ReadIndex round. These adapt the Ready loop to leaseHost.
 
 // propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
-// The Ready loop steps the proposal (raftHost); a refusal by raft comes back through the proposal waiter.
-func (n *node) propose(ctx context.Context, cmd *wirepb.Command) (res fsm.Result, index uint64, err error) {
-	entered := false // the command may be in the log: a failure from then on is not a refusal
-	defer func() { n.metrics.proposed(entered, err) }()
-	if err := n.stoppedErr(); err != nil {
+func (a opsNode) propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, uint64, error) {
+	out, entered, err := a.proposals.Propose(ctx, a.raft, func(id uint64) ([]byte, error) {
+		cmd.ProposalId = id
+		return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	})
+	a.metrics.proposed(entered, err)
+	if err != nil {
 		return fsm.Result{}, 0, err
 	}
-	id, ch := n.proposals.register()
-	defer n.proposals.cancel(id)
-	cmd.ProposalId = id
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
-	if err != nil {
-		return fsm.Result{}, 0, fmt.Errorf("encode command: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProposalTimeout)
-	defer cancel()
-	if err := n.raft.propose(ctx, proposal{data: data, id: id}); err != nil {
-		return fsm.Result{}, 0, n.proposeErr(ctx, err) // never queued: stopped, or the queue stayed full
-	}
-	entered = true
-	// From here on the entry may be in the log: any answer but its Result or raft's refusal leaves the
-	// outcome unknown.
-	select {
-	case out := <-ch:
-		if out.refused {
-			entered = false
-			return fsm.Result{}, 0, n.proposeErr(ctx, out.err) // never entered the log
-		}
-		return out.result, out.index, out.err
-	case <-ctx.Done():
-		return fsm.Result{}, 0, errs.UnknownOutcome(n.proposeErr(ctx, ctx.Err()))
-	case <-n.done: // closed, or stopped by a fatal error: the entry will not apply here
-		return fsm.Result{}, 0, errs.UnknownOutcome(n.stoppedErr())
-	}
+	return out.Result, out.Index, nil
 }
 
-func (n *node) proposeErr(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, raft.ErrProposalDropped):
-		return fmt.Errorf("proposal dropped: %w", ErrNoLeader)
-	case errors.Is(err, raft.ErrStopped):
-		return ErrStopped
-	case ctx.Err() != nil && n.leader.Load() == raft.None:
-		return fmt.Errorf("waiting for a leader: %w", ErrNoLeader)
-	case ctx.Err() != nil:
-		return fmt.Errorf("proposal not applied in time: %w", ErrTimeout)
-	}
-	return err
+func (a opsNode) isLeader() bool                              { return a.raft.IsLeader() }
+func (a opsNode) knownLeader() uint64                         { return a.raft.KnownLeader() }
+func (a opsNode) notLeaderErr() error                         { return a.raft.NotLeaderErr() }
+func (a opsNode) stoppedErr() error                           { return a.raft.StoppedErr() }
+func (a opsNode) linearizable(ctx context.Context) error      { return a.raft.Linearizable(ctx) }
+func (a opsNode) confirmLeadership(ctx context.Context) error { return a.raft.ConfirmLeadership(ctx) }
+
+// lessorRaft is what proposing the lessor's commands needs of raft (raftnode.Node; tests replace it).
+type lessorRaft interface {
+	IsLeader() bool
+	Term() uint64
+	Propose(ctx context.Context, p raftnode.Proposal) error
+	Done() <-chan struct{}
+}
+
+// lessorProposer proposes the lessor's commands (proposeAsync).
+type lessorProposer struct {
+	raft      lessorRaft
+	proposals *raftnode.Waiter[fsm.Result]
+	timeout   time.Duration // Config.ProposalTimeout
+	log       *slog.Logger
 }
 
 // proposeAsync appends a lessor command (its entries, in order) without waiting for the last of them;
@@ -82,25 +65,25 @@ func (n *node) proposeErr(ctx context.Context, err error) error {
 // after them for as long as all of them took to apply on each node. An entry that will not apply here
 // (refused, this node no longer leads, the node stopped, the proposal timeout) ends the command: the
 // lessor proposes what was lost again (checkpointLost; an expiry's retry).
-func (n *node) proposeAsync(c lessor.Cmd) {
-	if !n.isLeader() || n.term.Load() != c.Term {
-		n.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.Term, "term", n.term.Load())
+func (p *lessorProposer) proposeAsync(c lessor.Cmd) {
+	if !p.raft.IsLeader() || p.raft.Term() != c.Term {
+		p.log.Debug("dropping a lessor command from an earlier term", "decided_in", c.Term, "term", p.raft.Term())
 		return
 	}
 	var window []lessorEntry
 	defer func() {
 		for _, e := range window {
-			n.proposals.cancel(e.id)
+			p.proposals.Cancel(e.id)
 		}
 	}()
 	for _, cmd := range c.Entries() {
 		if len(window) == lessorWindow {
-			if !n.awaitLessorEntry(window[0]) {
+			if !p.awaitLessorEntry(window[0]) {
 				return
 			}
 			window = window[1:]
 		}
-		e, ok := n.proposeLessorEntry(cmd, c.Term)
+		e, ok := p.proposeLessorEntry(cmd, c.Term)
 		if !ok {
 			return
 		}
@@ -119,95 +102,44 @@ const lessorWindow = 16
 // comes.
 type lessorEntry struct {
 	id  uint64
-	out <-chan proposalOutcome
+	out <-chan raftnode.Outcome[fsm.Result]
 }
 
 // proposeLessorEntry queues cmd for the log, tagged with the term it was decided in (the loop drops it if
 // this node no longer leads in that term); ok is false if it could not be queued.
-func (n *node) proposeLessorEntry(cmd *wirepb.Command, term uint64) (e lessorEntry, ok bool) {
-	e.id, e.out = n.proposals.register()
+func (p *lessorProposer) proposeLessorEntry(cmd *wirepb.Command, term uint64) (e lessorEntry, ok bool) {
+	e.id, e.out = p.proposals.Register()
 	cmd.ProposalId = e.id
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 	if err != nil {
-		n.proposals.cancel(e.id)
-		n.log.Error("encode lessor command", "err", err)
+		p.proposals.Cancel(e.id)
+		p.log.Error("encode lessor command", "err", err)
 		return e, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ProposalTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	if err := n.raft.propose(ctx, proposal{data: data, id: e.id, term: term}); err != nil {
-		n.proposals.cancel(e.id)
-		n.log.Debug("lessor proposal not accepted", "err", err)
+	if err := p.raft.Propose(ctx, raftnode.Proposal{Data: data, ID: e.id, Term: term}); err != nil {
+		p.proposals.Cancel(e.id)
+		p.log.Debug("lessor proposal not accepted", "err", err)
 		return e, false
 	}
 	return e, true
 }
 
 // awaitLessorEntry waits until e applies on this node, and reports whether it did.
-func (n *node) awaitLessorEntry(e lessorEntry) bool {
-	timeout := time.NewTimer(n.cfg.ProposalTimeout)
+func (p *lessorProposer) awaitLessorEntry(e lessorEntry) bool {
+	timeout := time.NewTimer(p.timeout)
 	defer timeout.Stop()
 	select {
 	case out := <-e.out:
-		if out.err != nil || out.refused {
-			n.log.Debug("lessor entry not applied", "err", out.err)
+		if out.Err != nil || out.Refused {
+			p.log.Debug("lessor entry not applied", "err", out.Err)
 			return false
 		}
 		return true
 	case <-timeout.C: // proposeAsync cancels the waiters it still holds
 		return false
-	case <-n.done:
+	case <-p.raft.Done():
 		return false
-	}
-}
-
-// linearizable waits until this node's state reflects every write committed before the call (ReadIndex).
-func (n *node) linearizable(ctx context.Context) error {
-	start := time.Now()
-	idx, err := n.reads.readIndex(ctx)
-	n.metrics.readSeconds.Observe(since(start))
-	if err != nil {
-		return err
-	}
-	if err := n.state.WaitApplied(ctx, idx, n.done); err != nil {
-		return errors.Join(err, n.stoppedErr())
-	}
-	return nil
-}
-
-// confirmLeadership returns nil only if this node was the leader, in the same term, both before and after
-// a quorum acknowledged its leadership (decision 4), and its state reflects everything committed before.
-func (n *node) confirmLeadership(ctx context.Context) error {
-	term := n.term.Load()
-	if !n.isLeader() {
-		return n.notLeaderErr()
-	}
-	if err := n.linearizable(ctx); err != nil {
-		return err
-	}
-	if !n.isLeader() || n.term.Load() != term {
-		return n.notLeaderErr()
-	}
-	return nil
-}
-
-func (n *node) notLeaderErr() error {
-	if n.leader.Load() == raft.None {
-		return ErrNoLeader
-	}
-	return ErrNotLeader
-}
-
-func (n *node) stoppedErr() error {
-	if p := n.fatalErr.Load(); p != nil {
-		return fmt.Errorf("%w: %v", ErrStopped, *p)
-	}
-	select {
-	case <-n.stopped:
-		return ErrStopped
-	case <-n.done:
-		return ErrStopped
-	default:
-		return nil
 	}
 }

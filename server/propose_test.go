@@ -5,26 +5,38 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leased/leased/api/wirepb"
 	"github.com/leased/leased/fsm"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 )
 
-// recordingRaft is a raftControl that only records what is proposed to it.
+// fakeLead is the leadership a lessorRaft stand-in reports: the term, and whether this node leads in it.
+type fakeLead struct {
+	term    atomic.Uint64
+	leading atomic.Bool
+	done    chan struct{}
+}
+
+func (f *fakeLead) IsLeader() bool        { return f.leading.Load() }
+func (f *fakeLead) Term() uint64          { return f.term.Load() }
+func (f *fakeLead) Done() <-chan struct{} { return f.done }
+
+// recordingRaft is a lessorRaft that only records what is proposed to it.
 type recordingRaft struct {
-	raftControl
+	*fakeLead
 	proposed []*wirepb.Command
 }
 
-func (r *recordingRaft) propose(_ context.Context, p proposal) error {
+func (r *recordingRaft) Propose(_ context.Context, p raftnode.Proposal) error {
 	cmd := &wirepb.Command{}
-	if err := proto.Unmarshal(p.data, cmd); err != nil {
+	if err := proto.Unmarshal(p.Data, cmd); err != nil {
 		return err
 	}
 	r.proposed = append(r.proposed, cmd)
@@ -39,8 +51,9 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	cfg := TestConfig()
 	clock := NewManualClock()
 	out := make(chan lessor.Cmd, 16)
-	rr := &recordingRaft{}
-	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, raft: rr, lessor: lessor.New(lessorConfig(cfg), out), proposals: newProposalWaiter()}
+	rr := &recordingRaft{fakeLead: &fakeLead{}}
+	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock, lessor: lessor.New(lessorConfig(cfg), out), proposals: raftnode.NewWaiter[fsm.Result]()}
+	p := &lessorProposer{raft: rr, proposals: n.proposals, timeout: cfg.ProposalTimeout, log: n.log}
 	sm, index := fsm.New(), uint64(0)
 	grant := func(resource string) {
 		index++
@@ -52,8 +65,8 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 		n.lessor.Applied(clock.Now(), res)
 	}
 	lead := func(term uint64) {
-		n.term.Store(term)
-		n.role.Store(int32(raft.StateLeader))
+		rr.term.Store(term)
+		rr.leading.Store(true)
 		n.lessor.Promote(clock.Now(), term)
 	}
 	lead(2)
@@ -61,8 +74,8 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	n.lessor.Tick(clock.Now()) // decides Expire(old) in term 2; the proposer has not taken it yet
 
-	n.role.Store(int32(raft.StateFollower)) // another leader in term 3
-	n.term.Store(3)
+	rr.leading.Store(false) // another leader in term 3
+	rr.term.Store(3)
 	n.lessor.Demote()
 	lead(4)
 	grant("new")
@@ -70,7 +83,7 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	n.lessor.Tick(clock.Now()) // decides Expire(new) in term 4 (old is queued again too)
 
 	for len(out) > 0 {
-		n.proposeAsync(<-out)
+		p.proposeAsync(<-out)
 	}
 	var got [][]string
 	for _, cmd := range rr.proposed {
@@ -86,16 +99,16 @@ func TestLessorCommandFromEarlierTermIsNotProposed(t *testing.T) {
 	}
 }
 
-// pacedRaft is a raftControl that records proposals, safe to read while a proposer runs.
+// pacedRaft is a lessorRaft that records proposals, safe to read while a proposer runs.
 type pacedRaft struct {
-	raftControl
+	*fakeLead
 	mu       sync.Mutex
 	proposed []*wirepb.Command
 }
 
-func (r *pacedRaft) propose(_ context.Context, p proposal) error {
+func (r *pacedRaft) Propose(_ context.Context, p raftnode.Proposal) error {
 	cmd := &wirepb.Command{}
-	if err := proto.Unmarshal(p.data, cmd); err != nil {
+	if err := proto.Unmarshal(p.Data, cmd); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -119,9 +132,10 @@ func (r *pacedRaft) get(i int) (*wirepb.Command, int) {
 // and leaves no proposal waiter behind.
 func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
 	cfg := TestConfig()
-	n := &node{cfg: cfg, log: slog.New(slog.DiscardHandler), clock: NewManualClock(), proposals: newProposalWaiter(), done: make(chan struct{})}
-	n.term.Store(2)
-	n.role.Store(int32(raft.StateLeader))
+	lead := &fakeLead{done: make(chan struct{})}
+	lead.term.Store(2)
+	lead.leading.Store(true)
+	p := &lessorProposer{proposals: raftnode.NewWaiter[fsm.Result](), timeout: cfg.ProposalTimeout, log: slog.New(slog.DiscardHandler)}
 	const entries = 2*lessorWindow + 3
 	decision := func() lessor.Cmd {
 		var cps []*wirepb.LeaseCheckpoint
@@ -131,9 +145,9 @@ func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
 		return lessor.Cmd{Term: 2, Batch: 10, Cmd: &wirepb.Command{Op: &wirepb.Command_Checkpoint{Checkpoint: &wirepb.CheckpointCmd{Leases: cps}}}}
 	}
 	run := func(r *pacedRaft) <-chan struct{} {
-		n.raft = r
+		p.raft = r
 		done := make(chan struct{})
-		go func() { defer close(done); n.proposeAsync(decision()) }()
+		go func() { defer close(done); p.proposeAsync(decision()) }()
 		return done
 	}
 	proposedCount := func(r *pacedRaft, want int) {
@@ -147,7 +161,7 @@ func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
 		}
 	}
 
-	r := &pacedRaft{}
+	r := &pacedRaft{fakeLead: lead}
 	done := run(r)
 	for applied := 0; applied < entries; applied++ {
 		proposedCount(r, min(applied+lessorWindow, entries))
@@ -155,22 +169,20 @@ func TestLessorCommandKeepsAFewEntriesUnapplied(t *testing.T) {
 		if first := cmd.GetCheckpoint().GetLeases()[0].GetResource(); first != fmt.Sprintf("r/%04d", applied*10) {
 			t.Fatalf("entry %d starts at %s: out of order", applied, first)
 		}
-		n.proposals.deliver(cmd.GetProposalId(), proposalOutcome{index: uint64(applied + 1)})
+		p.proposals.Deliver(cmd.GetProposalId(), raftnode.Outcome[fsm.Result]{Index: uint64(applied + 1)})
 	}
 	<-done
 
-	r = &pacedRaft{}
+	r = &pacedRaft{fakeLead: lead}
 	done = run(r)
 	proposedCount(r, lessorWindow)
 	first, _ := r.get(0)
-	n.proposals.deliver(first.GetProposalId(), proposalOutcome{refused: true, err: ErrNotLeader})
+	p.proposals.Refuse(first.GetProposalId(), ErrNotLeader)
 	<-done
 	if _, got := r.get(0); got != lessorWindow {
 		t.Fatalf("%d entries proposed after the first was refused, want the %d already in flight", got, lessorWindow)
 	}
-	n.proposals.mu.Lock()
-	defer n.proposals.mu.Unlock()
-	if len(n.proposals.waiting) != 0 {
-		t.Fatalf("%d proposal waiters left behind", len(n.proposals.waiting))
+	if left := p.proposals.Waiting(); left != 0 {
+		t.Fatalf("%d proposal waiters left behind", left)
 	}
 }

@@ -11,104 +11,127 @@ import (
 	"github.com/leased/leased/server/internal/raftnode"
 )
 
-// The wiring of server/internal/raftnode's parts to the node.
+// The wiring of the Ready loop (internal/raftnode) to the node: the loop hands committed entries and the
+// leader's snapshots to the lease state (applier), and tells the lessor, the blocking acquires and the
+// initial ACL of leadership and ticks (handler).
 
-// newWatchdog returns the disk watchdog of n's raft log writes (decision 13): snapshots go to logPath
-// (raft.db), saves and compactions to the WAL segment walPath names (nil: logPath too).
-func newWatchdog(n *node, logPath string, walPath func() string) *raftnode.Watchdog {
-	return raftnode.NewWatchdog(raftnode.WatchdogConfig{
-		Path: func(op string) string {
+// newRaft returns n's Ready loop on its raft log, whose snapshot is snap (raftnode.Node; its raft starts
+// once the transport exists).
+func newRaft(n *node, storage raft.Storage, snap *raftpb.Snapshot, logPath string, walPath func() string) *raftnode.Node {
+	cfg := n.cfg
+	return raftnode.New(raftnode.Config{
+		ID: n.id, TickInterval: cfg.TickInterval, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
+		ProposalTimeout: cfg.ProposalTimeout, DiskStallTimeout: cfg.DiskStallTimeout,
+		SnapshotEntries: cfg.SnapshotEntries, SnapshotCatchUp: cfg.SnapshotCatchUp,
+		Clock: n.clock, Log: n.log, Storage: storage, Writer: liveStorage{n}, Snapshot: snap,
+		// Snapshots go to logPath (raft.db), saves and compactions to the WAL segment walPath names (nil:
+		// logPath too).
+		DiskPath: func(op string) string {
 			if op == "snapshot" || walPath == nil {
 				return logPath
 			}
 			return walPath()
 		},
-		BeforeWrite: n.faults.beforeWrite,
-		Stop:        n.stopped,
-		Fatal: func() error {
-			if p := n.fatalErr.Load(); p != nil {
-				return *p
-			}
-			return nil
-		},
+		BeforeWrite:   n.faults.beforeWrite,
+		Applier:       applier{n},
+		Handler:       raftHandler(n),
+		Proposers:     proposers{n},
+		Send:          func(msgs []*raftpb.Message) { n.transport.Send(msgs) },
+		IsMember:      n.members.IsMember,
+		CheckSnapshot: checkSnapshotData,
+		Dropped:       func(reason string, count int) { n.metrics.peerRejected(reason, count) },
+		Registerer:    cfg.Registerer,
 	})
 }
 
-// watchDisk runs n's disk watchdog until stop closes or n stops. On a stalled write it stops n serving
-// with the watchdog's error, while n's Ready loop may still be blocked in that write.
-func watchDisk(n *node, stop <-chan struct{}) {
-	n.watchdog.Watch(stop, n.done, n.cfg.DiskStallTimeout, func(err error) {
-		n.fail(err)
-		n.halt()
-	})
+// raftHandler is what n's parts above raft do as its leadership changes and its loop ticks.
+func raftHandler(n *node) raftnode.Handler {
+	return raftnode.Handler{
+		Tick: func(now time.Time, stalled time.Duration) {
+			if stalled > 0 {
+				// The loop could not run: clients are not punished for the server's stall (decision 3).
+				n.log.Warn("ready loop stalled; extending lease deadlines", "stall", stalled)
+				n.lessor.Extend(stalled)
+			}
+			n.lessor.Tick(now)
+		},
+		BecameLeader: func(term uint64) {
+			n.lessor.Promote(n.clock.Now(), term)
+			n.proposeInitialACL()
+		},
+		LostLeadership: func() {
+			n.lessor.Demote()
+			n.queue.FailAll(ErrNotLeader)
+		},
+		Stopped: n.audit.Close,
+	}
 }
 
-// newSnapshotter returns n's snapshotter (raftnode.Snapshotter), whose log's snapshot is at index.
-func newSnapshotter(n *node, index uint64) *raftnode.Snapshotter {
-	return raftnode.NewSnapshotter(raftnode.SnapshotterConfig{
-		Self: n.id, Entries: n.cfg.SnapshotEntries, CatchUp: n.cfg.SnapshotCatchUp, Index: index,
-		Storage: liveStorage{n}, Watchdog: n.watchdog,
-		Applied:   func() uint64 { return n.state.Applied() },
-		ConfState: func() *raftpb.ConfState { return n.confState },
-		Prepare: func() error {
-			if err := n.flushHardState(); err != nil {
-				return err
-			}
-			n.audit.WaitWritten() // a restart re-logs only the entries after the snapshot (auth.AuditTrail)
-			return nil
-		},
-		Freeze: func() raftnode.SnapshotView { return n.state.View() },
-		Took: func(_ uint64, bytes int, took time.Duration) {
-			n.metrics.snapSeconds.Observe(took.Seconds())
-			n.metrics.snapBytes.Set(float64(bytes))
-			n.updateLogEntries()
-		},
-		Log: n.log,
-	})
+// proposers are the node's waiting proposers (raftnode.Proposers): those of its own entries, and the
+// blocking acquires a release's entry carried, which a lost leadership leaves in the same doubt.
+type proposers struct{ n *node }
+
+func (p proposers) Refuse(id uint64, err error) { p.n.proposals.Refuse(id, err) }
+
+func (p proposers) FailAll(err error) {
+	p.n.proposals.FailAll(err)
+	p.n.ops.FailCarried(err)
+}
+
+// applier hands the Ready loop's committed entries and snapshots to n's state (raftnode.Applier).
+type applier struct{ n *node }
+
+func (a applier) Apply(ents []*raftpb.Entry) error {
+	if err := a.n.state.Apply(ents); err != nil {
+		return err
+	}
+	a.n.audit.HandOff()
+	return nil
+}
+
+func (a applier) Decode(data []byte) (raftnode.Restore, error) {
+	sm, err := fsm.Restore(data)
+	if err != nil {
+		return nil, err
+	}
+	return func(snap *raftpb.Snapshot) error { return a.restore(snap, sm) }, nil
+}
+
+func (a applier) Applied() uint64 { return a.n.state.Applied() }
+
+func (a applier) WaitApplied(ctx context.Context, index uint64, stopped <-chan struct{}) error {
+	return a.n.state.WaitApplied(ctx, index, stopped)
+}
+
+func (a applier) Freeze() raftnode.SnapshotView {
+	a.n.audit.WaitWritten() // a restart re-logs only the entries after the snapshot (auth.AuditTrail)
+	return a.n.state.View()
+}
+
+// restore replaces the state machine with sm, decoded from a snapshot received from the leader.
+func (a applier) restore(snap *raftpb.Snapshot, sm *fsm.FSM) error {
+	n := a.n
+	sm.SetClusterID(n.clusterID)
+	n.state.Replace(sm)
+	n.members.SyncPeers() // the member table came with the snapshot
+	if sm.WasRemoved(n.id) {
+		return n.members.Removed(snap.GetMetadata().GetIndex())
+	}
+	index := snap.GetMetadata().GetIndex()
+	n.state.Restored(index)
+	n.log.Info("restored snapshot", "index", index, "leases", sm.Len())
+	return nil
 }
 
 // liveStorage reaches n's raft log as it is when called (tests put a StorageFault in front of it after
 // the node is made).
 type liveStorage struct{ n *node }
 
+func (s liveStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	return s.n.storage.Save(hs, ents, snap)
+}
+
 func (s liveStorage) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
 	return s.n.storage.CreateSnapshot(i, cs, data)
 }
 func (s liveStorage) Compact(i uint64) error { return s.n.storage.Compact(i) }
-
-// newLocalStorage returns n's local storage threads (raftnode.LocalStorage). What they call of n they
-// read at each call: the raft host comes after them, and tests put a StorageFault before the log.
-func newLocalStorage(n *node) *raftnode.LocalStorage[*fsm.FSM] {
-	return raftnode.NewLocalStorage(raftnode.LocalStorageConfig[*fsm.FSM]{
-		Persist: n.persist,
-		Decode:  fsm.Restore,
-		Restore: n.restoreSnapshot,
-		Apply: func(ents []*raftpb.Entry) error {
-			start := time.Now()
-			if err := n.state.Apply(ents); err != nil {
-				return err
-			}
-			n.audit.HandOff()
-			n.metrics.applySeconds.Observe(since(start))
-			return nil
-		},
-		Deliver: func(resps []*raftpb.Message) { n.host.deliver(resps) },
-	})
-}
-
-// newLeaderLoss returns the leader-loss hint of n (raftnode.LeaderLoss).
-func newLeaderLoss(n *node) *raftnode.LeaderLoss {
-	return raftnode.NewLeaderLoss(raftnode.LeaderLossConfig{
-		Self: n.id, Election: n.cfg.ElectionTimeout(), Raft: liveRaft{n},
-		Leader: n.leader.Load, IsLeader: n.isLeader, Log: n.log,
-		Forgot: func() { n.metrics.leaderStreamLost.Inc() },
-	})
-}
-
-// liveRaft reaches n's raft as it is when called (n.raft is set once raft starts, after the transport
-// that carries the hints; tests replace it).
-type liveRaft struct{ n *node }
-
-func (r liveRaft) ForgetLeader(ctx context.Context) error { return r.n.raft.ForgetLeader(ctx) }
-func (r liveRaft) Campaign(ctx context.Context) error     { return r.n.raft.Campaign(ctx) }
-func (r liveRaft) Status() raft.Status                    { return r.n.raft.Status() }

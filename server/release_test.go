@@ -134,7 +134,7 @@ func TestSimRenewOnANewLeaderThatHasNotAppliedTheGrantYet(t *testing.T) {
 		var leader int
 		c.waitFor(10*time.Second, "a new leader", func() bool {
 			for i := range c.size() {
-				if i != old && c.node(i).isLeader() {
+				if i != old && c.node(i).raft.IsLeader() {
 					leader = i
 					return true
 				}

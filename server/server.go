@@ -235,7 +235,7 @@ func build(cfg Config, id raftlog.Identity, storage *raftlog.Storage, lis Listen
 		var err error
 		tr, err = transport.New(transport.Config{
 			ClusterID: id.ClusterID, LocalID: id.NodeID, Raft: raftAdapter{n}, Forward: n.ops.ServeForward, Join: n.members.ServeJoin,
-			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.leaderLoss.StreamLost,
+			Logger: n.log, OnRoundTrip: n.metrics.peerRoundTrip, OnDropped: n.metrics.peerDropped, OnStreamLost: n.raft.StreamLost,
 			TLS: cfg.PeerTLS, MemberID: n.members.MemberByName, OnRejected: n.metrics.peerRejected,
 			AllowedCNs: cfg.PeerCertAllowedCNs, AllowedHostnames: cfg.PeerCertAllowedHostnames,
 			// A peer that comes back is dialed again within half an election timeout, so a restarted
@@ -336,19 +336,15 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	sm.SetClusterID(id.ClusterID) // snapshots and backups say whose state they are (fsm/lineage.go)
 	out := make(chan lessor.Cmd, 4096)
 	n := &node{
-		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock, tickBase: cfg.Clock.Now(),
+		cfg: cfg, log: cfg.Logger.With("node", cfg.Name), clock: cfg.Clock,
 		id: id.NodeID, clusterID: id.ClusterID, storage: storage,
-		proposals:  newProposalWaiter(),
+		proposals:  raftnode.NewWaiter[fsm.Result](),
 		lessor:     lessor.New(lessorConfig(cfg), out),
 		queue:      waitq.New(cfg.Limits.MaxWaiters, cfg.Limits.MaxWaitersPerResource, cfg.Limits.MaxWaitersPerIdentity),
 		watch:      watch.New(cfg.WatchHistory, cfg.WatchHistoryBytes, cfg.Limits.MaxWatchers, snapIndex+1),
-		confState:  snap.GetMetadata().GetConfState(),
 		clientAddr: membership.Advertised(cfg.AdvertiseClientAddr, cfg.ClientAddr),
 		peerAddr:   membership.Advertised(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		notices:    raftnode.NewCommitNotices(),
 		draining:   make(chan struct{}),
-		stopped:    make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	n.state = newLeaseState(n, sm, snapIndex)
 	logPath, walPath := cfg.DataDir, (func() string)(nil)
@@ -361,11 +357,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 		mcfg.MarkRemoved = func(why string) error { return writeRemovedMarker(cfg.DataDir, why) }
 	}
 	n.members = membership.New(mcfg, n.log, n.id, n.clusterID, memberNode{n}, storage)
-	n.watchdog = newWatchdog(n, logPath, walPath)
-	n.snapshots = newSnapshotter(n, snapIndex)
-	n.peerIn = newPeerGate(n)
-	n.local = newLocalStorage(n)
-	n.leaderLoss = newLeaderLoss(n)
 	if sm.WasRemoved(id.NodeID) {
 		return nil, removedDirErr(cfg.DataDir, cfg.Name, fmt.Sprintf("per the snapshot at index %d", snapIndex))
 	}
@@ -379,9 +370,8 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.logIndex = storage
 	n.disk = newDiskStats(storage, cfg.DataDir)
 	n.metrics = newMetrics(cfg.Registerer, n)
+	n.raft = newRaft(n, storage, snap, logPath, walPath)
 	n.ops = newLeaseOps(n, rpc.NewMetrics(cfg.Registerer, n.metrics.proposals.WithLabelValues(outcomeRefused)))
-	n.metrics.snapBytes.Set(float64(len(snap.GetData())))
-	n.updateLogEntries()
 	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
 	n.lessor.Reset(sm, cfg.Clock.Now())
 	if n.transport, err = newTransport(n); err != nil {
@@ -395,17 +385,9 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 			return nil, err
 		}
 	}
-	rn, err := startRaft(n, storage, snapIndex, peers)
-	if err != nil {
+	if err := n.raft.StartRaft(peers); err != nil {
 		return nil, err
 	}
-	n.host = newRaftHost(rn, n.id, n.done, func(id uint64, err error) {
-		n.proposals.deliver(id, proposalOutcome{err: err, refused: true})
-	})
-	n.host.dropped = n.metrics.peerRejected
-	n.host.send = n.transport.Send
-	n.raft = n.host
-	n.reads = newReadIndexer(n.raft, cfg.ElectionTimeout(), n.done)
 	return &Server{cfg: cfg, log: n.log, node: n, lessorOut: out, stop: make(chan struct{})}, nil
 }
 
@@ -446,16 +428,12 @@ func closeListeners(lis Listeners) {
 
 // Start serves clients and peers and runs the node until Close.
 func (s *Server) Start() {
-	s.spawn(func() { s.node.run(s.stop) })
-	s.spawn(func() { s.node.reads.run(s.stop) })
-	s.spawn(func() { watchDisk(s.node, s.stop) })
+	s.spawn(func() { s.node.raft.Run(s.stop) })
 	s.spawn(func() { s.node.disk.run(s.stop, s.node.storage, s.cfg.DataDir) })
-	s.spawn(func() { s.node.snapshots.Run(s.stop) })
 	s.spawn(s.node.audit.Run)
 	s.spawn(func() { s.node.watch.Notify(s.stop) })
 	s.spawn(s.proposeLessorCommands)
 	s.spawnCtx(s.node.members.AutoPromote)
-	s.spawnCtx(s.node.leaderLoss.Run)
 	s.spawnCtx(s.node.members.AnnounceLoop)
 	s.spawnCtx(s.node.members.RemovalLoop)
 	if s.gossip != nil {
@@ -464,7 +442,7 @@ func (s *Server) Start() {
 	if s.peerSrv != nil { // nil when built by newServer alone (simulations)
 		s.spawn(func() { _ = s.peerSrv.Serve(s.transport.Listener(s.peerLis)) })
 		s.spawn(func() { _ = s.clientSrv.Serve(s.clientLis) })
-		s.spawn(func() { rpc.FollowHealth(s.health, s.Ready, s.cfg.TickInterval, s.node.done, s.stop) })
+		s.spawn(func() { rpc.FollowHealth(s.health, s.Ready, s.cfg.TickInterval, s.node.raft.Done(), s.stop) })
 	}
 	if s.gateway != nil {
 		s.spawn(s.gateway.Serve)
@@ -513,12 +491,13 @@ func stopContext(stop <-chan struct{}) (context.Context, context.CancelFunc) {
 
 // proposeLessorCommands feeds the lessor's expirations and checkpoints to raft, off the Ready loop.
 func (s *Server) proposeLessorCommands() {
+	p := &lessorProposer{raft: s.node.raft, proposals: s.node.proposals, timeout: s.cfg.ProposalTimeout, log: s.log}
 	for {
 		select {
 		case <-s.stop:
 			return
 		case cmd := <-s.lessorOut:
-			s.node.proposeAsync(cmd)
+			p.proposeAsync(cmd)
 		}
 	}
 }
@@ -526,15 +505,10 @@ func (s *Server) proposeLessorCommands() {
 // Done is closed when the node stops serving: Close, or a fatal error — a failed raft log write, or one
 // stalled beyond Config.DiskStallTimeout (ErrDiskStalled; the stalled write may still be blocked, and Close
 // then waits for it).
-func (s *Server) Done() <-chan struct{} { return s.node.done }
+func (s *Server) Done() <-chan struct{} { return s.node.raft.Done() }
 
 // Err is the fatal error that stopped the node, if any.
-func (s *Server) Err() error {
-	if p := s.node.fatalErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (s *Server) Err() error { return s.node.raft.Err() }
 
 // Close stops the node: it stops taking requests, hands leadership to a follower if it leads, stops raft
 // and closes the data dir. It waits for every goroutine the server started.
@@ -556,7 +530,7 @@ func (s *Server) shutdown() error {
 		stopGRPC(s.clientSrv, 2*time.Second)
 	}
 	s.transferLeadership()
-	close(s.node.stopped)
+	s.node.raft.Stop()
 	close(s.stop)
 	if s.peerSrv != nil {
 		s.peerSrv.Stop()
@@ -591,7 +565,7 @@ func stopGRPC(srv *grpc.Server, grace time.Duration) {
 // over, so that clients see a fast failover rather than an election timeout.
 func (s *Server) transferLeadership() {
 	n := s.node
-	if !n.isLeader() || n.fatalErr.Load() != nil { // a node that cannot persist hands nothing over
+	if !n.raft.IsLeader() || n.raft.Err() != nil { // a node that cannot persist hands nothing over
 		return
 	}
 	st := n.raft.Status()
@@ -610,7 +584,7 @@ func (s *Server) transferLeadership() {
 	n.raft.TransferLeadership(ctx, n.id, target)
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
-	for n.isLeader() {
+	for n.raft.IsLeader() {
 		select {
 		case <-ctx.Done():
 			return
@@ -632,11 +606,11 @@ func (s *Server) PeerAddr() string { return s.cfg.PeerAddr }
 func (s *Server) ID() uint64 { return s.node.id }
 
 // IsLeader reports whether this node currently leads.
-func (s *Server) IsLeader() bool { return s.node.isLeader() }
+func (s *Server) IsLeader() bool { return s.node.raft.IsLeader() }
 
 // Leader is the raft id of the leader this node knows of (0: none; also while this node leads but its
 // loop has stalled for an election timeout).
-func (s *Server) Leader() uint64 { return s.node.knownLeader() }
+func (s *Server) Leader() uint64 { return s.node.raft.KnownLeader() }
 
 // Watchers is how many Watch streams this node currently serves (leased_watchers).
 func (s *Server) Watchers() int { return s.node.watch.Len() }
@@ -654,7 +628,7 @@ func (s *Server) AppliedIndex() uint64 { return s.node.state.Applied() }
 type raftAdapter struct{ n *node }
 
 func (a raftAdapter) Process(ctx context.Context, m *raftpb.Message) error {
-	return a.n.peerIn.step(ctx, m)
+	return a.n.raft.StepPeer(ctx, m)
 }
 func (a raftAdapter) ReportUnreachable(id uint64) { a.n.raft.ReportUnreachable(id) }
 func (a raftAdapter) ReportSnapshot(id uint64, st raft.SnapshotStatus) {

@@ -90,7 +90,7 @@ func TestSimLeaderWritesWhileItReplicates(t *testing.T) {
 		}
 
 		c.waitFor(leaderStall, "durable copy on the stalled follower", func() bool { return durable(slow) >= next })
-		if _, _, writing := leader.watchdog.InFlight(); !writing || time.Since(start) >= leaderStall {
+		if _, _, writing := leader.raft.Watchdog().InFlight(); !writing || time.Since(start) >= leaderStall {
 			t.Fatalf("both followers had the entry %v after the stalls began, the leader's write in flight: %v; want it during the leader's %v stall",
 				time.Since(start), writing, leaderStall)
 		}

@@ -58,7 +58,7 @@ func TestCommitNoticesRideOnTheNextAppend(t *testing.T) {
 				t.Fatalf("acquire %d: %v", i, err)
 			}
 		}
-		done, commit := time.Now(), c.node(l).commit.Load()
+		done, commit := time.Now(), c.node(l).raft.Commit()
 		// Raft sends a follower it is probing (one whose append was rejected, say after the network
 		// reordered two) at most one append per heartbeat, so no notice either: only the followers it
 		// replicates to at the end are held to the delay.

@@ -48,7 +48,7 @@ func TestSimLeaderLoss(t *testing.T) {
 		if err == nil {
 			t.Fatal("the cut-off old leader granted a lease")
 		}
-		if c.node(old).isLeader() {
+		if c.node(old).raft.IsLeader() {
 			t.Fatal("the cut-off old leader still believes it leads after two election timeouts (CheckQuorum)")
 		}
 		if c.holds(old, "stale") != 0 {
@@ -361,7 +361,7 @@ func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
 	}, func(t *testing.T, c *simCluster) {
 		ctx := context.Background()
 		l := c.waitLeader(20 * time.Second)
-		term := c.node(l).term.Load()
+		term := c.node(l).raft.Term()
 		refs := make([]*leasepb.LeaseRef, leases)
 		for k := range refs {
 			r := fmt.Sprintf("held/%d", k)
@@ -436,7 +436,7 @@ func TestSimStalledLeaderDoesNotMassExpire(t *testing.T) {
 		stop()
 		wg.Wait()
 		t.Logf("keep-alives: %d succeeded (%d after the stall), %d failed", renewed, renewed-renewedBefore, failures)
-		if c.leader() != l || c.node(l).term.Load() != term {
+		if c.leader() != l || c.node(l).raft.Term() != term {
 			t.Fatal("leadership changed: the stall was meant to stay below the election timeout")
 		}
 		if len(lost) > 0 {
@@ -475,7 +475,7 @@ func TestSimCrashedFollowerCatchesUpBySnapshot(t *testing.T) {
 			t.Fatalf("setup: the leader's log starts at %d, the follower has entries up to %d", first, followerLast)
 		}
 		c.start(f)
-		c.waitFor(20*time.Second, "a snapshot restored on the restarted follower", func() bool { return c.node(f).restores.Load() > 0 })
+		c.waitFor(20*time.Second, "a snapshot restored on the restarted follower", func() bool { return c.node(f).raft.Restores() > 0 })
 		c.net.SetFaults(sim.Faults{})
 		c.converge(20 * time.Second)
 		for _, r := range []string{"a/0", "b/299"} {

@@ -224,8 +224,8 @@ func (c *simCluster) leader() int {
 	best, bestTerm := -1, uint64(0)
 	nodes := c.running()
 	for i, n := range nodes {
-		if n.isLeader() && n.term.Load() >= bestTerm {
-			best, bestTerm = i, n.term.Load()
+		if n.raft.IsLeader() && n.raft.Term() >= bestTerm {
+			best, bestTerm = i, n.raft.Term()
 		}
 	}
 	if best < 0 {
@@ -233,7 +233,7 @@ func (c *simCluster) leader() int {
 	}
 	follow := 0
 	for _, n := range nodes {
-		if n.leader.Load() == c.id(best) && n.term.Load() == bestTerm {
+		if n.raft.Leader() == c.id(best) && n.raft.Term() == bestTerm {
 			follow++
 		}
 	}
@@ -265,7 +265,7 @@ func (c *simCluster) waitLeader(within time.Duration) int {
 			return false
 		}
 		n := c.node(l)
-		return n.state.Applied() >= n.commit.Load() && n.commit.Load() > 0
+		return n.state.Applied() >= n.raft.Commit() && n.raft.Commit() > 0
 	})
 	return l
 }

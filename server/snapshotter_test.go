@@ -35,7 +35,7 @@ func TestSimVotersSnapshotAtDifferentIndexes(t *testing.T) {
 			if md.GetIndex() == 0 {
 				t.Fatalf("n%d took no snapshot in %d entries", i+1, 3*entries)
 			}
-			next[i] = c.node(i).snapshots.NextAt(md.GetIndex(), md.GetConfState())
+			next[i] = c.node(i).raft.NextSnapshotAt(md.GetIndex(), md.GetConfState())
 		}
 		for i := range next {
 			for j := range i {

@@ -287,7 +287,7 @@ func (mb *Members) rememberSeeds(ms []*leasepb.Member) {
 }
 
 // InitialMembers returns the founding members as raft peers, for a new cluster's bootstrap conf changes
-// (startRaft uses them only on an empty log), and lets the transport reach them until those entries apply.
+// (raft bootstraps with them only on an empty log), and lets the transport reach them until those entries apply.
 // Their context is each member's record as --initial-cluster gives it (name and peer address): every
 // founding node must write identical entries, so the client addresses, which only each node knows of
 // itself, are announced into the table afterwards (AnnounceLoop).

@@ -1,9 +1,13 @@
-// Package raftnode is the raft host's side of the node, apart from the lease service, which it never
-// imports (tests/deps): the disk watchdog that every raft log write goes through (Watchdog), the hint
-// that a crashed leader's broken stream gives its followers to elect another at once (LeaderLoss), the
-// bound on the terms peers may send (TermGuard), the commit notices held back for the next append
-// (CommitNotices), raft's local storage threads played on the Ready loop (LocalStorage), the snapshots
-// taken beside it (Snapshotter), and raft's logger (NewRaftLogger).
+// Package raftnode is the node's Ready loop over raft's RawNode (Node), apart from the lease service,
+// which it never imports (tests/deps). It takes proposals (Waiter matches them to their outcomes), serves
+// batched ReadIndex rounds, checks peer messages before raft sees them (CheckPeerMessage), persists,
+// sends, and hands committed entries and the leader's snapshots to the Applier the layer above
+// registers, telling it of leadership and ticks through a Handler, as etcd's raftNode does through its
+// raftReadyHandler. Its parts: the disk watchdog that every raft log write goes through (Watchdog), the
+// hint that a crashed leader's broken stream gives its followers to elect another at once (LeaderLoss),
+// the bound on the terms peers may send (TermGuard), the commit notices held back for the next append
+// (CommitNotices), raft's local storage threads played on the loop (LocalStorage), the snapshots taken
+// beside it (Snapshotter), and raft's logger (NewRaftLogger).
 package raftnode
 
 import (

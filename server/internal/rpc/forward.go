@@ -135,7 +135,7 @@ func (o *LeaseOps) awaitLeader(ctx context.Context) error {
 	defer timeout.Stop()
 	for {
 		switched := o.leaderChanged()
-		if o.leader.Load() != raft.None {
+		if o.leader() != raft.None {
 			return nil
 		}
 		select {
@@ -167,7 +167,7 @@ func isRenewal(req *wirepb.ForwardRequest) bool {
 // errLeaderSwitched (bare, not a status).
 func (o *LeaseOps) forward(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
 	switched := o.leaderChanged()
-	leader := o.leader.Load()
+	leader := o.leader()
 	if leader == raft.None || leader == o.id {
 		return nil, o.Status(o.NotLeaderErr())
 	}
@@ -250,7 +250,7 @@ func (o *LeaseOps) header() *leasepb.ResponseHeader {
 		MemberId:     o.id,
 		LeaderId:     hint.ID,
 		LeaderAddr:   hint.Addr,
-		RaftTerm:     o.term.Load(),
+		RaftTerm:     o.term(),
 		AppliedIndex: o.applied(),
 	}
 }

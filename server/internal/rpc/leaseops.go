@@ -32,7 +32,7 @@ type LeaseOps struct {
 	clusterID uint64
 	// leader, term and commit are the node's status as the Ready loop last stored it; applied its
 	// applied index.
-	leader, term, commit *atomic.Uint64
+	leader, term, commit func() uint64
 	applied              func() uint64
 	// leaderChanged is a channel closed when the node's view of the leader next changes
 	// (forwardFollowing).
@@ -96,7 +96,7 @@ type Parts struct {
 	Host                 LeaseHost
 	Clock                clock.Clock
 	ID, ClusterID        uint64
-	Leader, Term, Commit *atomic.Uint64
+	Leader, Term, Commit func() uint64
 	Applied              func() uint64
 	LeaderChanged        func() <-chan struct{}
 	Done, Draining       <-chan struct{}

@@ -149,7 +149,7 @@ func (s *LeasesService) Watch(req *leasepb.WatchRequest, stream grpc.ServerStrea
 		}
 		defer s.o.watch.Identities.Put(id)
 	}
-	w, err := s.o.watch.Subscribe(req.GetFromIndex(), s.o.commit.Load()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
+	w, err := s.o.watch.Subscribe(req.GetFromIndex(), s.o.commit()+1, watch.Matcher(req.GetResource(), req.GetPrefix()))
 	if err != nil {
 		return s.o.Status(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 
-	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/transport"
 )
 
@@ -30,12 +29,13 @@ const (
 	dropMalformed      = "malformed"                    // entries, acknowledgements or a snapshot that cannot be right
 )
 
-var peerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
+// PeerDropReasons are every reason a peer message is dropped, for the metric's label values.
+var PeerDropReasons = []string{dropSenderMismatch, dropNotMember, dropType, dropTerm, dropCommit, dropMalformed}
 
-// maxPeerTerm bounds terms and indexes a peer may send: raftnode.TermCeiling leaves raft every
-// increment it will ever make without overflow. A term must also be within the node's allowance
-// (raftnode.TermGuard): not far ahead of its own.
-const maxPeerTerm = raftnode.TermCeiling
+// maxPeerTerm bounds terms and indexes a peer may send: TermCeiling leaves raft every increment it will
+// ever make without overflow. A term must also be within the node's allowance (TermGuard): not far ahead
+// of its own.
+const maxPeerTerm = TermCeiling
 
 // peerTypes are the raft messages that travel between nodes. The others are local (MsgHup, MsgBeat, the
 // storage messages, ...) or unused here (MsgProp: proposal forwarding is disabled).
@@ -46,28 +46,30 @@ var peerTypes = map[raftpb.MessageType]bool{
 	raftpb.MsgReadIndex: true, raftpb.MsgReadIndexResp: true,
 }
 
-// peerView is what the checks need of the local node.
-type peerView struct {
-	self     uint64
-	isMember func(id uint64) bool
-	// lastIndex is the last index in the log: the durable log, or the append in flight (whose entries a
+// PeerView is what the checks need of the local node.
+type PeerView struct {
+	Self     uint64
+	IsMember func(id uint64) bool
+	// LastIndex is the last index in the log: the durable log, or the append in flight (whose entries a
 	// leader sends its followers while it writes them, so their acknowledgements may arrive first).
-	lastIndex func() uint64
-	// acceptTerm reports whether a message at this term may reach raft (raftnode.TermGuard.AcceptTerm).
-	acceptTerm func(term uint64) bool
+	LastIndex func() uint64
+	// AcceptTerm reports whether a message at this term may reach raft (TermGuard.AcceptTerm).
+	AcceptTerm func(term uint64) bool
+	// CheckSnapshot checks a MsgSnap's data against the metadata raft acts on (Config.CheckSnapshot).
+	CheckSnapshot func(s *raftpb.Snapshot, self, from uint64) error
 }
 
-// checkPeerMessage returns why m must be dropped, or "" to let raft have it.
-func checkPeerMessage(m *raftpb.Message, v peerView) string {
+// CheckPeerMessage returns why m must be dropped, or "" to let raft have it.
+func CheckPeerMessage(m *raftpb.Message, v PeerView) string {
 	switch {
-	case m.GetFrom() == v.self || !v.isMember(m.GetFrom()):
+	case m.GetFrom() == v.Self || !v.IsMember(m.GetFrom()):
 		return dropNotMember
-	case m.GetTo() != v.self:
+	case m.GetTo() != v.Self:
 		return dropMalformed // the transport checks this too; raft would act on it regardless
 	case !peerTypes[m.GetType()]:
 		return dropType
 	case m.GetTerm() >= maxPeerTerm || m.GetLogTerm() >= maxPeerTerm || m.GetIndex() >= maxPeerTerm ||
-		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm || !v.acceptTerm(m.GetTerm()):
+		m.GetCommit() >= maxPeerTerm || m.GetRejectHint() >= maxPeerTerm || !v.AcceptTerm(m.GetTerm()):
 		return dropTerm
 	case (m.GetTerm() == 0) != (m.GetType() == raftpb.MsgReadIndex):
 		// raft takes a term of 0 for a local message and skips every term check; only a follower's
@@ -84,7 +86,7 @@ func checkPeerMessage(m *raftpb.Message, v peerView) string {
 		// raft commits the heartbeat's index outright and panics past the end of its log. A leader only
 		// sends what the follower acknowledged (min(match, committed)), and the follower acknowledges only
 		// what it persisted.
-		if m.GetCommit() > v.lastIndex() {
+		if m.GetCommit() > v.LastIndex() {
 			return dropCommit
 		}
 	case raftpb.MsgApp:
@@ -94,11 +96,11 @@ func checkPeerMessage(m *raftpb.Message, v peerView) string {
 	case raftpb.MsgAppResp:
 		// A follower acknowledges only entries this node sent it. A larger index would become its match
 		// and the next index to send from, beyond the log.
-		if !m.GetReject() && m.GetIndex() > v.lastIndex() {
+		if !m.GetReject() && m.GetIndex() > v.LastIndex() {
 			return dropMalformed
 		}
 	case raftpb.MsgSnap:
-		if !validSnapshot(m, v.self) {
+		if !validSnapshot(m, v) {
 			return dropMalformed
 		}
 	}
@@ -128,9 +130,9 @@ func consistentEntries(m *raftpb.Message) bool {
 
 // validSnapshot reports whether a MsgSnap carries a snapshot raft can restore: an index and term, a term
 // no newer than the sender's, a configuration raft accepts (it panics on one it cannot restore), and data
-// this node can restore that agrees with them (checkSnapshotData). Raft persists a snapshot it accepts
-// before the node reads its data: data that does not decode would stop the node on every restart.
-func validSnapshot(m *raftpb.Message, self uint64) bool {
+// this node can restore that agrees with them (PeerView.CheckSnapshot). Raft persists a snapshot it
+// accepts before the node reads its data: data that does not decode would stop the node on every restart.
+func validSnapshot(m *raftpb.Message, v PeerView) bool {
 	md := m.GetSnapshot().GetMetadata()
 	if md == nil || md.GetIndex() == 0 || md.GetIndex() >= maxPeerTerm || md.GetTerm() == 0 || md.GetTerm() > m.GetTerm() {
 		return false
@@ -150,49 +152,20 @@ func validSnapshot(m *raftpb.Message, self uint64) bool {
 	if cs.Equivalent(pt.ConfState()) != nil {
 		return false
 	}
-	return checkSnapshotData(m.GetSnapshot(), self, m.GetFrom()) == nil
+	return v.CheckSnapshot(m.GetSnapshot(), v.Self, m.GetFrom()) == nil
 }
 
-// errPeerMessageDropped: a peer message failed checkPeerMessage.
+// errPeerMessageDropped: a peer message failed CheckPeerMessage.
 var errPeerMessageDropped = errors.New("peer message dropped")
 
-// peerGate checks every message from a peer before raft sees it (checkPeerMessage).
-type peerGate struct {
-	view peerView
-	// dropped counts a refused message (leased_peer_messages_dropped_total).
-	dropped func(reason string, count int)
-	// raft takes a message that passed.
-	raft func(ctx context.Context, m *raftpb.Message) error
-}
-
-// newPeerGate returns n's peer gate. What it reads of n it reads at each message: raft, the term bound
-// and the metrics come after the transport that delivers to it, and tests replace raft.
-func newPeerGate(n *node) *peerGate {
-	return &peerGate{
-		view: peerView{
-			self:     n.id,
-			isMember: n.members.IsMember,
-			lastIndex: func() uint64 {
-				// The append in flight first: once it is 0, its write returned and the log has its entries.
-				appending := n.local.Appending()
-				last, err := n.logIndex.LastIndex()
-				if err != nil {
-					return 0 // a closed log: drop what depends on it
-				}
-				return max(last, appending)
-			},
-			acceptTerm: func(term uint64) bool { return n.terms.AcceptTerm(term) },
-		},
-		dropped: func(reason string, count int) { n.metrics.peerRejected(reason, count) },
-		raft:    func(ctx context.Context, m *raftpb.Message) error { return n.raft.Step(ctx, m) },
-	}
-}
-
-// step checks a message from a peer and hands it to raft, or drops and counts it.
-func (g *peerGate) step(ctx context.Context, m *raftpb.Message) error {
-	if reason := checkPeerMessage(m, g.view); reason != "" {
-		g.dropped(reason, 1)
+// StepPeer checks a message from a peer (CheckPeerMessage) and queues it for raft, or drops it and
+// counts it (Config.Dropped).
+func (n *Node) StepPeer(ctx context.Context, m *raftpb.Message) error {
+	if reason := CheckPeerMessage(m, n.peers); reason != "" {
+		if n.cfg.Dropped != nil {
+			n.cfg.Dropped(reason, 1)
+		}
 		return fmt.Errorf("%w (%s): %v from %x, term %d", errPeerMessageDropped, reason, m.GetType(), m.GetFrom(), m.GetTerm())
 	}
-	return g.raft(ctx, m)
+	return n.Step(ctx, m)
 }

@@ -1,13 +1,12 @@
-package server
+package raftnode
 
 import (
 	"context"
-	"fmt"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/leased/leased/server/internal/raftnode"
+	"github.com/leased/leased/server/internal/errs"
 )
 
 // The Ready loop drives raft's RawNode itself (raftHost below) rather than through raft.Node, which runs
@@ -15,33 +14,17 @@ import (
 // storage response stepped back crossed between two goroutines, a wake-up each. Here the loop steps
 // what arrives, takes the Ready, writes, applies and steps the responses back in one goroutine, and the
 // proposals that queued while it wrote enter raft as one batch. Goroutines other than the loop reach raft
-// through raftControl, whose calls queue work for the loop.
+// through the host's calls (promoted to Node), which queue work for the loop and return once it is
+// queued, except Status and ProposeConfChange, which wait for the loop's answer; a call made after the
+// loop ended returns raft.ErrStopped (Status: a zero Status).
 
-// raftControl is what goroutines other than the Ready loop ask of raft. raftHost implements it; tests
-// replace it. Each call queues work for the Ready loop and returns once it is queued, except Status and
-// ProposeConfChange, which wait for the loop's answer; a call made after the loop ended returns
-// raft.ErrStopped (Status: a zero Status).
-type raftControl interface {
-	// propose queues a proposal; a refusal reaches its proposer through the proposal waiter (id != 0).
-	propose(ctx context.Context, p proposal) error
-	Step(ctx context.Context, m *raftpb.Message) error
-	ReadIndex(ctx context.Context, rctx []byte) error
-	Campaign(ctx context.Context) error
-	ForgetLeader(ctx context.Context) error
-	TransferLeadership(ctx context.Context, lead, transferee uint64)
-	ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error
-	Status() raft.Status
-	ReportUnreachable(id uint64)
-	ReportSnapshot(id uint64, status raft.SnapshotStatus)
-}
-
-// proposal is one command for the log. id names the proposer waiting for it in the proposal waiter (0:
-// nobody waits). term, if not 0, is the term the command was decided in: it enters the log only while
-// this node still leads in that term (the lessor's commands, proposeAsync).
-type proposal struct {
-	data []byte
-	id   uint64
-	term uint64
+// Proposal is one command for the log. ID names the proposer waiting for it in the proposal waiter (0:
+// nobody waits). Term, if not 0, is the term the command was decided in: it enters the log only while
+// this node still leads in that term (the lessor's commands).
+type Proposal struct {
+	Data []byte
+	ID   uint64
+	Term uint64
 }
 
 // Queue sizes: enough for every caller of a busy node to queue while the loop writes, so that they
@@ -58,11 +41,11 @@ const (
 type raftHost struct {
 	rn        *raft.RawNode
 	id        uint64
-	pending   []proposal // taken from the queue, to be stepped as one batch (loop only)
-	proposals chan proposal
+	pending   []Proposal // taken from the queue, to be stepped as one batch (loop only)
+	proposals chan Proposal
 	messages  chan *raftpb.Message
 	calls     chan func(*raft.RawNode)
-	// stopped closes when the loop no longer serves (node.done).
+	// stopped closes when the loop no longer serves (Node.Done).
 	stopped <-chan struct{}
 	// refused tells a proposer that raft dropped its proposal (called on the loop).
 	refused func(id uint64, err error)
@@ -76,7 +59,7 @@ func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused f
 	return &raftHost{
 		rn:        rn,
 		id:        id,
-		proposals: make(chan proposal, proposalQueue),
+		proposals: make(chan Proposal, proposalQueue),
 		messages:  make(chan *raftpb.Message, messageQueue),
 		calls:     make(chan func(*raft.RawNode), callQueue),
 		stopped:   stopped,
@@ -84,10 +67,13 @@ func newRaftHost(rn *raft.RawNode, id uint64, stopped <-chan struct{}, refused f
 	}
 }
 
-func (h *raftHost) propose(ctx context.Context, p proposal) error {
+// Propose queues a proposal; a refusal reaches its proposer through Config.Proposers (ID != 0).
+func (h *raftHost) Propose(ctx context.Context, p Proposal) error {
 	return enqueue(ctx, h.stopped, h.proposals, p)
 }
 
+// Step queues a peer's message for raft; the checks that need raft's own view are made as the loop
+// steps it (stepMessage).
 func (h *raftHost) Step(ctx context.Context, m *raftpb.Message) error {
 	return enqueue(ctx, h.stopped, h.messages, m)
 }
@@ -125,7 +111,7 @@ func (h *raftHost) call(ctx context.Context, fn func(*raft.RawNode) error) error
 	}
 }
 
-func (h *raftHost) ReadIndex(ctx context.Context, rctx []byte) error {
+func (h *raftHost) readIndex(ctx context.Context, rctx []byte) error {
 	return h.post(ctx, func(rn *raft.RawNode) { rn.ReadIndex(rctx) })
 }
 
@@ -211,8 +197,9 @@ func (h *raftHost) stepMessage(m *raftpb.Message) {
 
 // proposeBatch steps proposals as one MsgProp: raft appends all of them or drops all (no leader here,
 // a leadership transfer under way, the uncommitted-size limit). A lessor command decided in another term
-// than the one this node now leads in is dropped first (proposeAsync says why).
-func (h *raftHost) proposeBatch(batch []proposal) {
+// than the one this node now leads in is dropped first: it may have waited in the queue across a
+// leadership change, during which another leader renewed the leases it names.
+func (h *raftHost) proposeBatch(batch []Proposal) {
 	if len(batch) == 0 {
 		return
 	}
@@ -220,19 +207,19 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 	ents := make([]*raftpb.Entry, 0, len(batch))
 	kept := batch[:0]
 	for _, p := range batch {
-		if p.term != 0 {
+		if p.Term != 0 {
 			if st == nil {
 				s := h.rn.BasicStatus()
 				st = &s
 			}
-			if st.RaftState != raft.StateLeader || st.GetTerm() != p.term {
-				if p.id != 0 { // a lessor entry whose proposer paces the rest on it
-					h.refused(p.id, ErrNotLeader)
+			if st.RaftState != raft.StateLeader || st.GetTerm() != p.Term {
+				if p.ID != 0 { // a lessor entry whose proposer paces the rest on it
+					h.refused(p.ID, errs.ErrNotLeader)
 				}
 				continue
 			}
 		}
-		ents = append(ents, &raftpb.Entry{Data: p.data})
+		ents = append(ents, &raftpb.Entry{Data: p.Data})
 		kept = append(kept, p)
 	}
 	if len(ents) == 0 {
@@ -243,8 +230,8 @@ func (h *raftHost) proposeBatch(batch []proposal) {
 		return
 	}
 	for _, p := range kept {
-		if p.id != 0 {
-			h.refused(p.id, err)
+		if p.ID != 0 {
+			h.refused(p.ID, err)
 		}
 	}
 }
@@ -270,52 +257,4 @@ func (h *raftHost) deliver(resps []*raftpb.Message) {
 		}
 		_ = h.rn.Step(r)
 	}
-}
-
-// startRaft makes the node's RawNode, bootstrapped with peers on an empty log.
-func startRaft(n *node, storage raft.Storage, applied uint64, peers []raft.Peer) (*raft.RawNode, error) {
-	c := &raft.Config{
-		ID:                        n.id,
-		ElectionTick:              n.cfg.ElectionTicks,
-		HeartbeatTick:             n.cfg.HeartbeatTicks,
-		Storage:                   storage,
-		Applied:                   applied,
-		MaxSizePerMsg:             1 << 20,
-		MaxCommittedSizePerReady:  16 << 20,
-		MaxUncommittedEntriesSize: 64 << 20,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		// The log write and the apply come as messages in the Ready (raftnode.LocalStorage): a leader sends
-		// new entries to its followers while it writes them itself, and counts its own acknowledgement
-		// only once its write is durable (decision 8).
-		AsyncStorageWrites: true,
-		// A follower drops proposals instead of handing them to the leader: client writes are forwarded
-		// by serveWrite (one path), and the lessor's Expire and Checkpoint entries carry the proposing
-		// leader's view (a remaining TTL) that must not reach the log from a node that stopped leading.
-		DisableProposalForwarding: true,
-		Logger:                    raftnode.NewRaftLogger(n.log),
-	}
-	last, err := storage.LastIndex()
-	if err != nil {
-		return nil, fmt.Errorf("read last index: %w", err)
-	}
-	hs, _, err := storage.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("read initial state: %w", err)
-	}
-	// The persisted term, until raft's first Ready changes it: peer terms are judged against it.
-	n.term.Store(hs.GetTerm())
-	n.terms = raftnode.NewTermGuard(n.clock, hs.GetTerm())
-	rn, err := raft.NewRawNode(c)
-	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	if last == 0 && raft.IsEmptyHardState(hs) && len(peers) > 0 {
-		if err := rn.Bootstrap(peers); err != nil {
-			return nil, fmt.Errorf("bootstrap raft: %w", err)
-		}
-	}
-	return rn, nil
 }

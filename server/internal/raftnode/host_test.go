@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"errors"
@@ -8,8 +8,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/leased/leased/server/internal/raftnode"
 )
 
 // hostOn builds a raftHost on a fresh RawNode with voters 1..voters, this node 1, on a MemoryStorage
@@ -19,7 +17,7 @@ func hostOn(t *testing.T, voters int) (h *raftHost, ms *raft.MemoryStorage, pers
 	ms = raft.NewMemoryStorage()
 	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, DisableProposalForwarding: true,
-		Logger: raftnode.NewRaftLogger(slog.New(slog.DiscardHandler))})
+		Logger: NewRaftLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +69,9 @@ func TestLessorCommandOfAnEarlierTermIsDroppedWhereItIsStepped(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.pending = append(h.pending,
-		proposal{data: []byte("stale"), term: term - 1},
-		proposal{data: []byte("current"), term: term},
-		proposal{data: []byte("client"), id: 9})
+		Proposal{Data: []byte("stale"), Term: term - 1},
+		Proposal{Data: []byte("current"), Term: term},
+		Proposal{Data: []byte("client"), ID: 9})
 	h.intake(true)
 	persist()
 	got := appendedSince(t, ms, before)
@@ -93,7 +91,7 @@ func TestLessorCommandOfAnEarlierTermIsDroppedWhereItIsStepped(t *testing.T) {
 // refusal callback, which tells it that the command never entered the log.
 func TestProposalRaftDropsIsRefusedToItsProposer(t *testing.T) {
 	h, _, persist, refused := hostOn(t, 3)
-	h.pending = append(h.pending, proposal{data: []byte("a"), id: 7}, proposal{data: []byte("b")})
+	h.pending = append(h.pending, Proposal{Data: []byte("a"), ID: 7}, Proposal{Data: []byte("b")})
 	h.intake(true)
 	persist()
 	if err := refused[7]; !errors.Is(err, raft.ErrProposalDropped) {

@@ -1,20 +1,53 @@
-package server
+package raftnode
 
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/leased/leased/server/internal/errs"
 )
+
+// Linearizable waits until this node's state reflects every write committed before the call (ReadIndex).
+func (n *Node) Linearizable(ctx context.Context) error {
+	start := time.Now()
+	idx, err := n.reads.readIndex(ctx)
+	n.metrics.readSeconds.Observe(since(start))
+	if err != nil {
+		return err
+	}
+	if err := n.cfg.Applier.WaitApplied(ctx, idx, n.done); err != nil {
+		return errors.Join(err, n.StoppedErr())
+	}
+	return nil
+}
+
+// ConfirmLeadership returns nil only if this node was the leader, in the same term, both before and after
+// a quorum acknowledged its leadership (decision 4), and its state reflects everything committed before.
+func (n *Node) ConfirmLeadership(ctx context.Context) error {
+	term := n.term.Load()
+	if !n.IsLeader() {
+		return n.NotLeaderErr()
+	}
+	if err := n.Linearizable(ctx); err != nil {
+		return err
+	}
+	if !n.IsLeader() || n.term.Load() != term {
+		return n.NotLeaderErr()
+	}
+	return nil
+}
 
 // readIndexer batches ReadIndex requests: every caller waiting when a round starts shares it, so a burst
 // of renewals or linearizable reads costs one heartbeat round to a quorum (decisions 4 and 6).
 type readIndexer struct {
-	raft    raftControl
+	raft    *raftHost
 	timeout time.Duration
-	// halted closes when the node stops serving (node.done): a waiting read gives up at once.
+	// halted closes when the node stops serving (Node.Done): a waiting read gives up at once.
 	halted <-chan struct{}
 
 	mu      sync.Mutex
@@ -29,7 +62,7 @@ type readOutcome struct {
 	err   error
 }
 
-func newReadIndexer(r raftControl, timeout time.Duration, halted <-chan struct{}) *readIndexer {
+func newReadIndexer(r *raftHost, timeout time.Duration, halted <-chan struct{}) *readIndexer {
 	return &readIndexer{raft: r, timeout: timeout, halted: halted, rounds: make(map[uint64]chan uint64), kick: make(chan struct{}, 1)}
 }
 
@@ -49,7 +82,7 @@ func (r *readIndexer) readIndex(ctx context.Context) (uint64, error) {
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-r.halted:
-		return 0, ErrStopped
+		return 0, errs.ErrStopped
 	}
 }
 
@@ -59,7 +92,7 @@ func (r *readIndexer) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
-			r.failPending(ErrStopped)
+			r.failPending(errs.ErrStopped)
 			return
 		case <-r.kick:
 		}
@@ -93,17 +126,17 @@ func (r *readIndexer) round(stop <-chan struct{}) (uint64, error) {
 	defer cancel()
 	var rctx [8]byte
 	binary.BigEndian.PutUint64(rctx[:], id)
-	if err := r.raft.ReadIndex(ctx, rctx[:]); err != nil {
-		return 0, ErrNoLeader
+	if err := r.raft.readIndex(ctx, rctx[:]); err != nil {
+		return 0, errs.ErrNoLeader
 	}
 	select {
 	case idx := <-result:
 		return idx, nil
 	case <-ctx.Done():
 		// No quorum answered in time: no leader, or this node is cut off.
-		return 0, ErrNoLeader
+		return 0, errs.ErrNoLeader
 	case <-stop:
-		return 0, ErrStopped
+		return 0, errs.ErrStopped
 	}
 }
 
