@@ -23,7 +23,7 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		Lessor:  n.lessor,
 		Watch:   n.watch,
 		Queue:   n.queue,
-		Metrics: func(res fsm.Result) { n.metrics.applied(res) },
+		Metrics: func(res fsm.Result) { n.metrics.leases.Applied(res) },
 		Audit: func(index uint64, res fsm.Result) {
 			n.audit.Record(index, roleName(n.raft.Role()), res)
 		},

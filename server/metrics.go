@@ -9,20 +9,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leased/leased/api/leasepb"
-	"github.com/leased/leased/fsm"
+	"github.com/leased/leased/server/internal/leases"
 	"github.com/leased/leased/server/internal/raftnode"
 )
 
-// metrics are the node's Prometheus metrics: with the Ready loop's (raftnode.Metrics) and the request
-// path's (rpc.Metrics, registered by internal/rpc), exactly the node series of the metrics contract
-// (docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
+// metrics are the node's Prometheus metrics: each part registers its own (the Ready loop's
+// raftnode.Metrics, the request path's rpc.Metrics, the state's leases.Metrics, the lessor's, the
+// queue's and the watch hub's); these are the rest, the proposals both the loop and the request path
+// count, the peer links', readiness, the disk and the build, and together they are exactly the node series of the
+// metrics contract (docs/operations.md, "Metrics", lists them). Names follow leased_<name>_<unit>; no lease, holder or
 // resource name is ever a label value, and every label value is set up front, so each series exists, at
 // 0, from the start. They are registered on Config.Registerer (nowhere when it is nil), never in init();
 // a Registerer serves one Server.
 type metrics struct {
-	events       *prometheus.CounterVec // by event type
-	proposals    *prometheus.CounterVec // by outcome
-	expiryLag    prometheus.Histogram
+	leases       *leases.Metrics
+	proposals    *prometheus.CounterVec   // by outcome
 	peerRTT      *prometheus.HistogramVec // by peer
 	peerFailures *prometheus.CounterVec   // by peer
 	peerRejects  *prometheus.CounterVec   // by reason
@@ -43,20 +44,15 @@ const (
 // latencyBuckets span 100 µs to ~3 s: round trips (as raftnode's do its disk writes and rounds).
 var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 
+// newMetrics makes n's metrics and registers them, and those of n's state, lessor, queue and watch hub,
+// on reg (nowhere when it is nil).
 func newMetrics(reg prometheus.Registerer, n *node) *metrics {
-	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
-	}
+	n.lessor.RegisterMetrics(reg)
 	m := &metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leased_events_total", Help: "Lease events applied to this node's state machine, by type.",
-		}, []string{"type"}),
+		leases: leases.NewMetrics(reg, n.state),
 		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leased_proposals_total", Help: "Client commands this node proposed, by outcome (refused: rejected before proposing).",
 		}, []string{"outcome"}),
-		expiryLag: histogram("leased_expiry_lag_seconds",
-			"On the leader: how late after its deadline a lease was expired (apply of the Expire minus the deadline).",
-			prometheus.ExponentialBuckets(0.001, 2, 16)),
 		peerRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leased_peer_round_trip_seconds", Help: "Round-trip time to a peer (heartbeat to its response).",
 			Buckets: latencyBuckets,
@@ -72,35 +68,22 @@ func newMetrics(reg prometheus.Registerer, n *node) *metrics {
 	for _, r := range raftnode.PeerDropReasons {
 		m.peerRejects.WithLabelValues(r)
 	}
-	for _, t := range eventTypeLabel {
-		m.events.WithLabelValues(t)
-	}
 	for _, o := range proposalOutcomes {
 		m.proposals.WithLabelValues(o)
 	}
 	if reg == nil {
 		return m
 	}
+	n.queue.RegisterMetrics(reg)
+	n.watch.RegisterMetrics(reg)
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.events, m.proposals, m.expiryLag,
+	reg.MustRegister(m.proposals,
 		m.peerRTT, m.peerFailures, m.peerRejects, buildInfo(n.cfg.Version),
-		gauge("leased_has_leader", "1 while this node knows a leader (a leader whose loop has stalled for an election timeout knows none).", func() float64 { return boolFloat(n.raft.KnownLeader() != 0) }),
 		gauge("leased_ready", "1 while this node is ready (/readyz's rule): it knows a leader and its raft loop runs.", func() float64 { return boolFloat(readiness(n) == nil) }),
-		gauge("leased_loop_stalled_seconds", "How long the raft loop has not run, once longer than an election timeout; 0 while it runs.", func() float64 { return n.raft.LoopStalled().Seconds() }),
-		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return boolFloat(n.raft.IsLeader()) }),
-		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.raft.Term()) }),
-		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.raft.Commit()) }),
-		gauge("leased_applied_index", "The index of the last entry applied.", func() float64 { return float64(n.state.Applied()) }),
-		gauge("leased_live_leases", "Live leases in this node's state machine.", func() float64 { return float64(n.ops.LiveLeases()) }),
 		gauge("leased_disk_free_bytes", "Bytes still free for leased on the data dir's filesystem (-1: unknown).", func() float64 { return float64(n.disk.freeBytes.Load()) }),
 		gauge("leased_db_size_bytes", "Bytes the raft log occupies on disk: raft.db plus the WAL segments (preallocated space included).", func() float64 { return float64(n.disk.logBytes.Load()) }),
-		gauge("leased_waiters", "Blocking acquires waiting on this node (leader).", func() float64 { return float64(n.queue.Len()) }),
-		gauge("leased_watchers", "Watch streams subscribed on this node.", func() float64 { return float64(n.watch.Len()) }),
-		gauge("leased_quota_bytes", "The state size at which new grants are refused (--quota-bytes).", func() float64 { return float64(n.cfg.Limits.QuotaBytes) }),
-		gauge("leased_quota_used_bytes", "The state size counted against --quota-bytes: live leases and lock-delays.", func() float64 { return float64(n.state.UsedBytes()) }),
-		gauge("leased_quota_exceeded", "1 while the state is at or past --quota-bytes and new grants are refused (NOSPACE).", func() float64 { return boolFloat(n.state.QuotaFull()) }),
 	)
 	return m
 }
@@ -138,20 +121,6 @@ func boolFloat(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-var eventTypeLabel = map[leasepb.EventType]string{
-	leasepb.EventType_EVENT_TYPE_GRANTED:       "granted",
-	leasepb.EventType_EVENT_TYPE_RELEASED:      "released",
-	leasepb.EventType_EVENT_TYPE_EXPIRED:       "expired",
-	leasepb.EventType_EVENT_TYPE_VALUE_CHANGED: "value_changed",
-}
-
-// applied counts the grants, releases and expiries of an applied entry.
-func (m *metrics) applied(res fsm.Result) {
-	for _, e := range res.Events {
-		m.events.WithLabelValues(eventTypeLabel[e.Type]).Inc()
-	}
 }
 
 // proposed counts one proposal's outcome. entered reports whether the command may have entered the log.

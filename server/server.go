@@ -372,7 +372,6 @@ func newServer(cfg Config, id raftlog.Identity, storage nodeStorage, newTranspor
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.raft = newRaft(n, storage, snap, logPath, walPath)
 	n.ops = newLeaseOps(n, rpc.NewMetrics(cfg.Registerer, n.metrics.proposals.WithLabelValues(outcomeRefused)))
-	n.lessor.OnExpiryLag(n.metrics.expiryLag.Observe)
 	n.lessor.Reset(sm, cfg.Clock.Now())
 	if n.transport, err = newTransport(n); err != nil {
 		return nil, err

@@ -53,3 +53,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// registerStatus registers the gauges of n's raft status on reg, read as they are scraped: whether it
+// knows a leader and leads, its term and commit index, and how long its loop has stalled.
+func registerStatus(reg prometheus.Registerer, n *Node) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	reg.MustRegister(
+		gauge("leased_has_leader", "1 while this node knows a leader (a leader whose loop has stalled for an election timeout knows none).", func() float64 { return flag(n.KnownLeader() != 0) }),
+		gauge("leased_loop_stalled_seconds", "How long the raft loop has not run, once longer than an election timeout; 0 while it runs.", func() float64 { return n.LoopStalled().Seconds() }),
+		gauge("leased_is_leader", "1 while this node leads.", func() float64 { return flag(n.IsLeader()) }),
+		gauge("leased_term", "The node's current raft term.", func() float64 { return float64(n.Term()) }),
+		gauge("leased_commit_index", "The node's raft commit index.", func() float64 { return float64(n.Commit()) }),
+	)
+}

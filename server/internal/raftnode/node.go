@@ -191,6 +191,9 @@ func New(cfg Config) *Node {
 	}
 	n.metrics.snapBytes.Set(float64(len(cfg.Snapshot.GetData())))
 	n.updateLogEntries()
+	if cfg.Registerer != nil {
+		registerStatus(cfg.Registerer, n)
+	}
 	return n
 }
 
