@@ -29,7 +29,6 @@ func newLeaseState(n *node, sm *fsm.FSM, applied uint64) *leases.State {
 		},
 		Answer: func(proposalID, index uint64, res fsm.Result) {
 			n.proposals.Deliver(proposalID, raftnode.Outcome[fsm.Result]{Index: index, Result: res})
-			n.ops.DeliverCarried(proposalID, res) // a blocking acquire a release's entry carried
 		},
 		ConfChange: func(e *raftpb.Entry) error { return n.members.ApplyConfChange(e) },
 	})

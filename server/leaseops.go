@@ -51,7 +51,7 @@ func newLeaseOps(n *node, m *rpc.Metrics) *rpc.LeaseOps {
 		ElectionTimeout: n.cfg.ElectionTimeout(),
 	}, rpc.Parts{
 		Host: opsNode{n}, Clock: n.clock, ID: n.id, ClusterID: n.clusterID,
-		Leader: n.raft.Leader, Term: n.raft.Term, Commit: n.raft.Commit, Applied: n.state.Applied,
+		Leader: n.raft.Leader, Term: n.raft.Term, Commit: n.raft.Commit, Applied: n.state.Applied, Proposals: n.proposals,
 		LeaderChanged: n.raft.LeaderChanged, Done: n.raft.Done(), Draining: n.draining,
 		Queue: n.queue, Lessor: n.lessor, Authz: n.authz, Watch: n.watch, Metrics: m,
 		Members: n.members, Status: func() *leasepb.StatusResponse { return statusOf(n) }, Log: n.log, HandoffProposing: &n.hooks.handoffProposing,

@@ -35,7 +35,7 @@ func newRaft(n *node, storage raft.Storage, snap *raftpb.Snapshot, logPath strin
 		BeforeWrite:   n.faults.beforeWrite,
 		Applier:       applier{n},
 		Handler:       raftHandler(n),
-		Proposers:     proposers{n},
+		Proposers:     n.proposals,
 		Send:          func(msgs []*raftpb.Message) { n.transport.Send(msgs) },
 		IsMember:      n.members.IsMember,
 		CheckSnapshot: checkSnapshotData,
@@ -65,17 +65,6 @@ func raftHandler(n *node) raftnode.Handler {
 		},
 		Stopped: n.audit.Close,
 	}
-}
-
-// proposers are the node's waiting proposers (raftnode.Proposers): those of its own entries, and the
-// blocking acquires a release's entry carried, which a lost leadership leaves in the same doubt.
-type proposers struct{ n *node }
-
-func (p proposers) Refuse(id uint64, err error) { p.n.proposals.Refuse(id, err) }
-
-func (p proposers) FailAll(err error) {
-	p.n.proposals.FailAll(err)
-	p.n.ops.FailCarried(err)
 }
 
 // applier hands the Ready loop's committed entries and snapshots to n's state (raftnode.Applier).

@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	// The request path reaches the node only through rpc.LeaseHost and the parts it is handed, never
 	// package server.
 	"server/internal/rpc": {"api", "fsm", "server/tlsfiles", "server/internal/errs", "server/internal/clock", "server/internal/auth",
-		"server/internal/lessor", "server/internal/waitq", "server/internal/watch", "server/transport"},
+		"server/internal/lessor", "server/internal/waitq", "server/internal/watch", "server/internal/raftnode", "server/transport"},
 
 	// Membership reaches the rest of the node only through membership.Host, never package server.
 	"server/internal/membership": {"api", "fsm", "server/transport", "server/internal/errs", "server/internal/ids"},

@@ -15,6 +15,7 @@ import (
 	"github.com/leased/leased/server/internal/auth"
 	"github.com/leased/leased/server/internal/clock"
 	"github.com/leased/leased/server/internal/lessor"
+	"github.com/leased/leased/server/internal/raftnode"
 	"github.com/leased/leased/server/internal/waitq"
 	"github.com/leased/leased/server/internal/watch"
 )
@@ -39,15 +40,17 @@ type LeaseOps struct {
 	leaderChanged func() <-chan struct{}
 	// done closes when the node stops serving; draining when it begins to shut down.
 	done, draining <-chan struct{}
-	carried        *carriedWaits
-	queue          *waitq.Queue
-	lessor         *lessor.Lessor
-	authz          *auth.Authorizer
-	watch          *watch.Hub
-	metrics        *Metrics
-	members        Members
-	nodeStatus     func() *leasepb.StatusResponse
-	log            *slog.Logger
+	// proposals answers the blocking acquires a release's entry carried, by proposal id, as the node's own
+	// proposers are answered.
+	proposals  *raftnode.Waiter[fsm.Result]
+	queue      *waitq.Queue
+	lessor     *lessor.Lessor
+	authz      *auth.Authorizer
+	watch      *watch.Hub
+	metrics    *Metrics
+	members    Members
+	nodeStatus func() *leasepb.StatusResponse
+	log        *slog.Logger
 	// handoffProposing, set only by tests, runs between a release's claim of a waiter and its proposal.
 	handoffProposing *atomic.Pointer[func()]
 	// peerClient is the peer connection to a member, for forwarding to the leader.
@@ -98,14 +101,17 @@ type Parts struct {
 	ID, ClusterID        uint64
 	Leader, Term, Commit func() uint64
 	Applied              func() uint64
-	LeaderChanged        func() <-chan struct{}
-	Done, Draining       <-chan struct{}
-	Queue                *waitq.Queue
-	Lessor               *lessor.Lessor
-	Authz                *auth.Authorizer
-	Watch                *watch.Hub
-	Metrics              *Metrics
-	Members              Members
+	// Proposals is the node's proposal waiter: the apply answers a carried acquire by its id, and a lost
+	// leadership fails it with the node's other proposers.
+	Proposals      *raftnode.Waiter[fsm.Result]
+	LeaderChanged  func() <-chan struct{}
+	Done, Draining <-chan struct{}
+	Queue          *waitq.Queue
+	Lessor         *lessor.Lessor
+	Authz          *auth.Authorizer
+	Watch          *watch.Hub
+	Metrics        *Metrics
+	Members        Members
 	// Status is the node's status for the Cluster service's Status, less its header and live leases.
 	Status           func() *leasepb.StatusResponse
 	Log              *slog.Logger
@@ -119,7 +125,7 @@ func New(cfg Config, p Parts) *LeaseOps {
 	return &LeaseOps{
 		LeaseHost: p.Host, cfg: cfg, clock: p.Clock, id: p.ID, clusterID: p.ClusterID,
 		leader: p.Leader, term: p.Term, commit: p.Commit, applied: p.Applied, leaderChanged: p.LeaderChanged,
-		done: p.Done, draining: p.Draining, carried: newCarriedWaits(), queue: p.Queue, lessor: p.Lessor,
+		done: p.Done, draining: p.Draining, proposals: p.Proposals, queue: p.Queue, lessor: p.Lessor,
 		authz: p.Authz, watch: p.Watch, metrics: p.Metrics, members: p.Members, nodeStatus: p.Status, log: p.Log,
 		handoffProposing: p.HandoffProposing, peerClient: p.PeerClient, view: p.View,
 	}

@@ -31,8 +31,8 @@ func (o *LeaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, ide
 	if !req.GetWait() {
 		return o.acquireOnce(ctx, req, identity)
 	}
-	id, outcome := o.carried.register()
-	defer func() { o.carried.cancel(id) }()
+	id, outcome := o.proposals.Register()
+	defer func() { o.proposals.Cancel(id) }()
 	w, err := o.queue.Enqueue(req.GetResource(), o.acquireCmd(req, identity), id)
 	if err != nil {
 		// No room to wait: a resource that looks free is still tried (once); a held one gets the limit's
@@ -72,14 +72,14 @@ func (o *LeaseOps) acquire(ctx context.Context, req *leasepb.AcquireRequest, ide
 			waitEnds, over = nil, true
 		case out := <-outcome:
 			// A release carried this acquire: the entry answers it as its own entry would have.
-			if out.err != nil {
-				return nil, out.err
+			if out.Err != nil {
+				return nil, out.Err
 			}
-			resp, err := o.acquireAnswer(req, identity, out.result)
+			resp, err := o.acquireAnswer(req, identity, out.Result)
 			if !errors.Is(err, ErrHeld) {
 				return resp, err
 			}
-			id, outcome = o.carried.register()
+			id, outcome = o.proposals.Register()
 			o.queue.Rearm(w, id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
