@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -140,8 +141,14 @@ func TestGossipClientAddressIsOnlyAHint(t *testing.T) {
 		ClusterId: st.GetHeader().GetClusterId(), ClientAddr: fake, PeerAddr: add.GetMember().GetPeerAddr()}, gossipAddrs...)
 	eventually(t, 10*time.Second, "the rogue to be known to every node's gossip", func() bool { return rogue.NumMembers() == 4 })
 	// The joins exchanged the full state both ways: every node's gossip now carries the rogue's address.
+	// A follower lists n4 once it has applied the MemberAdd (its list is serializable): wait for that.
 	for n := range c.Size() {
-		if m := memberNamed(members(t, c, n), "n4"); m == nil || m.GetClientAddr() == fake {
+		var m *leasepb.Member
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d to list n4", n), func() bool {
+			m = memberNamed(members(t, c, n), "n4")
+			return m != nil
+		})
+		if m.GetClientAddr() == fake {
 			t.Fatalf("node %d lists n4 as %v", n, m)
 		}
 	}
