@@ -26,15 +26,12 @@ type opsNode struct{ *node }
 
 var _ rpc.LeaseHost = opsNode{}
 
-func (a opsNode) IsLeader() bool      { return a.isLeader() }
-func (a opsNode) NotLeaderErr() error { return a.notLeaderErr() }
-func (a opsNode) StoppedErr() error   { return a.stoppedErr() }
-func (a opsNode) KnownLeader() uint64 { return a.knownLeader() }
-func (a opsNode) Propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, uint64, error) {
-	return a.propose(ctx, cmd)
-}
-func (a opsNode) ConfirmLeadership(ctx context.Context) error { return a.confirmLeadership(ctx) }
-func (a opsNode) Linearizable(ctx context.Context) error      { return a.linearizable(ctx) }
+func (a opsNode) IsLeader() bool                              { return a.raft.IsLeader() }
+func (a opsNode) NotLeaderErr() error                         { return a.raft.NotLeaderErr() }
+func (a opsNode) StoppedErr() error                           { return a.raft.StoppedErr() }
+func (a opsNode) KnownLeader() uint64                         { return a.raft.KnownLeader() }
+func (a opsNode) ConfirmLeadership(ctx context.Context) error { return a.raft.ConfirmLeadership(ctx) }
+func (a opsNode) Linearizable(ctx context.Context) error      { return a.raft.Linearizable(ctx) }
 func (a opsNode) ReadFSM(fn func(sm *fsm.FSM))                { a.state.Read(fn) }
 func (a opsNode) AdmitGrant(resource, identity string) error {
 	return a.state.AdmitGrant(resource, identity)

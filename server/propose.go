@@ -14,11 +14,11 @@ import (
 )
 
 // How requests reach raft (internal/raftnode): writes are proposed and answered once applied; reads and
-// renewals wait for a ReadIndex round. These adapt the Ready loop to leaseHost.
+// renewals wait for a ReadIndex round (opsNode's other methods, leaseops.go).
 
-// propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
+// Propose appends cmd to the log and waits until it is applied, returning the FSM's result and the entry's
 // index. A timeout leaves the outcome unknown (ErrTimeout); Acquire's request id makes a retry safe.
-func (a opsNode) propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, uint64, error) {
+func (a opsNode) Propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, uint64, error) {
 	out, entered, err := a.proposals.Propose(ctx, a.raft, func(id uint64) ([]byte, error) {
 		cmd.ProposalId = id
 		return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
@@ -29,13 +29,6 @@ func (a opsNode) propose(ctx context.Context, cmd *wirepb.Command) (fsm.Result, 
 	}
 	return out.Result, out.Index, nil
 }
-
-func (a opsNode) isLeader() bool                              { return a.raft.IsLeader() }
-func (a opsNode) knownLeader() uint64                         { return a.raft.KnownLeader() }
-func (a opsNode) notLeaderErr() error                         { return a.raft.NotLeaderErr() }
-func (a opsNode) stoppedErr() error                           { return a.raft.StoppedErr() }
-func (a opsNode) linearizable(ctx context.Context) error      { return a.raft.Linearizable(ctx) }
-func (a opsNode) confirmLeadership(ctx context.Context) error { return a.raft.ConfirmLeadership(ctx) }
 
 // lessorRaft is what proposing the lessor's commands needs of raft (raftnode.Node; tests replace it).
 type lessorRaft interface {
