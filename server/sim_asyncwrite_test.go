@@ -17,7 +17,7 @@ import (
 // and the stalled one does not; once the stalled follower's write returns it has the entry too, while the
 // leader's write is still stalled. The client is answered only after the leader's write returned and the
 // entry applied there, and no node applies the entry before the leader's write returned: raft runs on
-// the leader's Ready loop (rafthost.go), which steps its followers' acknowledgements, and its own, only
+// the leader's Ready loop (internal/raftnode/host.go), which steps its followers' acknowledgements, and its own, only
 // once its write is done, so the commit counts only durable copies.
 //
 // With the leader persisting before it sends (the loop before asynchronous writes), the healthy follower
