@@ -110,10 +110,8 @@ func (a *ackFile) load() (ackMark, error) {
 // not ignored either (the slot then does not count).
 func decodeAckSlot(slot []byte) (seq uint64, m ackMark, ok bool) {
 	sealed := slot[:4+ackBodySize]
-	for _, b := range slot[len(sealed):] {
-		if b != 0 {
-			return 0, ackMark{}, false
-		}
+	if !allZero(slot[len(sealed):]) {
+		return 0, ackMark{}, false
 	}
 	body, err := unseal(sealed)
 	if err != nil {

@@ -168,5 +168,3 @@ func (m *metrics) peerDropped(id uint64, count int) {
 func (m *metrics) peerRejected(reason string, count int) {
 	m.peerRejects.WithLabelValues(reason).Add(float64(count))
 }
-
-func since(start time.Time) float64 { return time.Since(start).Seconds() }

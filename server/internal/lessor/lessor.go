@@ -65,7 +65,7 @@ type Lessor struct {
 	// the latest proposal time of one that applied (checkpointLost).
 	checkpointsApplied, checkpointsProposed mono
 
-	// expiryLag, when set (OnExpiryLag), hears how late after its deadline each lease this leader expired was expired
+	// expiryLag, when set (RegisterMetrics), hears how late after its deadline each lease this leader expired was expired
 	// (leased_expiry_lag_seconds). Called with mu held.
 	expiryLag func(seconds float64)
 }
@@ -165,14 +165,6 @@ func New(cfg Config, out chan<- Cmd) *Lessor {
 		expiries: newExpiryBudget(cfg.ExpiryRate, cfg.ExpiryBatch),
 		delays:   make(map[string]*delayTimer),
 	}
-}
-
-// OnExpiryLag sets fn to hear how late after its deadline each lease this leader expired was expired
-// (leased_expiry_lag_seconds). Set it before the lessor is used; fn is called with the lessor's lock held.
-func (l *Lessor) OnExpiryLag(fn func(seconds float64)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expiryLag = fn
 }
 
 // Reset rebuilds the lessor from a state machine (at start, or after restoring a snapshot). Checkpoint

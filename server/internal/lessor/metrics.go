@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // RegisterMetrics registers the lessor's series of the metrics contract (docs/operations.md, "Metrics")
 // on reg (nowhere when it is nil): leased_expiry_lag_seconds, which the leader observes as it expires
-// leases.
+// leases. Call it before the lessor is used; the lag is observed with the lessor's lock held.
 func (l *Lessor) RegisterMetrics(reg prometheus.Registerer) {
 	lag := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "leased_expiry_lag_seconds",
@@ -14,5 +14,7 @@ func (l *Lessor) RegisterMetrics(reg prometheus.Registerer) {
 	if reg != nil {
 		reg.MustRegister(lag)
 	}
-	l.OnExpiryLag(lag.Observe)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiryLag = lag.Observe
 }

@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times this follower's raft stream from its leader broke (the leader's process or connection died) and it campaigned at once.",
 		}),
 		fsyncSeconds: histogram("leased_disk_fsync_duration_seconds",
-			"Time of one durable raft log write (a Save: one bbolt transaction with its fsyncs).", latencyBuckets),
+			"Time of one durable raft log write (a Save: the WAL batch and the acked mark, each with its fdatasync).", latencyBuckets),
 		applySeconds: histogram("leased_apply_duration_seconds",
 			"Time to apply one Ready's committed entries to the state machine and its listeners.", latencyBuckets),
 		readSeconds: histogram("leased_read_index_duration_seconds",
