@@ -4,8 +4,9 @@
 //
 // New opens the data dir (raftlog), restores the lease state machine (fsm) from the last snapshot and
 // prepares the services; Start runs them; Close stops them. One goroutine owns the raft node and runs the
-// Ready loop: persist the Ready in one bbolt transaction, send messages through the peer transport (never
-// blocking), restore a received snapshot, apply committed entries, release ReadIndex waiters, advance.
+// Ready loop (internal/raftnode): persist the Ready (one WAL write, then the acked mark), send messages
+// through the peer transport (never blocking), restore a received snapshot, apply committed entries,
+// release ReadIndex waiters, advance.
 //
 // Writes are log entries, one client command per entry, so a grant's fencing token is its log index.
 // A write that reaches a follower is forwarded once to the leader over the peer connection. Reads are
