@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/leased/leased/api/leasepb"
 	"github.com/leased/leased/api/wirepb"
+	"github.com/leased/leased/server"
 	"github.com/leased/leased/server/servertest"
 )
 
@@ -108,5 +111,35 @@ func TestForwardedWritesAreValidatedOnTheLeader(t *testing.T) {
 				t.Fatalf("forwarded %s moved the leader's applied index from %d to %d", name, before, after)
 			}
 		})
+	}
+}
+
+// TestWriteWaitsOutAnElection: a write that reaches a node knowing no leader waits until an election names
+// one and is then served, instead of being answered "no leader" at once while the election runs.
+func TestWriteWaitsOutAnElection(t *testing.T) {
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.TickInterval = 50 * time.Millisecond })
+	ctx := ctxT(t)
+	li := c.WaitLeader()
+	others := []int{(li + 1) % 3, (li + 2) % 3}
+	for _, i := range others {
+		c.Stop(i)
+	}
+	// Cut off from a quorum, the leader steps down and knows no leader.
+	eventually(t, 10*time.Second, "the leader to step down", func() bool {
+		return errors.Is(c.Node(li).Ready(), server.ErrNoLeader)
+	})
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := c.Leases(li).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000})
+		acquired <- err
+	}()
+	for _, i := range others {
+		c.Restart(i)
+	}
+	if err := <-acquired; err != nil {
+		t.Fatalf("acquire sent while no leader was known: %v, want it served once one is elected", err)
+	}
+	if _, err := c.Leases(li).Get(ctx, &leasepb.GetRequest{Resource: "r"}); err != nil {
+		t.Fatalf("the lease acquired during the election: %v", err)
 	}
 }

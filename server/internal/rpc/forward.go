@@ -100,13 +100,22 @@ func (o *LeaseOps) runWrite(ctx context.Context, req *wirepb.ForwardRequest) (*w
 	}
 }
 
-// forwardFollowing forwards a write to the leader, and follows a change of leader that happens meanwhile:
+// forwardFollowing forwards a write to the leader, once there is one (awaitElection), and follows a change
+// of leader that happens meanwhile:
 // the old leader may be gone without a word (frozen, its disk stalled), and a write waiting on it would
 // wait for its caller's deadline although another leader is there. A renewal (KeepAlive, Renew) is then
 // served again, by this node if it now leads or by the new leader: renewing twice is harmless. Any other
 // write may have been run by the old leader, so its caller learns at once that the outcome is unknown,
 // with the new leader's hint, and retries there (its request id or token makes that safe).
 func (o *LeaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequest) (*wirepb.ForwardResponse, error) {
+	if o.leader() == raft.None {
+		if err := o.awaitElection(ctx); err != nil {
+			return nil, o.Status(err)
+		}
+		if o.IsLeader() {
+			return o.serveWrite(ctx, req, false)
+		}
+	}
 	for switches := 0; ; switches++ {
 		resp, err := o.forward(ctx, req)
 		if !errors.Is(err, errLeaderSwitched) {
@@ -115,7 +124,7 @@ func (o *LeaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequ
 		if !isRenewal(req) || switches == maxLeaderSwitches {
 			return nil, o.Status(errs.UnknownOutcome(fmt.Errorf("the leader changed while the write was forwarded to it: %w", ErrNoLeader)))
 		}
-		if err := o.awaitLeader(ctx); err != nil {
+		if err := o.awaitLeader(ctx, o.cfg.ElectionTimeout); err != nil {
 			return nil, o.Status(err)
 		}
 		if o.IsLeader() {
@@ -127,11 +136,28 @@ func (o *LeaseOps) forwardFollowing(ctx context.Context, req *wirepb.ForwardRequ
 // maxLeaderSwitches bounds how many changes of leader one renewal follows before it gives up.
 const maxLeaderSwitches = 3
 
-// awaitLeader returns once this node knows a leader (at once if it does), or ctx's error, or the
-// election timeout's: a renewal that follows a leader change waits out the election rather than bounce
-// its caller.
-func (o *LeaseOps) awaitLeader(ctx context.Context) error {
-	timeout := time.NewTimer(o.cfg.ElectionTimeout)
+// maxElectionWait bounds, in election timeouts, how long a write that reached a node knowing no leader
+// waits for one (awaitElection).
+const maxElectionWait = 4
+
+// awaitElection waits, for a write that reached this node while it knows no leader, until an election
+// names one: at most half of what is left of the caller's deadline, so that the caller still hears "no
+// leader" in time to try another node (a node cut off from the rest costs each client that once), and at
+// most maxElectionWait election timeouts. Nothing was sent anywhere yet, so any write may wait. Answered at
+// once, the writes of a leader's crash would bounce between the followers while the election runs, and
+// the client's growing backoff would find the new leader up to half a second after it is there.
+func (o *LeaseOps) awaitElection(ctx context.Context) error {
+	wait := maxElectionWait * o.cfg.ElectionTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	return o.awaitLeader(ctx, wait)
+}
+
+// awaitLeader returns once this node knows a leader (at once if it does), or ctx's error, or ErrNoLeader
+// after wait: a renewal that follows a leader change waits out the election rather than bounce its caller.
+func (o *LeaseOps) awaitLeader(ctx context.Context, wait time.Duration) error {
+	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	for {
 		switched := o.leaderChanged()
