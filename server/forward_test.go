@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -117,7 +118,7 @@ func TestForwardedWritesAreValidatedOnTheLeader(t *testing.T) {
 // TestWriteWaitsOutAnElection: a write that reaches a node knowing no leader waits until an election names
 // one and is then served, instead of being answered "no leader" at once while the election runs.
 func TestWriteWaitsOutAnElection(t *testing.T) {
-	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.TickInterval = 50 * time.Millisecond })
+	c := servertest.Start(t, 3, func(cfg *server.Config) { cfg.TickInterval = 100 * time.Millisecond })
 	ctx := ctxT(t)
 	li := c.WaitLeader()
 	others := []int{(li + 1) % 3, (li + 2) % 3}
@@ -128,9 +129,17 @@ func TestWriteWaitsOutAnElection(t *testing.T) {
 	eventually(t, 10*time.Second, "the leader to step down", func() bool {
 		return errors.Is(c.Node(li).Ready(), server.ErrNoLeader)
 	})
+	// With no election to wait for, the write is answered "no leader" within half of its deadline, in
+	// time for its caller to try another node.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := c.Leases(li).Acquire(short, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000})
+	cancel()
+	if code(err) != codes.Unavailable {
+		t.Fatalf("acquire at a node cut off from a quorum: %v, want Unavailable before its deadline", err)
+	}
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := c.Leases(li).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 5000})
+		_, err := c.Leases(li).Acquire(ctx, &leasepb.AcquireRequest{Resource: "r", Holder: "h", TtlMs: 10_000})
 		acquired <- err
 	}()
 	for _, i := range others {

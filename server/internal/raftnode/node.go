@@ -444,7 +444,8 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	return n.snapshots.Maybe()
 }
 
-// persist makes a log append durable before anything acts on it (decision 8): one WAL write and fdatasync, then the acked mark (raftlog).
+// persist makes a log append durable before anything acts on it (decision 8): one WAL write and
+// fdatasync, then the acked mark (raftlog).
 // An append that raft says needs no sync (mustSync false: no entries, and only the commit index moved)
 // is not written at all: a stale commit index on disk is safe, since committed entries are learned again
 // from the leader after a restart, and its responses attest nothing this write would add (the entries
